@@ -1,0 +1,107 @@
+"""trace_graph(): dispatch on what is passed (a callable, or an object a
+backend knows how to trace, like a torch.nn.Module) and on whether example
+arguments are given (eager Graph) or not (LazyGraph)."""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Iterable
+
+from .backends import available, get_backend
+from .graph.ir import Graph
+from .graph.lazy import LazyGraph
+from .graph.signature import Signature
+from .graph.tracer import NotTraceable, TraceOptions, trace
+
+
+class TraceError(RuntimeError):
+    """trace_graph(..., args=...) was asked for a graph this call cannot become."""
+
+
+def _as_tuple(value) -> tuple:
+    if value is None:
+        return ()
+    if isinstance(value, (int, str)):
+        return (value,)
+    return tuple(value)
+
+
+def _stateful_indices(paths) -> tuple:
+    out = []
+    for path in _as_tuple(paths):
+        path = _as_tuple(path)
+        if len(path) != 1:
+            raise NotImplementedError(f"stateful index path {list(path)}: only top-level arguments "
+                                      f"([[0]], [[2]]...) are supported")
+        out.append(path[0])
+    return tuple(out)
+
+
+def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idxs=None, to=None,
+                include_generators=True, array_caching=True, return_backend_traced_fn=False,
+                static_argnums=None, static_argnames=None, args=None, kwargs=None,
+                max_signatures: int = 64):
+    """Trace callables into graphs of framework calls (names follow ivy.trace_graph).
+
+    With `args`/`kwargs`: trace now and return a `Graph`. Without: return a
+    `LazyGraph` that traces on its first call, one graph per input signature.
+    A torch.nn.Module has its forward traced and is returned itself.
+    Several objects give a tuple of results, in order.
+    """
+    if not objs:
+        raise TypeError("trace_graph() needs at least one callable")
+    if to is not None:
+        get_backend(to)   # unknown names fail here, clearly
+    if stateful:
+        raise NotImplementedError("stateful= objects outside the arguments are not supported yet; "
+                                  "pass them as arguments and use arg_stateful_idxs")
+    options = TraceOptions(include_generators=include_generators, array_caching=array_caching, to=to,
+                           return_backend_traced_fn=return_backend_traced_fn)
+    results = [_trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
+                          kwarg_stateful_idxs, args, kwargs, max_signatures) for obj in objs]
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs, kwarg_stateful_idxs,
+               args, kwargs, max_signatures):
+    if isinstance(obj, ModuleType):
+        raise NotImplementedError("trace_graph(module) comes with whole-library tracing (issue 3)")
+    signature = Signature(static_argnums=_as_tuple(static_argnums), static_argnames=_as_tuple(static_argnames),
+                          stateful_argnums=_stateful_indices(arg_stateful_idxs),
+                          stateful_argnames=_as_tuple(kwarg_stateful_idxs))
+    binding = _bind(obj)
+    fn, extra, install = binding if binding else (obj, None, None)
+    if not callable(fn):
+        raise TypeError(f"trace_graph() takes callables, got {type(obj).__name__}")
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    if args is None and kwargs is None:
+        lazy = LazyGraph(fn, options=options, signature=signature, name=name, extra=extra,
+                         max_signatures=max_signatures)
+        return install(lazy) if install else lazy
+    graph = eager_graph(fn, tuple(args or ()), dict(kwargs or {}), options=options, signature=signature,
+                        name=name, extra=extra)
+    return install(graph) if install else graph
+
+
+def eager_graph(fn, args: tuple, kwargs: dict, *, options, signature, name, extra=None) -> Graph:
+    key, _, backends = signature.key(args, kwargs)
+    if extra is not None:
+        key = (key, extra()[0])
+    try:
+        graph, _ = trace(fn, args, kwargs, key=key, backends=backends, signature=signature,
+                         options=options, name=name, extra=extra)
+    except NotTraceable as exc:
+        raise TraceError(f"cannot trace {name}: {exc.reason}") from None
+    if isinstance(graph, NotTraceable):
+        raise TraceError(f"cannot trace {name} into a graph that is correct for other inputs: "
+                         f"{graph.reason}. Use trace_graph({name}) without args= to run such "
+                         f"signatures eagerly.")
+    return graph
+
+
+def _bind(obj: Any):
+    """(function to trace, extra live inputs, install) for framework objects, or None."""
+    for name in available():
+        binding = get_backend(name).bind(obj)
+        if binding is not None:
+            return binding
+    return None

@@ -1,0 +1,44 @@
+"""Backend lookup. A framework's backend module is imported only when one of
+that framework's arrays is first seen (or it is named with `to=`), so
+`import lazytrace` imports no framework."""
+from __future__ import annotations
+
+import importlib
+import sys
+from functools import lru_cache
+
+from .base import Backend, CallKind
+
+#: framework name -> (module whose presence tells it is in use, backend module)
+_FRAMEWORKS = {
+    "torch": ("torch", "lazytrace.backends.torch"),
+    "numpy": ("numpy", "lazytrace.backends.numpy"),
+}
+_ALIASES = {"np": "numpy", "pytorch": "torch"}
+
+__all__ = ["Backend", "CallKind", "get_backend", "backend_for_type", "available"]
+
+
+@lru_cache(maxsize=None)
+def get_backend(name: str) -> Backend:
+    """The backend for a framework name ('torch', 'numpy')."""
+    key = _ALIASES.get(name, name)
+    if key not in _FRAMEWORKS:
+        raise ValueError(f"unknown framework {name!r}; expected one of {sorted(_FRAMEWORKS)}")
+    return importlib.import_module(_FRAMEWORKS[key][1]).BACKEND_CLASS()
+
+
+def available() -> list[str]:
+    """Frameworks already imported in this process (their backends can be used
+    without importing anything new)."""
+    return [name for name, (mod, _) in _FRAMEWORKS.items() if mod in sys.modules]
+
+
+@lru_cache(maxsize=1024)
+def backend_for_type(tp: type) -> Backend | None:
+    """The backend owning arrays of type `tp`, or None if it is no array type."""
+    for name in available():
+        backend = get_backend(name)
+        if issubclass(tp, backend.array_types):
+            return backend
+    return None

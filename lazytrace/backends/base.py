@@ -1,0 +1,121 @@
+"""The protocol every framework backend implements.
+
+A backend answers questions about its own framework only; the tracer, passes,
+code generation and caches are framework-free and talk to frameworks through
+this class.
+"""
+from __future__ import annotations
+
+import enum
+from contextlib import AbstractContextManager
+from typing import Any, Callable
+
+
+class CallKind(enum.Enum):
+    """How the tracer must treat one intercepted call."""
+
+    OP = "op"                  # array computation: record it
+    DYNAMIC_SHAPE = "dynamic"  # like OP, but output shapes depend on array values
+    GENERATOR = "generator"    # draws random numbers
+    STATE = "state"            # sets framework global state (grad mode): record, replay in order
+    METADATA = "metadata"      # reads shape/dtype/device...: covered by the signature key
+    DISPLAY = "display"        # repr/str/format: for printing, not recorded
+    READBACK = "readback"      # returns a Python value computed from array data: guard it
+    ESCAPE = "escape"          # hands array memory to code the tracer cannot see
+    UNKNOWN = "unknown"        # decide from the result: arrays -> OP, Python values -> READBACK
+
+
+class Backend:
+    """Base class: one instance per framework, created on first use."""
+
+    name: str = ""
+    #: calls whose Python result depends only on metadata in the signature key
+    array_types: tuple = ()
+    #: immutable framework objects keyed by value (dtype, device ...)
+    static_types: tuple = ()
+    #: objects passed as arguments that the graph takes as live inputs (RNG generators)
+    live_types: tuple = ()
+    #: types of the objects the traced function holds for arrays (tracers, or the arrays)
+    tracked_types: tuple = ()
+
+    def bind(self, obj):
+        """For a framework object with its own tracing rules (torch.nn.Module):
+        (function to trace, extra live inputs, install); else None."""
+        return None
+
+    # --- signature -------------------------------------------------------
+    def describe(self, array) -> tuple:
+        """Everything about an array that a graph may bake in (not its values)."""
+        raise NotImplementedError
+
+    def global_state(self) -> tuple:
+        """Framework-wide settings that change results (grad mode, default dtype)."""
+        return ()
+
+    def restore_global_state(self, state: tuple) -> None:
+        """Put back settings a graph may have changed before it raised."""
+
+    # --- tracing ---------------------------------------------------------
+    def intercept(self, session) -> AbstractContextManager:
+        """Route this thread's framework calls to `session.on_call` while active."""
+        raise NotImplementedError
+
+    def wrap_input(self, array, session):
+        """The object the traced function receives for an input array."""
+        return array
+
+    def unwrap(self, obj):
+        """The real array behind a traced object (inverse of wrap_input)."""
+        return obj
+
+    def classify(self, func, args, kwargs) -> CallKind:
+        raise NotImplementedError
+
+    def run(self, func, args, kwargs) -> tuple[Any, list]:
+        """Call `func`; return its result and the arguments whose memory it wrote."""
+        raise NotImplementedError
+
+    def suspended(self) -> AbstractContextManager:
+        """Stop interception in this thread for the duration (for tracer-internal calls)."""
+        from contextlib import nullcontext
+        return nullcontext()
+
+    def generator_reads_metadata_only(self, func) -> bool:
+        """True for random calls like rand_like that read only an array's shape/dtype."""
+        return False
+
+    def storage_key(self, array) -> Any:
+        """Equal for arrays that share memory."""
+        return id(array)
+
+    def requires_grad(self, array) -> bool:
+        return False
+
+    def clone(self, array):
+        raise NotImplementedError
+
+    def rng_token(self) -> Any:
+        """A cheap fingerprint of global RNG state, to catch unrecorded random draws."""
+        return None
+
+    def meta(self, array) -> str:
+        """Short description for displays: '1x3x32x32 float32'."""
+        return ""
+
+    # --- code generation ---------------------------------------------------
+    def call_syntax(self, func) -> tuple[str, str]:
+        """How generated code names a call: ('function', 'torch.add'),
+        ('method', 'add'), ('operator', '+'), ('getitem', ''), ('attribute', 'T')."""
+        raise NotImplementedError
+
+    def literal(self, obj) -> str | None:
+        """Python source for a framework constant (e.g. 'torch.float32'), or None."""
+        return None
+
+    def namespace(self) -> dict:
+        """Names generated code may use (e.g. {'torch': torch})."""
+        return {}
+
+    def compile(self, fn: Callable, graph) -> Callable:
+        """Hand a generated function to the framework's own compiler."""
+        return fn

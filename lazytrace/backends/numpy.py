@@ -1,0 +1,273 @@
+"""NumPy backend.
+
+Interception: NumPy has no mode stack, so input arrays are handed to the
+function as `NumpyTracer` objects, which implement `__array_ufunc__`,
+`__array_function__` (NEP 13/18), operators (`NDArrayOperatorsMixin`),
+indexing and ndarray methods, and report each call to the session. Only
+the traced function's own arguments are wrapped, so nothing leaks into other
+threads.
+
+What a tracer cannot follow is refused, never guessed: `np.asarray(x)` (the
+`__array__` protocol), buffers and `.ctypes` hand raw memory to code that
+does not dispatch, so the signature runs eagerly with that reason. Calls
+that never touch a tracer (`np.zeros(3)`, `np.random.rand()`) are not seen:
+their results are constants, and a global RNG draw is caught by comparing
+NumPy's global RNG state before and after the trace.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+import warnings
+
+import numpy as np
+
+from .base import Backend, CallKind
+
+
+def to_ndarray(array):
+    """Stands for the `__array__` protocol in the call log (an escape)."""
+    return array
+
+
+_READBACK = {float, int, bool, complex, operator.index, operator.truth, operator.contains,
+             np.ndarray.item, np.ndarray.tolist, np.ndarray.tobytes}
+_ESCAPE = {to_ndarray}
+_METADATA = {np.shape, np.ndim, np.size, len}
+_DISPLAY = {np.array_repr, np.array_str, np.array2string, repr, str, format}
+_DYNAMIC = {np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.compress,
+            np.ndarray.nonzero, np.trim_zeros}
+_MUTATING_METHODS = {"sort", "fill", "put", "partition", "resize", "itemset", "setfield", "byteswap"}
+_MUTATING_FUNCTIONS = {np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis,
+                       operator.setitem}
+_ARRAY_ATTRIBUTES = {"T", "mT", "real", "imag"}
+_METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "size", "itemsize", "nbytes"}
+_ATTRGETTERS = {name: operator.attrgetter(name) for name in _ARRAY_ATTRIBUTES}
+_ATTRIBUTE_OF = {getter: name for name, getter in _ATTRGETTERS.items()}
+
+
+class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
+    """Stands in for an ndarray during a trace; every operation is reported."""
+
+    __slots__ = ("_lt_array", "_lt_session")
+    __array_priority__ = 1000
+    __hash__ = None
+
+    def __init__(self, array, session):
+        self._lt_array = array
+        self._lt_session = session
+
+    def _lt_call(self, func, args, kwargs=None):
+        return self._lt_session.on_call(func, args, kwargs or {})
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        func = ufunc if method == "__call__" else getattr(ufunc, method)
+        return self._lt_call(func, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return self._lt_call(func, args, kwargs)
+
+    def __array__(self, dtype=None, copy=None):
+        array = self._lt_call(to_ndarray, (self,))
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def __getitem__(self, index):
+        return self._lt_call(operator.getitem, (self, index))
+
+    def __setitem__(self, index, value):
+        self._lt_call(operator.setitem, (self, index, value))
+
+    def __bool__(self):
+        return self._lt_call(operator.truth, (self,))
+
+    def __float__(self):
+        return self._lt_call(float, (self,))
+
+    def __int__(self):
+        return self._lt_call(int, (self,))
+
+    def __complex__(self):
+        return self._lt_call(complex, (self,))
+
+    def __index__(self):
+        return self._lt_call(operator.index, (self,))
+
+    def __contains__(self, item):
+        return self._lt_call(operator.contains, (self, item))
+
+    def __len__(self):
+        return len(self._lt_array)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self._lt_array)))
+
+    def __repr__(self):
+        return f"NumpyTracer({self._lt_array!r})"
+
+    def __getattr__(self, name):
+        if name in _METADATA_ATTRIBUTES:
+            return getattr(self._lt_array, name)
+        if name in _ARRAY_ATTRIBUTES:
+            return self._lt_call(_ATTRGETTERS[name], (self,))
+        method = getattr(np.ndarray, name, None)
+        if callable(method) and not name.startswith("__"):
+            return functools.partial(_call_method, self, method)
+        self._lt_session.fail(f"ndarray attribute {name!r} exposes memory lazytrace cannot follow")
+        return getattr(self._lt_array, name)
+
+
+def _call_method(tracer, method, *args, **kwargs):
+    return tracer._lt_call(method, (tracer,) + args, kwargs)
+
+
+def _unwrap(obj):
+    tp = type(obj)
+    if tp is NumpyTracer:
+        return obj._lt_array
+    if tp is tuple or tp is list:
+        return tp([_unwrap(x) for x in obj])
+    if tp is dict:
+        return {k: _unwrap(v) for k, v in obj.items()}
+    return obj
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+    array_types = (np.ndarray,)
+    tracked_types = (NumpyTracer, np.ndarray)
+    static_types = (np.dtype, np.generic)
+
+    def __init__(self):
+        self._names: dict = {}
+
+    def describe(self, a):
+        return (type(a), a.shape, a.dtype)
+
+    def wrap_input(self, array, session):
+        return NumpyTracer(array, session)
+
+    def unwrap(self, obj):
+        return obj._lt_array if type(obj) is NumpyTracer else obj
+
+    def intercept(self, session):
+        from contextlib import nullcontext
+        return nullcontext()      # tracers report by themselves
+
+    def classify(self, func, args, kwargs) -> CallKind:
+        try:
+            if func in _ESCAPE:
+                return CallKind.ESCAPE
+            if func in _READBACK:
+                return CallKind.READBACK
+            if func in _METADATA:
+                return CallKind.METADATA
+            if func in _DISPLAY:
+                return CallKind.DISPLAY
+            if func in _DYNAMIC:
+                return CallKind.DYNAMIC_SHAPE
+        except TypeError:        # unhashable callable
+            return CallKind.UNKNOWN
+        if func is operator.getitem and _has_mask_index(args[1]):
+            return CallKind.DYNAMIC_SHAPE
+        module = getattr(func, "__module__", "") or ""
+        if module.startswith("numpy.random"):
+            return CallKind.GENERATOR
+        return CallKind.UNKNOWN
+
+    def run(self, func, args, kwargs):
+        session = next((x._lt_session for x in _tracers(args, kwargs)), None)
+        raw_args, raw_kwargs = _unwrap(args), _unwrap(kwargs)
+        result = func(*raw_args, **raw_kwargs)
+        mutated = []
+        out = kwargs.get("out")
+        if out is not None:
+            mutated.extend(out if isinstance(out, tuple) else (out,))
+        if func in _MUTATING_FUNCTIONS or getattr(func, "__name__", "") in _MUTATING_METHODS \
+                and getattr(func, "__objclass__", None) is np.ndarray or getattr(func, "__name__", "") == "at":
+            mutated.append(args[0])
+        if session is None:
+            return result, mutated
+        by_array = {id(self.unwrap(m)): m for m in mutated if isinstance(m, self.tracked_types)}
+        return self._wrap(result, session, by_array), [m for m in mutated if isinstance(m, self.tracked_types)]
+
+    def _wrap(self, result, session, by_array):
+        if isinstance(result, (np.ndarray, np.generic)):
+            return by_array.get(id(result)) or NumpyTracer(result, session)
+        if type(result) in (tuple, list):
+            return type(result)(self._wrap(x, session, by_array) for x in result)
+        if isinstance(result, tuple) and hasattr(type(result), "_fields"):
+            return type(result)(*(self._wrap(x, session, by_array) for x in result))
+        return result
+
+    def storage_key(self, a):
+        a = self.unwrap(a)
+        while isinstance(getattr(a, "base", None), np.ndarray):
+            a = a.base
+        return id(a)
+
+    def clone(self, a):
+        return np.copy(a)
+
+    def rng_token(self):
+        state = np.random.get_state()
+        return (state[1].tobytes(), state[2], state[3], state[4])
+
+    def meta(self, a) -> str:
+        a = self.unwrap(a)
+        shape = "x".join(str(d) for d in np.shape(a)) or "scalar"
+        return f"{shape} {np.asarray(a).dtype if not hasattr(a, 'dtype') else a.dtype}"
+
+    def call_syntax(self, func):
+        if func is operator.getitem:
+            return ("getitem", "")
+        if func is operator.setitem:
+            return ("setitem", "")
+        if func in _ATTRIBUTE_OF:
+            return ("attribute", _ATTRIBUTE_OF[func])
+        if getattr(func, "__objclass__", None) is np.ndarray:
+            return ("method", func.__name__)
+        owner = getattr(func, "__self__", None)
+        if isinstance(owner, np.ufunc):
+            return ("function", f"numpy.{owner.__name__}.{func.__name__}")
+        return ("function", self._qualified_name(func))
+
+    def _qualified_name(self, func) -> str:
+        name = self._names.get(id(func))
+        if name is None:
+            short = getattr(func, "__name__", type(func).__name__)
+            if getattr(np, short, None) is func:
+                name = f"numpy.{short}"
+            elif getattr(func, "__module__", None) in (None, "builtins", "_operator"):
+                name = short
+            else:
+                name = f"{func.__module__}.{short}"
+            self._names[id(func)] = name
+        return name
+
+    def namespace(self):
+        return {"numpy": np}
+
+    def compile(self, fn, graph):
+        warnings.warn("return_backend_traced_fn=True: NumPy has no compiler of its own; the graph is "
+                      "returned as generated Python", stacklevel=3)
+        return fn
+
+
+def _tracers(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if type(a) is NumpyTracer:
+            yield a
+        elif type(a) in (tuple, list):
+            yield from (x for x in a if type(x) is NumpyTracer)
+
+
+def _has_mask_index(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    for i in items:
+        arr = i._lt_array if type(i) is NumpyTracer else i
+        if isinstance(arr, np.ndarray) and arr.dtype == bool:
+            return True
+    return False
+
+
+BACKEND_CLASS = NumpyBackend

@@ -1,0 +1,273 @@
+"""PyTorch backend.
+
+Interception: `torch.overrides.TorchFunctionMode`. A mode is pushed on the
+current thread only, and it sees every torch-level call including operators,
+tensor methods, property reads (`x.shape`, `x.T`), `bool(t)`, `.item()` and
+`torch._C._set_grad_enabled` (so `torch.no_grad()` blocks are recorded and
+replayed). Inside the handler the mode is popped, so a call like
+`F.interpolate` is recorded once, not as the ops it is made of.
+
+Classification uses torch's own operator tags: an aten op tagged
+`nondeterministic_seeded` is a random generator; one tagged
+`dynamic_output_shape` / `data_dependent_output` has a data-dependent shape.
+In-place writes are detected with tensors' version counters (`t._version`),
+which autograd itself relies on.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .base import Backend, CallKind
+
+_DISPLAY = {"__repr__", "__str__", "__format__"}
+_ESCAPE = {"numpy", "__array__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
+           "__dlpack__", "__array_interface__", "__reduce_ex__", "__getstate__"}
+_METADATA = {"size", "dim", "ndimension", "numel", "nelement", "__len__", "element_size",
+             "is_floating_point", "is_complex", "get_device", "shape", "dtype", "device", "ndim",
+             "requires_grad", "is_cuda", "is_cpu", "is_sparse", "is_mps", "is_meta", "layout", "is_leaf",
+             "is_quantized", "names", "itemsize", "nbytes", "grad_fn", "_version", "__hash__",
+             "is_same_size", "is_signed", "type", "_is_view", "__torch_function__", "_base",
+             "is_inference", "output_nr", "retains_grad", "is_nested", "is_xla", "is_mkldnn"}
+_STATE = {"_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype", "autocast_increment_nesting",
+          "autocast_decrement_nesting", "set_autocast_cache_enabled", "clear_autocast_cache",
+          "_enter_autocast", "_exit_autocast", "_set_fwd_grad_enabled"}
+#: random functions without an aten op of their own name (Python-level compositions)
+_GENERATOR_EXTRA = {"dropout1d", "dropout2d", "dropout3d", "feature_alpha_dropout", "alpha_dropout",
+                    "rrelu", "rrelu_", "gumbel_softmax", "feature_dropout"}
+_DETERMINISTIC_INIT = {"constant_", "ones_", "zeros_", "eye_", "dirac_", "calculate_gain"}
+_DYNAMIC_EXTRA = {"argwhere", "unique", "unique_consecutive", "masked_select"}
+
+_OPERATORS = {
+    "__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/", "__floordiv__": "//",
+    "__mod__": "%", "__pow__": "**", "__matmul__": "@", "__and__": "&", "__or__": "|", "__xor__": "^",
+    "__lshift__": "<<", "__rshift__": ">>", "__eq__": "==", "__ne__": "!=", "__lt__": "<",
+    "__le__": "<=", "__gt__": ">", "__ge__": ">=", "__div__": "/",
+}
+_ROPERATORS = {"__r" + k[2:]: v for k, v in _OPERATORS.items() if k not in ("__eq__", "__ne__", "__lt__",
+                                                                               "__le__", "__gt__", "__ge__")}
+_UNARY = {"__neg__": "-", "__pos__": "+", "__invert__": "~", "__abs__": "abs"}
+_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special",
+               "torch.nn.init", "torch._C", "torch._C._nn", "torch.functional")
+
+
+def _func_name(func) -> str:
+    self_ = getattr(func, "__self__", None)
+    if getattr(func, "__name__", None) == "__get__" and self_ is not None and hasattr(self_, "__objclass__"):
+        return self_.__name__          # a property of Tensor: x.T, x.shape
+    return getattr(func, "__name__", "")
+
+
+class _Mode(TorchFunctionMode):
+    def __init__(self, session):
+        super().__init__()
+        self.session = session
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return self.session.on_call(func, args, kwargs or {})
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    array_types = (torch.Tensor,)
+    tracked_types = (torch.Tensor,)
+    static_types = (torch.dtype, torch.device, torch.layout, torch.memory_format)
+    live_types = (torch.Generator,)
+
+    def __init__(self):
+        self._kinds: dict = {}
+        self._names: dict = {}
+        self._aten_tags: dict = {}
+
+    def bind(self, obj):
+        if not isinstance(obj, torch.nn.Module):
+            return None
+        module = obj
+
+        def live_inputs():
+            """Parameters and buffers are inputs read at every call; train/eval mode is keyed."""
+            tensors = tuple(module.parameters()) + tuple(module.buffers())
+            key = (tuple(m.training for m in module.modules()), tuple(self.describe(t) for t in tensors))
+            return key, tensors
+
+        def install(traced):
+            module.forward = traced
+            return module
+
+        return module.forward, live_inputs, install
+
+    # ---- signature ----------------------------------------------------------
+    def describe(self, t):
+        return (type(t), t.shape, t.dtype, t.device, t.requires_grad)
+
+    def global_state(self):
+        return (torch.is_grad_enabled(), torch.get_default_dtype(), torch.is_inference_mode_enabled(),
+                torch.is_autocast_enabled("cpu"))
+
+    def restore_global_state(self, state):
+        torch._C._set_grad_enabled(state[0])
+
+    # ---- tracing --------------------------------------------------------------
+    def intercept(self, session):
+        return _Mode(session)
+
+    @contextmanager
+    def suspended(self):
+        with torch._C.DisableTorchFunction():
+            yield
+
+    def classify(self, func, args, kwargs) -> CallKind:
+        kind = self._kinds.get(func)
+        if kind is None:
+            kind = self._kinds[func] = self._classify(func)
+        if kind is CallKind.OP:
+            name = _func_name(func)
+            if name == "__getitem__" and _has_mask_index(args[1] if len(args) > 1 else None):
+                return CallKind.DYNAMIC_SHAPE
+            if name == "where" and len(args) + len(kwargs) == 1:
+                return CallKind.DYNAMIC_SHAPE
+            if name == "one_hot" and (kwargs.get("num_classes", args[1] if len(args) > 1 else -1) == -1):
+                return CallKind.DYNAMIC_SHAPE
+        return kind
+
+    def _classify(self, func) -> CallKind:
+        name = _func_name(func)
+        if name in _DISPLAY:
+            return CallKind.DISPLAY
+        if name in _ESCAPE:
+            return CallKind.ESCAPE
+        if name in _METADATA:
+            return CallKind.METADATA
+        if name in _STATE:
+            return CallKind.STATE
+        module = getattr(func, "__module__", "") or ""
+        if module == "torch.nn.init":
+            return CallKind.OP if name in _DETERMINISTIC_INIT else CallKind.GENERATOR
+        if name in _GENERATOR_EXTRA:
+            return CallKind.GENERATOR
+        tags = self._tags(name)
+        if torch.Tag.nondeterministic_seeded in tags:
+            return CallKind.GENERATOR
+        if name in _DYNAMIC_EXTRA or torch.Tag.dynamic_output_shape in tags:
+            return CallKind.DYNAMIC_SHAPE
+        if name in ("item", "tolist", "_local_scalar_dense"):
+            return CallKind.READBACK
+        return CallKind.OP if name in ("__getitem__", "where", "one_hot") else CallKind.UNKNOWN
+
+    def _tags(self, name: str) -> set:
+        tags = self._aten_tags.get(name)
+        if tags is None:
+            tags = set()
+            packet = getattr(torch.ops.aten, name, None) if name and not name.startswith("__") else None
+            if packet is not None and hasattr(packet, "overloads"):
+                for overload in packet.overloads():
+                    tags.update(getattr(packet, overload).tags)
+            self._aten_tags[name] = tags
+        return tags
+
+    def run(self, func, args, kwargs):
+        tensors = _tensors_in(args, kwargs)
+        if not tensors:
+            return func(*args, **kwargs), ()
+        before = [t._version for t in tensors]
+        result = func(*args, **kwargs)
+        mutated = [t for t, v in zip(tensors, before) if t._version != v]
+        return result, mutated
+
+    def storage_key(self, t):
+        try:
+            return t.untyped_storage().data_ptr() or ("empty", id(t))
+        except (RuntimeError, NotImplementedError):
+            return ("opaque", id(t))
+
+    def requires_grad(self, t) -> bool:
+        return t.requires_grad
+
+    def clone(self, t):
+        return t.clone()
+
+    def generator_reads_metadata_only(self, func) -> bool:
+        return _func_name(func).endswith("_like")
+
+    def rng_token(self):
+        return torch.random.default_generator.get_state().numpy().tobytes()
+
+    def meta(self, t) -> str:
+        shape = "x".join(str(d) for d in t.shape) or "scalar"
+        dtype = str(t.dtype).removeprefix("torch.")
+        device = "" if t.device.type == "cpu" else f" {t.device}"
+        grad = " grad" if t.requires_grad else ""
+        return f"{shape} {dtype}{device}{grad}"
+
+    # ---- code generation ---------------------------------------------------------
+    def call_syntax(self, func):
+        name = _func_name(func)
+        if getattr(func, "__name__", None) == "__get__" and hasattr(getattr(func, "__self__", None), "__objclass__"):
+            return ("attribute", name)
+        if name in _OPERATORS:
+            return ("operator", _OPERATORS[name])
+        if name in _ROPERATORS:
+            return ("roperator", _ROPERATORS[name])
+        if name in _UNARY:
+            return ("unary", _UNARY[name])
+        if name == "__getitem__":
+            return ("getitem", "")
+        if name == "__setitem__":
+            return ("setitem", "")
+        qualname = getattr(func, "__qualname__", "")
+        if qualname.startswith(("TensorBase.", "Tensor.")):
+            return ("method", name)
+        return ("function", self._qualified_name(func))
+
+    def _qualified_name(self, func) -> str:
+        name = self._names.get(func)
+        if name is None:
+            import importlib
+            short = getattr(func, "__name__", repr(func))
+            name = f"{getattr(func, '__module__', None) or 'torch'}.{short}"
+            for ns in _NAMESPACES:
+                try:
+                    mod = importlib.import_module(ns)
+                except ImportError:
+                    continue
+                if getattr(mod, short, None) is func:
+                    name = f"{ns}.{short}"
+                    break
+            self._names[func] = name
+        return name
+
+    def literal(self, obj):
+        if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
+            return repr(obj)
+        return None
+
+    def namespace(self):
+        return {"torch": torch}
+
+    def compile(self, fn, graph):
+        return torch.compile(fn, dynamic=False)
+
+
+def _tensors_in(args, kwargs) -> list:
+    found = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            found.append(a)
+        elif type(a) in (list, tuple):
+            found.extend(x for x in a if isinstance(x, torch.Tensor))
+    for a in kwargs.values():
+        if isinstance(a, torch.Tensor):
+            found.append(a)
+        elif type(a) in (list, tuple):
+            found.extend(x for x in a if isinstance(x, torch.Tensor))
+    return found
+
+
+def _has_mask_index(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in items)
+
+
+BACKEND_CLASS = TorchBackend

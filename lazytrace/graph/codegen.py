@@ -1,0 +1,216 @@
+"""Plan -> readable straight-line Python source -> function.
+
+The source is registered with `linecache`, so tracebacks through a graph show
+its lines. Each intermediate is deleted after its last use, so memory peaks no
+higher than in eager code. Framework callables and constants are bound as
+globals of the generated function (one dict lookup per use).
+"""
+from __future__ import annotations
+
+import itertools
+import keyword
+import linecache
+import math
+import re
+
+from .ir import Kind, Source, Value
+from .passes import Plan
+
+_counter = itertools.count()
+
+
+class GuardFailed(Exception):
+    """Raised by generated code when a value read back at trace time differs now."""
+
+
+_LITERAL_TYPES = (bool, int, str, bytes, type(None))
+
+
+class _Emitter:
+    def __init__(self, backend, plan: Plan, inputs: list[Value]):
+        self.backend = backend
+        self.plan = plan
+        self.namespace: dict = dict(backend.namespace())
+        self.namespace["_GuardFailed"] = GuardFailed
+        self.constants: dict[str, object] = {}
+        self.aliases: dict[str, str] = {}          # alias -> qualified name, for the header
+        self._alias_of: dict[int, str] = {}
+        self._const_of: dict[int, str] = {}
+        for i, v in enumerate(inputs):
+            v.name = f"a{i}"
+        for i, v in enumerate(plan.constants):
+            v.name = self._const(v.obj, f"c{i}")
+
+    # ---- names ---------------------------------------------------------------
+    def _const(self, obj, name=None) -> str:
+        key = id(obj)
+        if key in self._const_of:
+            return self._const_of[key]
+        name = name or f"k{len(self._const_of)}"
+        self._const_of[key] = name
+        self.namespace[name] = obj
+        self.constants[name] = obj
+        return name
+
+    def _alias(self, func, qualname: str) -> str:
+        key = id(func)
+        if key not in self._alias_of:
+            base = re.sub(r"\W", "_", qualname.rsplit(".", 1)[-1]) or "fn"
+            if keyword.iskeyword(base) or base in self.namespace:
+                base = f"{base}_{len(self._alias_of)}"
+            self._alias_of[key] = base
+            self.namespace[base] = func
+            self.aliases[base] = qualname
+        return self._alias_of[key]
+
+    # ---- expressions -----------------------------------------------------------
+    def expr(self, obj) -> str:
+        if isinstance(obj, Value):
+            return obj.name
+        tp = type(obj)
+        if tp in _LITERAL_TYPES:
+            return repr(obj)
+        if tp is float:
+            return repr(obj) if math.isfinite(obj) else self._const(obj)
+        if tp is complex and math.isfinite(obj.real) and math.isfinite(obj.imag):
+            return repr(obj)
+        if obj is Ellipsis:
+            return "..."
+        if tp is tuple:
+            inner = ", ".join(self.expr(x) for x in obj)
+            return f"({inner},)" if len(obj) == 1 else f"({inner})"
+        if tp is list:
+            return "[" + ", ".join(self.expr(x) for x in obj) + "]"
+        if tp is dict and all(type(k) in _LITERAL_TYPES for k in obj):
+            return "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in obj.items()) + "}"
+        if tp is slice:
+            return f"slice({self.expr(obj.start)}, {self.expr(obj.stop)}, {self.expr(obj.step)})"
+        text = self.backend.literal(obj)
+        return text if text is not None else self._const(obj)
+
+    def _index(self, idx) -> str:
+        def one(x):
+            if type(x) is slice:
+                parts = ["" if x.start is None else self.expr(x.start),
+                         "" if x.stop is None else self.expr(x.stop)]
+                if x.step is not None:
+                    parts.append(self.expr(x.step))
+                return ":".join(parts)
+            return self.expr(x)
+        if type(idx) is tuple:
+            return ", ".join(one(x) for x in idx) if idx else "()"
+        return one(idx)
+
+    def call(self, node) -> str:
+        style, text = self.backend.call_syntax(node.target)
+        args, kwargs = node.args, node.kwargs
+        rest = [self.expr(a) for a in args[1:]] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
+        if style == "operator" and len(args) == 2 and not kwargs:
+            return f"{self.expr(args[0])} {text} {self.expr(args[1])}"
+        if style == "roperator" and len(args) == 2 and not kwargs:
+            return f"{self.expr(args[1])} {text} {self.expr(args[0])}"
+        if style == "unary" and len(args) == 1:
+            return f"abs({self.expr(args[0])})" if text == "abs" else f"{text}{self.expr(args[0])}"
+        if style == "getitem" and len(args) == 2:
+            return f"{self.expr(args[0])}[{self._index(args[1])}]"
+        if style == "setitem" and len(args) == 3:
+            return f"{self.expr(args[0])}[{self._index(args[1])}] = {self.expr(args[2])}"
+        if style == "attribute" and len(args) == 1:
+            return f"{self.expr(args[0])}.{text}"
+        if style == "method" and args:
+            return f"{self.expr(args[0])}.{text}({', '.join(rest)})"
+        qualname = text if style == "function" else getattr(node.target, "__qualname__", "fn")
+        everything = [self.expr(a) for a in args] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
+        return f"{self._alias(node.target, qualname)}({', '.join(everything)})"
+
+
+def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: str):
+    """Return (source, function, constants, aliases)."""
+    em = _Emitter(backend, plan, inputs)
+    fn_name = re.sub(r"\W", "_", name) or "graph"
+    if fn_name[0].isdigit() or keyword.iskeyword(fn_name):
+        fn_name = f"_{fn_name}"
+    body: list[str] = []
+    outputs_needed = set()
+
+    def collect(obj):
+        if isinstance(obj, Value):
+            outputs_needed.add(id(obj))
+        elif isinstance(obj, (tuple, list)):
+            for x in obj:
+                collect(x)
+        elif isinstance(obj, dict):
+            for x in obj.values():
+                collect(x)
+    collect(output_structure)
+
+    last_use: dict[int, int] = {}
+    for i, node in enumerate(plan.nodes):
+        for v in node.inputs:
+            if v.source is Source.NODE and not v.foldable:
+                last_use[id(v)] = i
+    used = set(last_use) | outputs_needed
+    counter = itertools.count()
+    for i, node in enumerate(plan.nodes):
+        for v in node.outputs:
+            v.name = f"v{next(counter)}" if id(v) in used else "_"
+        call = em.call(node)
+        if node.kind is Kind.GUARD:
+            expected = em.expr(node.expected)
+            body.append(f"if {call} != {expected}: raise _GuardFailed({i})")
+        else:
+            body.append(_assign(node, call))
+        dead = [v.name for v in _values_in(plan.nodes, i) if last_use.get(id(v)) == i
+                and id(v) not in outputs_needed]
+        if dead:
+            body.append(f"del {', '.join(dead)}")
+
+    ret = _output_expr(em, output_structure, plan.cloned_outputs)
+    body.append(f"return {ret}")
+    header = [f"# {alias} = {qual}" for alias, qual in em.aliases.items() if alias != qual]
+    params = ", ".join(v.name for v in inputs)
+    source = "\n".join(header + [f"def {fn_name}({params}):"] + [f"    {line}" for line in body]) + "\n"
+    filename = f"<lazytrace {fn_name} #{next(_counter)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), em.namespace)
+    return source, em.namespace[fn_name], em.constants, em.aliases
+
+
+def _values_in(nodes, i):
+    seen = {}
+    for v in nodes[i].inputs:
+        if v.source is Source.NODE and not v.foldable:
+            seen[id(v)] = v
+    return seen.values()
+
+
+def _assign(node, call: str) -> str:
+    outs = node.outputs
+    if not outs or all(v.name == "_" for v in outs):
+        return call
+    if node.result_structure == "single":
+        return f"{outs[0].name} = {call}"
+    names = ["_"] * node.result_structure
+    for v in outs:
+        names[v.index] = v.name
+    return f"{', '.join(names)}{',' if len(names) == 1 else ''} = {call}"
+
+
+def _output_expr(em: _Emitter, obj, cloned) -> str:
+    if isinstance(obj, Value):
+        if obj in cloned:
+            em.namespace["_clone"] = em.backend.clone
+            return f"_clone({obj.name})"
+        return obj.name
+    tp = type(obj)
+    if tp is tuple:
+        inner = ", ".join(_output_expr(em, x, cloned) for x in obj)
+        return f"({inner},)" if len(obj) == 1 else f"({inner})"
+    if tp is list:
+        return "[" + ", ".join(_output_expr(em, x, cloned) for x in obj) + "]"
+    if isinstance(obj, tuple):     # namedtuple
+        return f"{em._const(tp)}(" + ", ".join(_output_expr(em, x, cloned) for x in obj) + ")"
+    if isinstance(obj, dict):
+        items = ", ".join(f"{em.expr(k)}: {_output_expr(em, v, cloned)}" for k, v in obj.items())
+        return f"{em._const(tp)}({{{items}}})" if tp is not dict else f"{{{items}}}"
+    return em.expr(obj)

@@ -1,0 +1,153 @@
+"""The graph's data: values, nodes and what a trace produced. No framework imports.
+
+A trace records every framework call as a `Node` whose arguments hold `Value`
+placeholders where arrays were; passes then decide what to keep, what to fold
+into constants and what to guard, and `codegen` turns the result into Python.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Kind(enum.Enum):
+    """What a recorded call is, as far as the passes care."""
+
+    OP = "op"                # pure array computation (may mutate its arguments)
+    GENERATOR = "generator"  # draws random numbers: advances RNG state
+    GUARD = "guard"          # reads a Python value back out of arrays
+    STATE = "state"          # changes framework global state (grad mode ...)
+    GETATTR = "getattr"      # reads an attribute of a stateful object
+    SETATTR = "setattr"      # writes an attribute of a stateful object
+
+
+class Source(enum.Enum):
+    INPUT = "input"        # an array leaf of the call's arguments
+    NODE = "node"          # produced by a recorded call
+    EXTERNAL = "external"  # an array the function reached without it being passed in
+
+
+class Value:
+    """One array (or stateful object) seen during a trace."""
+
+    __slots__ = ("source", "node", "index", "meta", "storage", "foldable", "obj", "name", "dynamic")
+
+    def __init__(self, source: Source, node: "Node | None" = None, index: Any = None,
+                 meta: Any = None, storage: Any = None, foldable: bool = False, obj: Any = None):
+        self.source = source
+        self.node = node
+        self.index = index        # position in the node's output (None: the whole output)
+        self.meta = meta          # short description (shape, dtype) for display
+        self.storage = storage    # aliasing key: values sharing memory share it
+        self.foldable = foldable  # depends on no input: can become a cached constant
+        self.obj = obj            # the traced object itself, kept only where needed
+        self.name = ""            # variable name in generated code
+        self.dynamic = False      # shape depends on array contents (nonzero, masks...)
+
+    def __repr__(self):
+        return f"<Value {self.name or self.source.value} {self.meta or ''}>"
+
+
+@dataclass(eq=False)
+class Node:
+    """One recorded framework call."""
+
+    position: int
+    kind: Kind
+    target: Any                     # the callable that was called
+    args: tuple                     # arguments, arrays replaced by Values
+    kwargs: dict
+    inputs: list                    # the Values among args/kwargs, in order
+    input_versions: list            # storage version of each input when the call ran
+    outputs: list = field(default_factory=list)   # Values produced
+    result_structure: Any = None    # "single", or the length of a flat tuple/list
+    mutated: list = field(default_factory=list)   # Values whose memory it wrote
+    expected: Any = None            # for guards: the value read back at trace time
+    foldable: bool = False
+
+    @property
+    def has_side_effect(self) -> bool:
+        return self.kind in (Kind.GENERATOR, Kind.STATE, Kind.SETATTR) or bool(self.mutated)
+
+
+@dataclass
+class TraceResult:
+    """Everything a finished trace knows, before passes run."""
+
+    nodes: list
+    inputs: list                  # Values of the flat input leaves, in order
+    output_structure: Any         # the function's result with Values in place of arrays
+    untraceable: str | None       # why this signature must run eagerly, if it must
+    options: Any = None
+
+
+class SignatureMismatch(TypeError):
+    """A Graph was called with arguments of another signature than it was traced for."""
+
+
+class Graph:
+    """A traced function: straight-line generated Python over framework calls.
+
+    Call it with arguments of the signature it was traced with (same
+    structure, shapes, dtypes, Python values); `source` is its code,
+    `nodes` the calls it makes, `constants` what it cached, `dropped` what
+    the trace removed.
+    """
+
+    def __init__(self, *, name, source, fn, key, signature, original, plan, inputs, output_structure,
+                 constants, aliases, backend, extra=None, state=None):
+        self.__name__ = name
+        self.source = source
+        self.key = key
+        self.constants = constants
+        self.aliases = aliases
+        self.backend = backend
+        self._fn = fn
+        self._signature = signature
+        self._original = original
+        self._extra = extra
+        self._state = state
+        self._plan = plan
+        self._inputs = inputs
+        self._output_structure = output_structure
+        self.replay_safe = not any(n.has_side_effect and n.kind is not Kind.STATE for n in plan.nodes)
+        self.has_state_changes = any(n.kind is Kind.STATE for n in plan.nodes)
+
+    @property
+    def nodes(self) -> list[Node]:
+        return list(self._plan.nodes)
+
+    @property
+    def dropped(self) -> dict:
+        """What the trace removed: dead calls (by name) and calls folded into constants."""
+        return {"pruned": [_target_name(n.target) for n in self._plan.pruned],
+                "folded": self._plan.folded}
+
+    def __call__(self, *args, **kwargs):
+        key, leaves, _ = self._signature.key(args, kwargs)
+        if self._extra is not None:
+            extra_key, extra_leaves = self._extra()
+            key = (key, extra_key)
+            leaves.extend(extra_leaves)
+        if key != self.key:
+            raise SignatureMismatch(
+                f"graph {self.__name__!r} was traced for another signature; use "
+                f"trace_graph({self.__name__}) without args= for a LazyGraph that traces each signature")
+        from .codegen import GuardFailed
+        try:
+            return self._fn(*leaves)
+        except GuardFailed:
+            if self.has_state_changes:
+                self.backend.restore_global_state(self._state)
+            return self._original(*args, **kwargs)
+
+    def __str__(self):
+        return self.source
+
+    def __repr__(self):
+        return f"<lazytrace.Graph {self.__name__}: {len(self._plan.nodes)} calls, {len(self.constants)} constants>"
+
+
+def _target_name(target) -> str:
+    return getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)

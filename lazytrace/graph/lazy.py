@@ -1,0 +1,242 @@
+"""LazyGraph: traces a function on first call, one graph per input signature.
+
+The call path: build the signature key (signature.py), look it up in an LRU
+dict, call the generated function. A miss traces under a per-key claim so
+concurrent first calls trace once. A signature that cannot be traced, or whose
+guards keep failing, is remembered as eager with the reason.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import warnings
+import weakref
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+
+from .codegen import GuardFailed
+from .signature import Signature, Unkeyable, describe_paths
+from .tracer import NotTraceable, TraceOptions, active_session, trace
+
+log = logging.getLogger("lazytrace")
+
+#: variants of one signature kept when guards fail (e.g. both sides of a branch)
+MAX_VARIANTS = 4
+#: trace counts at which a retrace warning is issued
+_WARN_AT = {5, 10, 20, 50, 100, 200, 500, 1000}
+
+_registry: "weakref.WeakSet[LazyGraph]" = weakref.WeakSet()
+
+
+class RetraceWarning(UserWarning):
+    """A LazyGraph keeps tracing new signatures."""
+
+
+@dataclass
+class Stats:
+    calls: int = 0
+    hits: int = 0
+    traces: int = 0
+    eager: int = 0
+    guard_failures: int = 0
+    reasons: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict:
+        return {"calls": self.calls, "hits": self.hits, "traces": self.traces, "eager": self.eager,
+                "guard_failures": self.guard_failures, "reasons": dict(self.reasons)}
+
+
+class _Entry:
+    __slots__ = ("graphs", "eager_reason", "backend")
+
+    def __init__(self, backend=None):
+        self.graphs: list = []
+        self.eager_reason: str | None = None
+        self.backend = backend
+
+
+def _disabled_by_env() -> bool:
+    return os.environ.get("LAZYTRACE_DISABLE", "").lower() not in ("", "0", "false", "no")
+
+
+class LazyGraph:
+    """A function that traces itself per input signature on first call."""
+
+    def __init__(self, fn, *, options: TraceOptions | None = None, signature: Signature | None = None,
+                 name: str | None = None, max_signatures: int = 64, extra=None):
+        self._fn = fn
+        self._options = options or TraceOptions()
+        self._signature = signature or Signature()
+        self._name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "fn")
+        self._extra = extra
+        self.max_signatures = max_signatures
+        self._cache: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self._pending: dict = {}
+        self._last_paths: dict | None = None
+        self._disabled = _disabled_by_env()
+        self.stats = Stats()
+        functools.update_wrapper(self, fn, updated=())
+        _registry.add(self)
+
+    # ---- the call path ---------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if self._disabled or active_session() is not None:
+            return self._fn(*args, **kwargs)     # disabled, or inlined into an outer trace
+        stats = self.stats
+        stats.calls += 1
+        try:
+            key, leaves, backends = self._signature.key(args, kwargs)
+        except Unkeyable as exc:
+            return self._eager(str(exc), args, kwargs)
+        if self._extra is not None:
+            extra_key, extra_leaves = self._extra()
+            key = (key, extra_key)
+            leaves.extend(extra_leaves)
+        entry = self._cache.get(key)
+        if entry is not None:
+            self._cache.move_to_end(key)
+            if entry.eager_reason is not None:
+                return self._eager(entry.eager_reason, args, kwargs)
+            for graph in entry.graphs:
+                try:
+                    out = graph._fn(*leaves)
+                except GuardFailed:
+                    stats.guard_failures += 1
+                    if graph.has_state_changes:
+                        graph.backend.restore_global_state(graph._state)
+                    continue
+                except Exception:
+                    if not graph.replay_safe:
+                        raise
+                    if graph.has_state_changes:
+                        graph.backend.restore_global_state(graph._state)
+                    return self._eager("the graph raised; the original function decides", args, kwargs)
+                stats.hits += 1
+                return out
+        return self._miss(key, backends, entry, args, kwargs)
+
+    def _eager(self, reason: str, args, kwargs):
+        self.stats.eager += 1
+        self.stats.reasons[reason] += 1
+        return self._fn(*args, **kwargs)
+
+    # ---- tracing ------------------------------------------------------------------
+    def _miss(self, key, backends, entry, args, kwargs):
+        if entry is not None and len(entry.graphs) >= MAX_VARIANTS:
+            entry.eager_reason = (f"guards failed for {MAX_VARIANTS} traced variants: values read back "
+                                  f"from arrays keep changing")
+            entry.graphs.clear()
+            return self._eager(entry.eager_reason, args, kwargs)
+        while True:
+            with self._lock:
+                current = self._cache.get(key)
+                if current is not None and current is not entry:
+                    break                      # another thread traced it meanwhile
+                event = self._pending.get(key)
+                if event is None:
+                    event = self._pending[key] = threading.Event()
+                    owner = True
+                else:
+                    owner = False
+            if owner:
+                try:
+                    return self._trace(key, backends, entry, args, kwargs)
+                finally:
+                    with self._lock:
+                        del self._pending[key]
+                    event.set()
+            event.wait()
+        return self(*args, **kwargs)
+
+    def _trace(self, key, backends, entry, args, kwargs):
+        stats = self.stats
+        try:
+            graph, result = trace(self._fn, args, kwargs, key=key, backends=backends,
+                                  signature=self._signature, options=self._options, name=self._name,
+                                  extra=self._extra)
+        except NotTraceable as exc:    # decided before running: run eagerly, remember
+            self._store(key, entry, exc, None)
+            return self._eager(exc.reason, args, kwargs)
+        stats.traces += 1
+        self._store(key, entry, graph, backends[0] if backends else None)
+        if isinstance(graph, NotTraceable):
+            stats.eager += 1
+            stats.reasons[graph.reason] += 1
+            log.info("lazytrace: %s runs eagerly for this signature: %s", self._name, graph.reason)
+        self._explain_retrace(args, kwargs)
+        return result
+
+    def _store(self, key, entry, graph, backend):
+        with self._lock:
+            if entry is None:
+                entry = self._cache.get(key) or _Entry(backend)
+                self._cache[key] = entry
+            if isinstance(graph, NotTraceable):
+                entry.eager_reason = graph.reason
+                entry.graphs.clear()
+            else:
+                entry.graphs.append(graph)
+            while len(self._cache) > self.max_signatures:
+                self._cache.popitem(last=False)
+
+    def _explain_retrace(self, args, kwargs):
+        paths = describe_paths(args, kwargs, self._signature)
+        previous, self._last_paths = self._last_paths, paths
+        if self.stats.traces in _WARN_AT and previous is not None:
+            changes = explain_change(previous, paths) or "global state (grad mode, default dtype ...)"
+            warnings.warn(f"lazytrace: {self._name} traced {self.stats.traces} times; the last trace "
+                          f"was caused by {changes}. Calls with changing shapes or Python values each "
+                          f"trace a new graph.", RetraceWarning, stacklevel=4)
+
+    # ---- introspection -------------------------------------------------------------
+    @property
+    def graphs(self) -> list:
+        """The graphs traced so far (most recently used last)."""
+        return [g for e in self._cache.values() for g in e.graphs]
+
+    @property
+    def eager_signatures(self) -> list[str]:
+        return [e.eager_reason for e in self._cache.values() if e.eager_reason is not None]
+
+    def graph_for(self, *args, **kwargs):
+        """The graph this call would replay, or None."""
+        key, _, _ = self._signature.key(args, kwargs)
+        if self._extra is not None:
+            key = (key, self._extra()[0])
+        entry = self._cache.get(key)
+        return entry.graphs[0] if entry and entry.graphs else None
+
+    def clear(self):
+        with self._lock:
+            self._cache.clear()
+
+    def __get__(self, instance, owner):
+        return self if instance is None else functools.partial(self, instance)
+
+    def __repr__(self):
+        return f"<lazytrace.LazyGraph {self._name}: {len(self._cache)} signatures>"
+
+
+def explain_change(old: dict, new: dict) -> str:
+    parts = []
+    for path in new:
+        if path not in old:
+            parts.append(f"{path}: new argument {new[path]}")
+        elif old[path] != new[path]:
+            parts.append(f"{path}: {old[path]} -> {new[path]}")
+    parts += [f"{path}: no longer passed" for path in old if path not in new]
+    return "; ".join(parts)
+
+
+def stats() -> dict:
+    """Per LazyGraph (by name): calls, graph hits, traces, eager calls and their reasons."""
+    out = {}
+    for lazy in list(_registry):
+        name = lazy._name
+        while name in out:
+            name += "'"
+        out[name] = lazy.stats.as_dict()
+    return out

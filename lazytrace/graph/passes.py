@@ -1,0 +1,133 @@
+"""Passes over a finished trace: constant folding, dead-code elimination and
+the guard-safety check. They decide; `codegen` writes.
+
+Folding. A call is foldable when every array it reads was created inside the
+trace from no input (see `TraceSession._record`). Its value is cached as a
+constant, unless the memory it lives in is written later by a non-foldable
+call: then the cached object would be changed at every replay, so the call is
+demoted to a node (and its own foldable arguments are checked in turn). The
+check compares the storage version seen when a node read a value with the
+version at the end of the trace.
+
+Dead code. Walking backwards from the outputs, a node is kept if it produces a
+live value, writes memory that is live afterwards or visible to the caller
+(inputs, external arrays), or has an effect of its own (random draws, global
+state, guards, attribute writes).
+
+Guards. A guard that fails makes the call run eagerly from the start, which is
+only safe if nothing visible happened before it; otherwise the signature runs
+eagerly, with the reason recorded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ir import Kind, Node, Source, TraceResult, Value
+
+
+@dataclass
+class Plan:
+    nodes: list                                   # kept nodes, in trace order
+    constants: list                               # Values baked as constants (foldable or external)
+    cloned_outputs: set = field(default_factory=set)   # foldable Values returned: copy per call
+    folded: int = 0                               # calls folded into constants
+    pruned: list = field(default_factory=list)    # calls dropped as dead code
+    untraceable: str | None = None
+
+
+def plan(trace: TraceResult, final_versions: dict) -> Plan:
+    nodes = trace.nodes
+    _demote_mutated_constants(nodes, final_versions)
+    outputs = _output_values(trace.output_structure)
+    kept, pruned = _eliminate_dead_code(nodes, outputs, trace.inputs)
+    constants: dict[int, Value] = {}
+    for n in kept:
+        for v in n.inputs:
+            if v.source is Source.EXTERNAL or (v.source is Source.NODE and v.foldable):
+                constants.setdefault(id(v), v)
+    cloned = set()
+    for v in outputs:
+        if v.source is Source.NODE and v.foldable:
+            constants.setdefault(id(v), v)
+            cloned.add(v)
+        elif v.source is Source.EXTERNAL:
+            constants.setdefault(id(v), v)
+    result = Plan(kept, list(constants.values()), cloned,
+                  folded=sum(1 for n in nodes if n.foldable), pruned=pruned)
+    result.untraceable = trace.untraceable or _unsafe_guard(kept, trace.inputs)
+    return result
+
+
+def _demote_mutated_constants(nodes: list[Node], final_versions: dict) -> None:
+    work = [n for n in nodes if not n.foldable]
+    while work:
+        consumer = work.pop()
+        for value, version in zip(consumer.inputs, consumer.input_versions):
+            producer = value.node
+            if (producer is not None and producer.foldable
+                    and final_versions.get(value.storage, 0) != version):
+                producer.foldable = False
+                for out in producer.outputs:
+                    out.foldable = False
+                work.append(producer)
+
+
+def _output_values(structure) -> list[Value]:
+    found: list[Value] = []
+
+    def rec(obj):
+        if isinstance(obj, Value):
+            found.append(obj)
+        elif isinstance(obj, (tuple, list)):
+            for x in obj:
+                rec(x)
+        elif isinstance(obj, dict):
+            for x in obj.values():
+                rec(x)
+    rec(structure)
+    return found
+
+
+def _eliminate_dead_code(nodes, outputs, inputs):
+    visible = {v.storage for v in inputs}
+    for n in nodes:
+        visible.update(v.storage for v in n.inputs if v.source is Source.EXTERNAL)
+    live = {id(v) for v in outputs}
+    live_storage = {v.storage for v in outputs}
+    kept, pruned = [], []
+    for n in reversed(nodes):
+        if n.foldable:
+            continue
+        keep = (n.kind in (Kind.GENERATOR, Kind.STATE, Kind.SETATTR, Kind.GUARD)
+                or any(id(o) in live for o in n.outputs)
+                or any(m.storage in visible or m.storage in live_storage for m in n.mutated))
+        if not keep:
+            pruned.append(n)
+            continue
+        kept.append(n)
+        for v in n.inputs:
+            live.add(id(v))
+            live_storage.add(v.storage)
+    kept.reverse()
+    pruned.reverse()
+    return kept, pruned
+
+
+def _unsafe_guard(kept: list[Node], inputs) -> str | None:
+    visible = {v.storage for v in inputs}
+    effect = None
+    for n in kept:
+        if n.kind is Kind.GUARD and effect is not None:
+            return (f"a value is read back from an array (by {_describe(n)}) after the function "
+                    f"{effect}; a failed check could not be undone")
+        if n.kind is Kind.GENERATOR:
+            effect = effect or f"drew random numbers ({_describe(n)})"
+        elif n.kind is Kind.SETATTR:
+            effect = effect or f"set an attribute ({_describe(n)})"
+        elif any(m.storage in visible or m.source is Source.EXTERNAL for m in n.mutated):
+            effect = effect or f"wrote to an input or external array ({_describe(n)})"
+    return None
+
+
+def _describe(node: Node) -> str:
+    return getattr(node.target, "__qualname__", None) or getattr(node.target, "__name__", repr(node.target))

@@ -1,0 +1,202 @@
+"""The cache key of one call: pytree structure plus a description of each leaf.
+
+Arrays are described by their backend (type, shape, dtype, device,
+requires_grad...) and become graph inputs; Python scalars, strings, None,
+framework dtypes/devices and enums are keyed by value (a graph bakes them in);
+static arguments are keyed by hash and equality. Anything else cannot be keyed
+safely, so the call runs eagerly (`Unkeyable` says which argument and why).
+
+`Signature.key` is on the replay path of every call and is written for speed;
+`walk` is the general traversal used when tracing and for diagnostics, and
+visits leaves in the same order.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any, Callable
+
+from ..backends import backend_for_type
+
+#: leaves keyed by value: immutable Python objects a graph may bake in
+_VALUE_TYPES = frozenset({int, float, bool, complex, str, bytes, type(None), type(Ellipsis), range, type})
+_STATIC = "static"
+_STATEFUL = "stateful"
+_LIVE = "live"
+
+
+class Unkeyable(TypeError):
+    """An argument the signature cannot describe: the call runs eagerly."""
+
+
+def _value_key(obj):
+    if type(obj) is float and obj != obj:   # nan != nan would miss the cache forever
+        return (float, "nan")
+    return (type(obj), obj)
+
+
+class Signature:
+    """Builds cache keys and input leaves for one function's calls."""
+
+    def __init__(self, static_argnums=(), static_argnames=(), stateful_argnums=(), stateful_argnames=()):
+        self.static_argnums = frozenset(static_argnums)
+        self.static_argnames = frozenset(static_argnames)
+        self.stateful_argnums = frozenset(stateful_argnums)
+        self.stateful_argnames = frozenset(stateful_argnames)
+        self._special = bool(self.static_argnums or self.static_argnames
+                             or self.stateful_argnums or self.stateful_argnames)
+        self._describers: dict[type, Callable] = {}
+        self._backends: dict[type, Any] = {}
+
+    # ---- hot path ----------------------------------------------------------
+    def key(self, args: tuple, kwargs: dict) -> tuple[tuple, list, list]:
+        """(key, array leaves, backends seen) for a call."""
+        leaves: list = []
+        backends: list = []
+        if self._special:
+            parts = tuple(self._top(i, a, leaves, backends, self.static_argnums, self.stateful_argnums)
+                          for i, a in enumerate(args))
+        else:
+            parts = tuple(self._leaf(a, leaves, backends) for a in args)
+        if kwargs:
+            if self._special:
+                kparts = tuple((k, self._top(k, v, leaves, backends, self.static_argnames,
+                                             self.stateful_argnames)) for k, v in kwargs.items())
+            else:
+                kparts = tuple((k, self._leaf(v, leaves, backends)) for k, v in kwargs.items())
+            parts = (parts, kparts)
+        if backends:
+            state = backends[0].global_state()
+            parts = (parts, state) if len(backends) == 1 else (parts, tuple(b.global_state() for b in backends))
+        return parts, leaves, backends
+
+    def _top(self, where, obj, leaves, backends, static, stateful):
+        if where in static:
+            try:
+                hash(obj)
+            except TypeError:
+                raise TypeError(f"static argument {where!r} must be hashable, got "
+                                f"{type(obj).__name__}: it is part of the cache key by value") from None
+            return (_STATIC, type(obj), obj)
+        if where in stateful:
+            leaves.append(obj)
+            return (_STATEFUL, type(obj))
+        return self._leaf(obj, leaves, backends)
+
+    def _leaf(self, obj, leaves, backends):
+        tp = type(obj)
+        describe = self._describers.get(tp)
+        if describe is not None:
+            leaves.append(obj)
+            backend = self._backends[tp]
+            if backend not in backends:
+                backends.append(backend)
+            return describe(obj)
+        if tp in _VALUE_TYPES:
+            return _value_key(obj)
+        if tp is tuple or tp is list:
+            return (tp, tuple([self._leaf(x, leaves, backends) for x in obj]))
+        if tp is dict:
+            return (dict, tuple([(k, self._leaf(v, leaves, backends)) for k, v in obj.items()]))
+        return self._slow_leaf(obj, leaves, backends)
+
+    # ---- first sight of a type ---------------------------------------------
+    def _slow_leaf(self, obj, leaves, backends):
+        tp = type(obj)
+        backend = backend_for_type(tp)
+        if backend is not None:
+            if isinstance(obj, backend.array_types):
+                self._describers[tp] = backend.describe
+                self._backends[tp] = backend
+                return self._leaf(obj, leaves, backends)
+        if isinstance(obj, enum.Enum):
+            return (tp, obj)
+        if isinstance(obj, tuple) and hasattr(tp, "_fields"):     # namedtuple
+            return (tp, tuple([self._leaf(x, leaves, backends) for x in obj]))
+        if isinstance(obj, (tuple, list)):
+            return (tp, tuple([self._leaf(x, leaves, backends) for x in obj]))
+        if isinstance(obj, dict):
+            return (tp, tuple([(k, self._leaf(v, leaves, backends)) for k, v in obj.items()]))
+        if isinstance(obj, slice):
+            return (slice, self._leaf((obj.start, obj.stop, obj.step), leaves, backends))
+        for b in _loaded_backends():
+            if isinstance(obj, b.static_types):
+                return (tp, obj)
+            if isinstance(obj, b.live_types):
+                leaves.append(obj)
+                return (_LIVE, tp)
+        if tp in (int, float) or isinstance(obj, (int, float, str)) and not isinstance(obj, bool):
+            return (tp, obj)   # subclasses of int/float/str
+        raise Unkeyable(f"argument of type {tp.__module__}.{tp.__qualname__} cannot be part of "
+                        f"a cache key (pass it in static_argnums/static_argnames if it is "
+                        f"hashable and immutable)")
+
+
+def _loaded_backends():
+    from ..backends import available, get_backend
+    return [get_backend(n) for n in available()]
+
+
+# ---- cold path: traversal with paths, in the same leaf order as Signature.key ----
+
+def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, Any], Any]):
+    """Rebuild (args, kwargs) with every leaf that `Signature.key` would collect
+    replaced by `visit(path, leaf)`; other values are kept."""
+    def rec(obj, path, top=None):
+        if top is not None:
+            where, static, stateful = top
+            if where in static:
+                return obj
+            if where in stateful:
+                return visit(path, obj)
+        tp = type(obj)
+        if tp in _VALUE_TYPES or isinstance(obj, enum.Enum):
+            return obj
+        backend = backend_for_type(tp)
+        if backend is not None and isinstance(obj, backend.array_types):
+            return visit(path, obj)
+        if isinstance(obj, tuple) and hasattr(tp, "_fields"):
+            return tp(*[rec(x, f"{path}[{i}]") for i, x in enumerate(obj)])
+        if isinstance(obj, (tuple, list)):
+            return tp(rec(x, f"{path}[{i}]") for i, x in enumerate(obj))
+        if isinstance(obj, dict):
+            return tp((k, rec(v, f"{path}[{k!r}]")) for k, v in obj.items())
+        if isinstance(obj, slice):
+            return slice(*rec((obj.start, obj.stop, obj.step), path))
+        for b in _loaded_backends():
+            if isinstance(obj, b.live_types):
+                return visit(path, obj)
+        return obj
+
+    new_args = tuple(rec(a, f"args[{i}]", (i, signature.static_argnums, signature.stateful_argnums))
+                     for i, a in enumerate(args))
+    new_kwargs = {k: rec(v, f"kwargs[{k!r}]", (k, signature.static_argnames, signature.stateful_argnames))
+                  for k, v in kwargs.items()}
+    return new_args, new_kwargs
+
+
+def describe_paths(args: tuple, kwargs: dict, signature: Signature) -> dict[str, str]:
+    """{argument path: description} for explaining why a call traced again."""
+    out: dict[str, str] = {}
+
+    def visit(path, leaf):
+        backend = backend_for_type(type(leaf))
+        out[path] = backend.meta(leaf) if backend and isinstance(leaf, backend.array_types) \
+            else type(leaf).__name__
+        return leaf
+
+    def scalars(obj, path):
+        if type(obj) in _VALUE_TYPES or isinstance(obj, enum.Enum):
+            out[path] = "nan" if isinstance(obj, float) and math.isnan(obj) else repr(obj)
+        elif isinstance(obj, (tuple, list)):
+            for i, x in enumerate(obj):
+                scalars(x, f"{path}[{i}]")
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                scalars(v, f"{path}[{k!r}]")
+    walk(args, kwargs, signature, visit)
+    for i, a in enumerate(args):
+        scalars(a, f"args[{i}]")
+    for k, v in kwargs.items():
+        scalars(v, f"kwargs[{k!r}]")
+    return out

@@ -1,0 +1,302 @@
+"""A trace session: runs a function once with real arguments while its
+framework reports every call, and records those calls as nodes.
+
+Values are tracked by identity (`id` of the object the function holds). All
+state lives on the session object, which exists for one trace; the only
+module-level object is the ContextVar saying which session (if any) is active
+in the current thread/context, so nested LazyGraphs inline into the outer trace.
+"""
+from __future__ import annotations
+
+import contextvars
+import enum
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..backends import CallKind, get_backend
+from . import codegen, passes
+from .ir import Graph, Kind, Node, Source, TraceResult, Value
+from .signature import Signature, walk
+
+_active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
+    "lazytrace_active_session", default=None)
+
+
+def active_session() -> "TraceSession | None":
+    return _active.get()
+
+
+class TraceSession:
+    def __init__(self, backend, *, include_generators=True, array_caching=True, name="fn"):
+        self.backend = backend
+        self.include_generators = include_generators
+        self.array_caching = array_caching
+        self.name = name
+        self.nodes: list[Node] = []
+        self.inputs: list[Value] = []
+        self.untraceable: str | None = None
+        self._values: dict[int, tuple[Any, Value]] = {}
+        self._versions: dict[Any, int] = {}     # storage -> number of writes seen
+        self._tainted: set = set()              # storages written by non-foldable calls
+        self._tracked = backend.tracked_types
+        self._saw_generator = False
+
+    # ---- values --------------------------------------------------------------
+    def add_input(self, obj, *, live_object=False) -> Any:
+        """Register an input leaf; return what the traced function should receive."""
+        wrapped = obj if live_object else self.backend.wrap_input(obj, self)
+        storage = id(obj) if live_object else self.backend.storage_key(obj)
+        value = Value(Source.INPUT, meta=type(obj).__name__ if live_object else self.backend.meta(obj),
+                      storage=storage)
+        self.inputs.append(value)
+        self._values[id(wrapped)] = (wrapped, value)
+        return wrapped
+
+    def add_external(self, obj) -> Value:
+        raw = self.backend.unwrap(obj)
+        value = Value(Source.EXTERNAL, meta=self.backend.meta(raw), storage=self.backend.storage_key(raw),
+                      obj=obj)
+        self._values[id(obj)] = (obj, value)
+        return value
+
+    def value_of(self, obj) -> Value | None:
+        entry = self._values.get(id(obj))
+        return entry[1] if entry is not None and entry[0] is obj else None
+
+    def _lift(self, obj, found: list):
+        """Replace tracked objects in a call's arguments by Values."""
+        if isinstance(obj, self._tracked):
+            value = self.value_of(obj)
+            if value is None:
+                value = self.add_external(obj)
+            found.append(value)
+            return value
+        tp = type(obj)
+        if tp is tuple or tp is list:
+            return tp([self._lift(x, found) for x in obj])
+        if tp is dict:
+            return {k: self._lift(v, found) for k, v in obj.items()}
+        if tp is slice:
+            return slice(self._lift(obj.start, found), self._lift(obj.stop, found), self._lift(obj.step, found))
+        if isinstance(obj, tuple) and hasattr(tp, "_fields"):
+            return tp(*[self._lift(x, found) for x in obj])
+        return obj
+
+    def version(self, value: Value) -> int:
+        return self._versions.get(value.storage, 0)
+
+    # ---- calls -----------------------------------------------------------------
+    def on_call(self, func, args, kwargs):
+        """Called by the backend's interceptor for every framework call."""
+        backend = self.backend
+        kind = backend.classify(func, args, kwargs)
+        if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
+            if kind is CallKind.ESCAPE:
+                self.fail(f"{_name(func)} hands array memory to code lazytrace cannot see")
+            return backend.run(func, args, kwargs)[0]
+        inputs: list[Value] = []
+        largs = self._lift(args, inputs)
+        lkwargs = self._lift(kwargs, inputs) if kwargs else {}
+        versions = [self.version(v) for v in inputs]
+        result, mutated = backend.run(func, args, kwargs)
+        if kind is CallKind.UNKNOWN:
+            if _contains(result, self._tracked):
+                kind = CallKind.OP
+            else:
+                kind = CallKind.READBACK if inputs else CallKind.METADATA
+        if kind is CallKind.METADATA:
+            if any(v.dynamic for v in inputs):   # shape of a data-dependent result
+                self._guard(func, largs, lkwargs, inputs, versions, result)
+            return result
+        if kind is CallKind.READBACK:
+            self._guard(func, largs, lkwargs, inputs, versions, result)
+            return result
+        self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated)
+        return result
+
+    def _guard(self, func, args, kwargs, inputs, versions, result):
+        if inputs and all(v.foldable and v.storage not in self._tainted for v in inputs):
+            return  # a value read back from constants is itself constant
+        self.nodes.append(Node(len(self.nodes), Kind.GUARD, func, args, kwargs, inputs, versions,
+                               expected=result))
+
+    def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated):
+        constant_inputs = all(v.foldable and v.storage not in self._tainted for v in inputs)
+        if kind is CallKind.GENERATOR:
+            self._saw_generator = True
+            node_kind = Kind.GENERATOR if self.include_generators else Kind.OP
+            foldable = (not self.include_generators and not mutated
+                        and (constant_inputs or self.backend.generator_reads_metadata_only(func)))
+        elif kind is CallKind.STATE:
+            node_kind, foldable = Kind.STATE, False
+        else:
+            node_kind = Kind.OP
+            foldable = self.array_caching and constant_inputs
+        node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable)
+        for obj in mutated:
+            value = self.value_of(obj)
+            if value is None:
+                continue
+            node.mutated.append(value)
+            self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
+            if not foldable:
+                self._tainted.add(value.storage)
+        dynamic = kind is CallKind.DYNAMIC_SHAPE or any(v.dynamic for v in inputs)
+        self._register_outputs(node, result, foldable, dynamic)
+        self.nodes.append(node)
+
+    def _register_outputs(self, node: Node, result, foldable: bool, dynamic: bool):
+        tracked = self._tracked
+        if isinstance(result, tracked):
+            node.result_structure = "single"
+            items = [(None, result)]
+        elif isinstance(result, (tuple, list)):
+            node.result_structure = len(result)
+            items = list(enumerate(result))
+            if any(not isinstance(x, tracked) and _contains(x, tracked) for x in result):
+                self.fail(f"{_name(node.target)} returns nested containers of arrays")
+        else:
+            node.result_structure = "single"
+            items = []
+        backend = self.backend
+        for index, obj in items:
+            if not isinstance(obj, tracked):
+                continue
+            raw = backend.unwrap(obj)
+            value = Value(Source.NODE, node, index, meta=backend.meta(raw), storage=backend.storage_key(raw),
+                          foldable=foldable and not backend.requires_grad(raw))
+            value.obj = obj if value.foldable else None
+            value.dynamic = dynamic
+            node.outputs.append(value)
+            self._values[id(obj)] = (obj, value)
+
+    def fail(self, reason: str):
+        if self.untraceable is None:
+            self.untraceable = reason
+
+    # ---- running ---------------------------------------------------------------
+    @contextmanager
+    def activate(self):
+        token = _active.set(self)
+        rng_before = self.backend.rng_token()
+        try:
+            with self.backend.intercept(self):
+                yield self
+        finally:
+            _active.reset(token)
+        if not self._saw_generator and rng_before is not None and self.backend.rng_token() != rng_before:
+            self.fail("random numbers were drawn by calls lazytrace did not see")
+
+    def finish(self, result) -> tuple[TraceResult, Any]:
+        """Map the function's result to Values; return the trace and the result
+        to hand back to the caller (real arrays, not tracer objects)."""
+        backend = self.backend
+        tracked = self._tracked
+
+        def out(obj):
+            if isinstance(obj, tracked):
+                value = self.value_of(obj)
+                if value is None:
+                    value = self.add_external(obj)
+                return value, backend.unwrap(obj)
+            tp = type(obj)
+            if isinstance(obj, (tuple, list)):
+                pairs = [out(x) for x in obj]
+                rebuild = (lambda xs: tp(*xs)) if hasattr(tp, "_fields") else tp
+                return rebuild([p[0] for p in pairs]), rebuild([p[1] for p in pairs])
+            if isinstance(obj, dict):
+                pairs = {k: out(v) for k, v in obj.items()}
+                return tp((k, p[0]) for k, p in pairs.items()), tp((k, p[1]) for k, p in pairs.items())
+            if not _is_literal(obj, backend):
+                self.fail(f"returns a {tp.__name__}, which a graph cannot rebuild")
+            return obj, obj
+
+        structure, real = out(result)
+        trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
+        return trace, real
+
+
+def _name(func) -> str:
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+def _contains(obj, types) -> bool:
+    if isinstance(obj, types):
+        return True
+    if isinstance(obj, (tuple, list)):
+        return any(_contains(x, types) for x in obj)
+    if isinstance(obj, dict):
+        return any(_contains(x, types) for x in obj.values())
+    return False
+
+
+def _is_literal(obj, backend) -> bool:
+    return (obj is None or type(obj) in (int, float, bool, complex, str, bytes, slice, type(Ellipsis))
+            or isinstance(obj, enum.Enum) or isinstance(obj, backend.static_types))
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    include_generators: bool = True
+    array_caching: bool = True
+    to: str | None = None
+    return_backend_traced_fn: bool = False
+
+
+class NotTraceable(Exception):
+    """This call cannot become a graph; `reason` says why. The caller runs it eagerly."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def choose_backend(backends: list, to: str | None):
+    if to is not None:
+        backend = get_backend(to)
+        if any(b is not backend for b in backends):
+            names = sorted({b.name for b in backends} - {backend.name})
+            raise NotTraceable(f"arguments are {', '.join(names)} arrays and to={to!r}: converting "
+                               f"between frameworks is not supported yet")
+        return backend
+    if not backends:
+        raise NotTraceable("no array arguments: nothing to trace against")
+    if len(backends) > 1:
+        raise TypeError(f"arguments mix arrays of several frameworks ({', '.join(b.name for b in backends)}); "
+                        f"pass to= to choose one")
+    return backends[0]
+
+
+def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signature: Signature,
+          options: TraceOptions, name: str, extra: Callable | None = None):
+    """Run `fn(*args, **kwargs)` once while recording it.
+
+    Returns (graph or NotTraceable, result): the result is what `fn` returned.
+    Exceptions raised by `fn` propagate unchanged.
+    """
+    backend = choose_backend(backends, options.to)
+    session = TraceSession(backend, include_generators=options.include_generators,
+                           array_caching=options.array_caching, name=name)
+
+    def visit(path, leaf):
+        return session.add_input(leaf, live_object=not isinstance(leaf, backend.array_types))
+
+    targs, tkwargs = walk(args, kwargs, signature, visit)
+    if extra is not None:
+        for leaf in extra()[1]:
+            session.add_input(leaf)
+    state = backend.global_state()
+    with session.activate():
+        result = fn(*targs, **tkwargs)
+    record, real = session.finish(result)
+    plan = passes.plan(record, session._versions)
+    if plan.untraceable:
+        return NotTraceable(plan.untraceable), real
+    source, gfn, constants, aliases = codegen.generate(backend, plan, record.inputs, record.output_structure, name)
+    if options.return_backend_traced_fn:
+        gfn = backend.compile(gfn, plan)
+    graph = Graph(name=name, source=source, fn=gfn, key=key, signature=signature, original=fn, plan=plan,
+                  inputs=record.inputs, output_structure=record.output_structure, constants=constants,
+                  aliases=aliases, backend=backend, extra=extra, state=state)
+    return graph, real
