@@ -51,11 +51,8 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
         raise TypeError("trace_graph() needs at least one callable")
     if to is not None:
         get_backend(to)   # unknown names fail here, clearly
-    if stateful:
-        raise NotImplementedError("stateful= objects outside the arguments are not supported yet; "
-                                  "pass them as arguments and use arg_stateful_idxs")
     options = TraceOptions(include_generators=include_generators, array_caching=array_caching, to=to,
-                           return_backend_traced_fn=return_backend_traced_fn)
+                           return_backend_traced_fn=return_backend_traced_fn, stateful=tuple(stateful or ()))
     results = [_trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
                           kwarg_stateful_idxs, args, kwargs, max_signatures) for obj in objs]
     return results[0] if len(results) == 1 else tuple(results)

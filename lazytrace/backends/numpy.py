@@ -25,14 +25,14 @@ import numpy as np
 from .base import Backend, CallKind
 
 
-def to_ndarray(array):
-    """Stands for the `__array__` protocol in the call log (an escape)."""
+def asarray(array):
+    """Stands for the `__array__` protocol (np.asarray and friends) in the call log: an escape."""
     return array
 
 
 _READBACK = {float, int, bool, complex, operator.index, operator.truth, operator.contains,
              np.ndarray.item, np.ndarray.tolist, np.ndarray.tobytes}
-_ESCAPE = {to_ndarray}
+_ESCAPE = {asarray}
 _METADATA = {np.shape, np.ndim, np.size, len}
 _DISPLAY = {np.array_repr, np.array_str, np.array2string, repr, str, format}
 _DYNAMIC = {np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.compress,
@@ -68,7 +68,7 @@ class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
         return self._lt_call(func, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
-        array = self._lt_call(to_ndarray, (self,))
+        array = _unwrap(self._lt_call(asarray, (self,)))
         return array if dtype is None else array.astype(dtype, copy=False)
 
     def __getitem__(self, index):
@@ -105,6 +105,8 @@ class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
         return f"NumpyTracer({self._lt_array!r})"
 
     def __getattr__(self, name):
+        if name.startswith("__"):          # protocol probes (__array_struct__ ...): not offered
+            raise AttributeError(name)
         if name in _METADATA_ATTRIBUTES:
             return getattr(self._lt_array, name)
         if name in _ARRAY_ATTRIBUTES:

@@ -154,7 +154,7 @@ class TorchBackend(Backend):
             return CallKind.DYNAMIC_SHAPE
         if name in ("item", "tolist", "_local_scalar_dense"):
             return CallKind.READBACK
-        return CallKind.OP if name in ("__getitem__", "where", "one_hot") else CallKind.UNKNOWN
+        return CallKind.OP if name in ("__getitem__", "__setitem__", "where", "one_hot") else CallKind.UNKNOWN
 
     def _tags(self, name: str) -> set:
         tags = self._aten_tags.get(name)

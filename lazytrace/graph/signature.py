@@ -139,22 +139,23 @@ def _loaded_backends():
 
 # ---- cold path: traversal with paths, in the same leaf order as Signature.key ----
 
-def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, Any], Any]):
+def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, Any, str], Any]):
     """Rebuild (args, kwargs) with every leaf that `Signature.key` would collect
-    replaced by `visit(path, leaf)`; other values are kept."""
+    replaced by `visit(path, leaf, kind)`, kind being "array", "live" or
+    "stateful"; other values are kept."""
     def rec(obj, path, top=None):
         if top is not None:
             where, static, stateful = top
             if where in static:
                 return obj
             if where in stateful:
-                return visit(path, obj)
+                return visit(path, obj, "stateful")
         tp = type(obj)
         if tp in _VALUE_TYPES or isinstance(obj, enum.Enum):
             return obj
         backend = backend_for_type(tp)
         if backend is not None and isinstance(obj, backend.array_types):
-            return visit(path, obj)
+            return visit(path, obj, "array")
         if isinstance(obj, tuple) and hasattr(tp, "_fields"):
             return tp(*[rec(x, f"{path}[{i}]") for i, x in enumerate(obj)])
         if isinstance(obj, (tuple, list)):
@@ -165,7 +166,7 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
             return slice(*rec((obj.start, obj.stop, obj.step), path))
         for b in _loaded_backends():
             if isinstance(obj, b.live_types):
-                return visit(path, obj)
+                return visit(path, obj, "live")
         return obj
 
     new_args = tuple(rec(a, f"args[{i}]", (i, signature.static_argnums, signature.stateful_argnums))
@@ -179,10 +180,9 @@ def describe_paths(args: tuple, kwargs: dict, signature: Signature) -> dict[str,
     """{argument path: description} for explaining why a call traced again."""
     out: dict[str, str] = {}
 
-    def visit(path, leaf):
+    def visit(path, leaf, kind):
         backend = backend_for_type(type(leaf))
-        out[path] = backend.meta(leaf) if backend and isinstance(leaf, backend.array_types) \
-            else type(leaf).__name__
+        out[path] = backend.meta(leaf) if kind == "array" else type(leaf).__name__
         return leaf
 
     def scalars(obj, path):

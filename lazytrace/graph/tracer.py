@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import enum
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -18,6 +18,7 @@ from ..backends import CallKind, get_backend
 from . import codegen, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .signature import Signature, walk
+from .stateful import StatefulProxy, recording_class
 
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
     "lazytrace_active_session", default=None)
@@ -41,17 +42,30 @@ class TraceSession:
         self._tainted: set = set()              # storages written by non-foldable calls
         self._tracked = backend.tracked_types
         self._saw_generator = False
+        self._objects = False                   # any non-array inputs (stateful, live) registered
 
     # ---- values --------------------------------------------------------------
-    def add_input(self, obj, *, live_object=False) -> Any:
-        """Register an input leaf; return what the traced function should receive."""
-        wrapped = obj if live_object else self.backend.wrap_input(obj, self)
-        storage = id(obj) if live_object else self.backend.storage_key(obj)
-        value = Value(Source.INPUT, meta=type(obj).__name__ if live_object else self.backend.meta(obj),
-                      storage=storage)
+    def add_input(self, obj, kind="array") -> Any:
+        """Register an input leaf; return what the traced function should receive.
+        kind: "array", "live" (an object used as is, e.g. an RNG generator) or "stateful"."""
+        if kind == "array":
+            handed = self.backend.wrap_input(obj, self)
+            value = Value(Source.INPUT, meta=self.backend.meta(obj), storage=self.backend.storage_key(obj))
+        else:
+            handed = StatefulProxy(obj, self) if kind == "stateful" else obj
+            self._objects = True
+            value = Value(Source.INPUT, meta=type(obj).__name__, storage=id(obj))
         self.inputs.append(value)
-        self._values[id(wrapped)] = (wrapped, value)
-        return wrapped
+        self._values[id(obj)] = (obj, value)
+        self._values[id(handed)] = (handed, value)
+        return handed
+
+    def add_stateful(self, obj) -> Value:
+        """An object the function reaches by itself (stateful=[...]): a constant reference."""
+        value = Value(Source.EXTERNAL, meta=type(obj).__name__, storage=id(obj), obj=obj)
+        self._values[id(obj)] = (obj, value)
+        self._objects = True
+        return value
 
     def add_external(self, obj) -> Value:
         raw = self.backend.unwrap(obj)
@@ -81,6 +95,11 @@ class TraceSession:
             return slice(self._lift(obj.start, found), self._lift(obj.stop, found), self._lift(obj.step, found))
         if isinstance(obj, tuple) and hasattr(tp, "_fields"):
             return tp(*[self._lift(x, found) for x in obj])
+        if self._objects:                       # stateful or live objects among the inputs
+            value = self.value_of(obj)
+            if value is not None:
+                found.append(value)
+                return value
         return obj
 
     def version(self, value: Value) -> int:
@@ -101,7 +120,7 @@ class TraceSession:
         versions = [self.version(v) for v in inputs]
         result, mutated = backend.run(func, args, kwargs)
         if kind is CallKind.UNKNOWN:
-            if _contains(result, self._tracked):
+            if mutated or _contains(result, self._tracked):
                 kind = CallKind.OP
             else:
                 kind = CallKind.READBACK if inputs else CallKind.METADATA
@@ -170,6 +189,45 @@ class TraceSession:
             value.dynamic = dynamic
             node.outputs.append(value)
             self._values[id(obj)] = (obj, value)
+
+    # ---- stateful objects --------------------------------------------------------
+    def on_setattr(self, obj, name: str, value) -> None:
+        """Called from user code (interception active): framework calls made here are paused."""
+        if self.untraceable is not None:
+            return
+        with self.backend.suspended():
+            self._record_setattr(obj, name, value)
+
+    def _record_setattr(self, obj, name, value):
+        inputs: list[Value] = []
+        args = self._lift((obj, name, value), inputs)
+        if not isinstance(args[2], Value) and not _is_literal(value, self.backend):
+            self.fail(f"sets attribute {name!r} of a stateful object to a {type(value).__name__}")
+            return
+        node = Node(len(self.nodes), Kind.SETATTR, setattr, args, {}, inputs,
+                    [self.version(v) for v in inputs])
+        self.nodes.append(node)
+
+    def on_getattr(self, obj, name: str, value):
+        if self.untraceable is not None or callable(value) and not isinstance(value, self._tracked):
+            return value
+        with self.backend.suspended():
+            self._record_getattr(obj, name, value)
+        return value
+
+    def _record_getattr(self, obj, name, value):
+        inputs: list[Value] = []
+        args = self._lift((obj, name), inputs)
+        versions = [self.version(v) for v in inputs]
+        if isinstance(value, self._tracked):
+            node = Node(len(self.nodes), Kind.GETATTR, getattr, args, {}, inputs, versions)
+            self._register_outputs(node, value, False, False)
+            self.nodes.append(node)
+        elif _is_literal(value, self.backend):
+            self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
+                                   expected=value))
+        else:
+            self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object")
 
     def fail(self, reason: str):
         if self.untraceable is None:
@@ -242,6 +300,7 @@ class TraceOptions:
     array_caching: bool = True
     to: str | None = None
     return_backend_traced_fn: bool = False
+    stateful: tuple = ()
 
 
 class NotTraceable(Exception):
@@ -279,15 +338,16 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     session = TraceSession(backend, include_generators=options.include_generators,
                            array_caching=options.array_caching, name=name)
 
-    def visit(path, leaf):
-        return session.add_input(leaf, live_object=not isinstance(leaf, backend.array_types))
-
-    targs, tkwargs = walk(args, kwargs, signature, visit)
+    targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind))
     if extra is not None:
         for leaf in extra()[1]:
             session.add_input(leaf)
     state = backend.global_state()
-    with session.activate():
+    with ExitStack() as stack:
+        for obj in options.stateful:
+            session.add_stateful(obj)
+            stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))
+        stack.enter_context(session.activate())
         result = fn(*targs, **tkwargs)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
