@@ -37,6 +37,9 @@ class Backend:
     live_types: tuple = ()
     #: types of the objects the traced function holds for arrays (tracers, or the arrays)
     tracked_types: tuple = ()
+    #: whether array creation (zeros, arange...) is intercepted; if not, an unseen array may
+    #: have been made inside the function, so writing into one cannot be replayed safely
+    sees_creation: bool = True
 
     def bind(self, obj):
         """For a framework object with its own tracing rules (torch.nn.Module):

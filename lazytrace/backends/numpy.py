@@ -33,7 +33,7 @@ def asarray(array):
 _READBACK = {float, int, bool, complex, operator.index, operator.truth, operator.contains,
              np.ndarray.item, np.ndarray.tolist, np.ndarray.tobytes}
 _ESCAPE = {asarray}
-_METADATA = {np.shape, np.ndim, np.size, len}
+_METADATA = {np.shape, np.ndim, np.size, len}  # plus the attrgetters of _METADATA_ATTRIBUTES
 _DISPLAY = {np.array_repr, np.array_str, np.array2string, repr, str, format}
 _DYNAMIC = {np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.compress,
             np.ndarray.nonzero, np.trim_zeros}
@@ -42,8 +42,9 @@ _MUTATING_FUNCTIONS = {np.copyto, np.put, np.place, np.putmask, np.fill_diagonal
                        operator.setitem}
 _ARRAY_ATTRIBUTES = {"T", "mT", "real", "imag"}
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "size", "itemsize", "nbytes"}
-_ATTRGETTERS = {name: operator.attrgetter(name) for name in _ARRAY_ATTRIBUTES}
+_ATTRGETTERS = {name: operator.attrgetter(name) for name in _ARRAY_ATTRIBUTES | _METADATA_ATTRIBUTES}
 _ATTRIBUTE_OF = {getter: name for name, getter in _ATTRGETTERS.items()}
+_METADATA_GETTERS = {_ATTRGETTERS[name] for name in _METADATA_ATTRIBUTES}
 
 
 class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
@@ -96,7 +97,7 @@ class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
         return self._lt_call(operator.contains, (self, item))
 
     def __len__(self):
-        return len(self._lt_array)
+        return self._lt_call(len, (self,))
 
     def __iter__(self):
         return (self[i] for i in range(len(self._lt_array)))
@@ -107,9 +108,7 @@ class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
     def __getattr__(self, name):
         if name.startswith("__"):          # protocol probes (__array_struct__ ...): not offered
             raise AttributeError(name)
-        if name in _METADATA_ATTRIBUTES:
-            return getattr(self._lt_array, name)
-        if name in _ARRAY_ATTRIBUTES:
+        if name in _ATTRGETTERS:     # metadata goes through the session too: guarded if data-dependent
             return self._lt_call(_ATTRGETTERS[name], (self,))
         method = getattr(np.ndarray, name, None)
         if callable(method) and not name.startswith("__"):
@@ -135,6 +134,7 @@ def _unwrap(obj):
 
 class NumpyBackend(Backend):
     name = "numpy"
+    sees_creation = False
     array_types = (np.ndarray,)
     tracked_types = (NumpyTracer, np.ndarray)
     static_types = (np.dtype, np.generic)
@@ -161,7 +161,7 @@ class NumpyBackend(Backend):
                 return CallKind.ESCAPE
             if func in _READBACK:
                 return CallKind.READBACK
-            if func in _METADATA:
+            if func in _METADATA or func in _METADATA_GETTERS:
                 return CallKind.METADATA
             if func in _DISPLAY:
                 return CallKind.DISPLAY
@@ -194,7 +194,8 @@ class NumpyBackend(Backend):
 
     def _wrap(self, result, session, by_array):
         if isinstance(result, (np.ndarray, np.generic)):
-            return by_array.get(id(result)) or NumpyTracer(result, session)
+            known = by_array.get(id(result))
+            return known if known is not None else NumpyTracer(result, session)
         if type(result) in (tuple, list):
             return type(result)(self._wrap(x, session, by_array) for x in result)
         if isinstance(result, tuple) and hasattr(type(result), "_fields"):

@@ -127,7 +127,7 @@ class _Emitter:
 def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: str):
     """Return (source, function, constants, aliases)."""
     em = _Emitter(backend, plan, inputs)
-    fn_name = re.sub(r"\W", "_", name) or "graph"
+    fn_name = re.sub(r"\W", "_", name.rsplit(".", 1)[-1]).strip("_") or "graph"
     if fn_name[0].isdigit() or keyword.iskeyword(fn_name):
         fn_name = f"_{fn_name}"
     body: list[str] = []

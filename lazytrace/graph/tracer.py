@@ -157,6 +157,9 @@ class TraceSession:
             value = self.value_of(obj)
             if value is None:
                 continue
+            if value.source is Source.EXTERNAL and not self.backend.sees_creation:
+                self.fail(f"{_name(func)} writes into an array made by calls lazytrace does not see "
+                          f"(e.g. {self.backend.name} array creation)")
             node.mutated.append(value)
             self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
             if not foldable:
@@ -243,7 +246,8 @@ class TraceSession:
                 yield self
         finally:
             _active.reset(token)
-        if not self._saw_generator and rng_before is not None and self.backend.rng_token() != rng_before:
+        if (self.include_generators and not self._saw_generator and rng_before is not None
+                and self.backend.rng_token() != rng_before):
             self.fail("random numbers were drawn by calls lazytrace did not see")
 
     def finish(self, result) -> tuple[TraceResult, Any]:

@@ -1,0 +1,385 @@
+"""Behaviour of traced graphs, on every backend (see conftest.Framework)."""
+import logging
+import traceback
+
+import numpy as np
+import pytest
+
+import lazytrace
+
+
+def test_dead_code_print_logging_and_unused_ops_are_dropped(fw, capsys):
+    xp = fw.xp
+    concat = xp.cat if fw.name == "torch" else xp.concatenate
+
+    def fn(x, y):
+        z = x ** y
+        print(z)
+        logging.getLogger("test").info("z=%s", z)
+        k = x * y                      # unused
+        j = concat([x, z, y])          # unused
+        sum_j = xp.sum(j)              # unused
+        return z
+
+    x, y = fw.array([1, 2, 3]), fw.array([2, 3, 4])
+    graph = lazytrace.trace_graph(fn, args=(x, y))
+    assert capsys.readouterr().out           # the trace ran the function, print included
+    assert len(graph.nodes) == 1
+    assert len(graph.dropped["pruned"]) == 3
+    assert "cat" not in graph.source and "concatenate" not in graph.source
+    x2, y2 = fw.array([3, 1, 2]), fw.array([1, 2, 2])
+    assert fw.equal(graph(x2, y2), fn(x2, y2))
+    capsys.readouterr()
+    graph(x2, y2)
+    assert capsys.readouterr().out == ""    # replay does not print
+
+
+def test_argument_checks_on_shapes_are_gone(fw):
+    def fn(x):
+        if x.ndim != 2:
+            raise ValueError("need a matrix")
+        if x.shape[0] < 1:
+            raise ValueError("empty")
+        return x * 2
+
+    graph = lazytrace.trace_graph(fn, args=(fw.rand(3, 4),))
+    assert len(graph.nodes) == 1
+    x = fw.rand(3, 4, seed=1)
+    assert fw.equal(graph(x), fn(x))
+
+
+def test_constant_subexpressions_are_folded(fw):
+    xp = fw.xp
+
+    def fn(x):
+        b = xp.asarray([2.0]) if fw.name == "numpy" else xp.tensor([2.0])
+        a = xp.asarray([2.0]) if fw.name == "numpy" else xp.tensor([2.0])
+        return x ** (a + b)
+
+    x = fw.rand(3)
+    graph = lazytrace.trace_graph(fn, args=(x,))
+    assert len(graph.nodes) == 1              # only the power remains
+    assert len(graph.constants) == 1
+    assert fw.numpy(next(iter(graph.constants.values()))).tolist() == [4.0]
+    x2 = fw.rand(3, seed=5)
+    assert fw.equal(graph(x2), fn(x2))
+
+
+def test_kernel_built_from_python_floats_is_one_constant(torch_fw):
+    import torch
+
+    def blur(x, sigma: float):
+        r = torch.arange(5, dtype=x.dtype) - 2
+        k = torch.exp(-(r ** 2) / (2 * sigma ** 2))
+        k = k / k.sum()
+        return torch.nn.functional.conv1d(x, k.view(1, 1, 5), padding=2)
+
+    x = torch_fw.rand(1, 1, 16)
+    graph = lazytrace.trace_graph(blur, args=(x, 1.5))
+    assert [n.target.__name__ for n in graph.nodes] == ["conv1d"]
+    assert graph.dropped["folded"] >= 5
+    x2 = torch_fw.rand(1, 1, 16, seed=2)
+    assert torch.equal(graph(x2, 1.5), blur(x2, 1.5))
+    no_cache = lazytrace.trace_graph(blur, args=(x, 1.5), array_caching=False)
+    assert len(no_cache.nodes) >= 6 and not no_cache.constants
+    assert torch.equal(no_cache(x2, 1.5), blur(x2, 1.5))
+
+
+def test_generators_draw_fresh_values_or_are_baked(fw):
+    import torch
+
+    if fw.name == "torch":
+        def fn(x):
+            a = torch.randint(1, 4, size=[1])
+            return x * a + torch.rand([1])
+    else:
+        def fn(x):
+            return x * 2
+
+    x = fw.rand(4)
+    graph = lazytrace.trace_graph(fn, args=(x,))
+    if fw.name == "torch":
+        assert {n.kind.value for n in graph.nodes} >= {"generator"}
+        torch.manual_seed(3)
+        expected = fn(x)
+        torch.manual_seed(3)
+        assert torch.equal(graph(x), expected)     # same draws as eager under the same seed
+        assert not torch.equal(graph(x), graph(x))
+        baked = lazytrace.trace_graph(fn, args=(x,), include_generators=False)
+        assert torch.equal(baked(x), baked(x))
+        assert not any(n.kind.value == "generator" for n in baked.nodes)
+
+
+def test_numpy_global_rng_is_refused_unless_baking_is_asked_for():
+    def fn(x):
+        return x + np.random.rand(*x.shape)
+
+    x = np.zeros(3)
+    lazy = lazytrace.trace_graph(fn)
+    a, b = lazy(x), lazy(x)
+    assert not np.array_equal(a, b)
+    assert lazy.stats.eager == 2 and "random" in next(iter(lazy.stats.reasons))
+    baked = lazytrace.trace_graph(fn, include_generators=False)
+    assert np.array_equal(baked(x), baked(x))
+    assert baked.stats.hits == 1
+
+
+def test_stateful_argument_attribute_writes_are_replayed(fw):
+    class Container:
+        pass
+
+    def fn(cont, x):
+        cont.new_attribute = x
+        return x + 1
+
+    graph = lazytrace.trace_graph(fn, arg_stateful_idxs=[[0]], args=(Container(), fw.array([0])))
+    fresh, y = Container(), fw.array([5])
+    out = graph(fresh, y)
+    assert fresh.new_attribute is y
+    assert fw.equal(out, fw.array([6]))
+
+
+def test_stateful_object_reached_from_closure(fw):
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.scale = fw.array([2.0])
+
+    def fn(x):
+        holder.out = x * holder.scale
+        return holder.out + 1
+
+    lazy = lazytrace.trace_graph(fn, stateful=[holder])
+    lazy(fw.array([1.0]))
+    assert type(holder) is Holder                 # class restored after the trace
+    holder.scale = fw.array([10.0])              # rebinding is seen: attributes are read live
+    out = lazy(fw.array([1.0]))
+    assert lazy.stats.hits == 1
+    assert fw.equal(out, fw.array([11.0])) and fw.equal(holder.out, fw.array([10.0]))
+
+
+def test_python_scalars_are_keyed_by_value(fw):
+    lazy = lazytrace.trace_graph(lambda x, s, mode: x * s if mode == "mul" else x + s)
+    x = fw.rand(3)
+    for s, mode in [(2.0, "mul"), (3.0, "mul"), (2.0, "add"), (2.0, "mul")]:
+        assert fw.equal(lazy(x, s, mode), x * s if mode == "mul" else x + s)
+    assert lazy.stats.traces == 3 and lazy.stats.hits == 1
+
+
+def test_static_argnums_key_by_value_and_reject_unhashable(fw):
+    def fn(x, cfg):
+        return x * cfg[1]
+
+    lazy = lazytrace.trace_graph(fn, static_argnums=1)
+    x = fw.rand(3)
+    assert fw.equal(lazy(x, ("a", 2.0)), x * 2.0)
+    assert fw.equal(lazy(x, ("a", 3.0)), x * 3.0)
+    with pytest.raises(TypeError, match="static argument 1 must be hashable"):
+        lazy(x, ["a", 2.0])
+    named = lazytrace.trace_graph(lambda x, k: x + k, static_argnames="k")
+    with pytest.raises(TypeError, match="hashable"):
+        named(x, k={"a": 1})
+
+
+def test_one_graph_per_signature(fw):
+    lazy = lazytrace.trace_graph(lambda x: x * 2 + 1)
+    a, b = fw.rand(2, 3), fw.rand(4, 3)
+    lazy(a), lazy(a), lazy(b), lazy(b), lazy(a)
+    assert (lazy.stats.traces, lazy.stats.hits) == (2, 3)
+    lazy(fw.array([[1, 2, 3]], dtype="float64"))    # dtype change: new graph
+    assert lazy.stats.traces == 3
+    assert len(lazy.graphs) == 3
+
+
+def test_graph_rejects_other_signatures(fw):
+    graph = lazytrace.trace_graph(lambda x: x + 1, args=(fw.rand(2, 3),))
+    with pytest.raises(lazytrace.SignatureMismatch):
+        graph(fw.rand(3, 3))
+
+
+def test_source_is_readable_and_tracebacks_point_at_it(fw):
+    def fn(x, y):
+        return x @ y
+
+    graph = lazytrace.trace_graph(fn, args=(fw.rand(2, 3), fw.rand(3, 2)))
+    assert str(graph) == graph.source and graph.source.startswith(("def fn", "#"))
+    compile(graph.source, "<check>", "exec")
+    try:
+        graph._fn(fw.rand(2, 3), fw.rand(4, 2))   # bypass the signature check: the call fails inside
+    except Exception as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        ours = [f for f in frames if f.filename.startswith("<lazytrace")]
+        assert ours and ours[-1].line.strip().startswith("v0 =")
+    else:
+        pytest.fail("shape mismatch should raise")
+
+
+def test_exception_in_original_propagates_and_leaves_no_entry(fw):
+    calls = []
+
+    class Boom(Exception):
+        pass
+
+    def fn(x):
+        calls.append(1)
+        if len(calls) == 1:
+            raise Boom("first call fails")
+        return x + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    x = fw.rand(3)
+    with pytest.raises(Boom, match="first call fails"):
+        lazy(x)
+    assert lazy.graphs == [] and lazy.stats.traces == 0
+    assert fw.equal(lazy(x), x + 1)
+    assert lazy.stats.traces == 1
+
+
+def test_first_call_returns_exactly_what_the_original_returns(fw):
+    x = fw.rand(3)
+    lazy = lazytrace.trace_graph(lambda a, b: (a, b * 2, {"n": 3}))
+    first = lazy(x, x)
+    assert first[0] is x and first[2] == {"n": 3}
+    assert type(first[1]) is type(x)
+    again = lazy(x, x)
+    assert again[0] is x and fw.equal(again[1], x * 2) and again[2] == {"n": 3}
+
+
+def test_value_branches_are_guarded(fw):
+    def fn(x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+    lazy = lazytrace.trace_graph(fn)
+    pos, neg = fw.array([1, 2]), fw.array([-1, -2])
+    for x in (pos, neg, pos, neg, neg * 2, pos * 3):
+        assert fw.equal(lazy(x), fn(x))
+    assert lazy.stats.traces == 2          # one variant per branch
+    assert lazy.stats.hits == 4
+    assert lazy.stats.eager == 0
+
+
+def test_values_read_back_that_keep_changing_run_eagerly(fw):
+    def fn(x):
+        scale = float(x.max())
+        return x / scale
+
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(8):
+        x = fw.rand(5, seed=seed) + 0.1
+        assert fw.equal(lazy(x), fn(x))
+    assert lazy.stats.eager >= 1
+    assert any("guards failed" in r for r in lazy.stats.reasons)
+
+
+def test_data_dependent_shapes_are_guarded(fw):
+    xp = fw.xp
+
+    def fn(x):
+        idx = xp.nonzero(x > 0.5)[0] if fw.name == "numpy" else (x > 0.5).nonzero()
+        n = idx.shape[0]             # a Python int that depends on the data
+        return x * n
+
+    lazy = lazytrace.trace_graph(fn)
+    a, b = fw.array([0.9, 0.1, 0.8]), fw.array([0.9, 0.1, 0.1])
+    for x in (a, b, a, b):
+        assert fw.equal(lazy(x), fn(x))
+    assert lazy.stats.hits == 2
+
+
+def test_in_place_updates_of_inputs_are_replayed(fw):
+    def fn(x, y):
+        x += y
+        x[0] = 5.0
+        return x * 2
+
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(3):
+        x1, y = fw.rand(3, seed=seed), fw.rand(3, seed=seed + 10)
+        x2 = x1.copy() if fw.name == "numpy" else x1.clone()
+        out = lazy(x1, y)
+        expected = fn(x2, y)
+        assert fw.equal(out, expected) and fw.equal(x1, x2)
+    assert lazy.stats.hits == 2
+
+
+def test_constant_written_by_input_data_is_not_cached(fw):
+    xp = fw.xp
+
+    def fn(x):
+        k = xp.zeros(3, dtype=x.dtype)
+        y = x + k
+        k += x                      # a constant's memory written with input data
+        return y, k * 3
+
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(3):
+        x = fw.rand(3, seed=seed)
+        out, expected = lazy(x), fn(x)
+        assert all(fw.equal(o, e) for o, e in zip(out, expected))
+
+
+def test_folded_constant_returned_is_a_fresh_copy(torch_fw):
+    import torch
+
+    lazy = lazytrace.trace_graph(lambda x: (x + 1, torch.ones(3)))
+    x = torch.zeros(3)
+    lazy(x)
+    out1 = lazy(x)[1]
+    out1.add_(100)                   # the caller owns what it gets
+    assert torch.equal(lazy(x)[1], torch.ones(3))
+
+
+def test_escapes_run_eagerly_with_a_reason(fw):
+    if fw.name == "numpy":
+        def fn(x):
+            return np.asarray(x) * 2
+    else:
+        def fn(x):
+            return x + float(np.sum(x.numpy()))
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(2):
+        x = fw.rand(3, seed=seed)
+        assert fw.equal(lazy(x), fn(x))
+    assert lazy.stats.eager == 2 and lazy.stats.hits == 0
+    assert any("lazytrace cannot see" in r for r in lazy.stats.reasons)
+
+
+def test_unkeyable_argument_runs_eagerly_with_reason(fw):
+    class Config:
+        factor = 3.0
+
+    lazy = lazytrace.trace_graph(lambda x, cfg: x * cfg.factor)
+    x = fw.rand(3)
+    assert fw.equal(lazy(x, Config()), x * 3.0)
+    assert lazy.stats.eager == 1 and "Config" in next(iter(lazy.stats.reasons))
+
+
+def test_several_objects_give_one_result_each(fw):
+    f, g = lazytrace.trace_graph(lambda x: x + 1, lambda x: x * 2)
+    assert isinstance(f, lazytrace.LazyGraph) and isinstance(g, lazytrace.LazyGraph)
+    x = fw.rand(2)
+    gf, gg = lazytrace.trace_graph(lambda x: x + 1, lambda x: x * 2, args=(x,))
+    assert fw.equal(gf(x), x + 1) and fw.equal(gg(x), x * 2)
+
+
+def test_nested_lazygraphs_inline_into_the_outer_trace(fw):
+    inner = lazytrace.trace_graph(lambda x: x * 3)
+    outer = lazytrace.trace_graph(lambda x: inner(x) + 1)
+    x = fw.rand(3)
+    outer(x)
+    assert inner.stats.calls == 0          # the inner call became part of the outer graph
+    assert len(outer.graphs[0].nodes) == 2
+    assert fw.equal(outer(x), x * 3 + 1)
+
+
+def test_stats_report_every_lazygraph():
+    def my_traced_function(x):
+        return x + 1
+
+    lazy = lazytrace.trace_graph(my_traced_function)
+    lazy(np.zeros(2)), lazy(np.zeros(2))
+    entry = lazytrace.stats()["test_stats_report_every_lazygraph.<locals>.my_traced_function"]
+    assert entry["calls"] == 2 and entry["hits"] == 1 and entry["traces"] == 1
