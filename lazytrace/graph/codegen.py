@@ -11,6 +11,7 @@ import itertools
 import keyword
 import linecache
 import math
+import operator
 import re
 
 from .ir import Kind, Source, Value
@@ -24,6 +25,9 @@ class GuardFailed(Exception):
 
 
 _LITERAL_TYPES = (bool, int, str, bytes, type(None))
+#: Python's own comparisons, used by guards on numbers read back from arrays
+_PY_OPERATORS = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=",
+                 operator.eq: "==", operator.ne: "!="}
 
 
 class _Emitter:
@@ -102,7 +106,10 @@ class _Emitter:
         return one(idx)
 
     def call(self, node) -> str:
-        style, text = self.backend.call_syntax(node.target)
+        if node.target in _PY_OPERATORS:
+            style, text = "operator", _PY_OPERATORS[node.target]
+        else:
+            style, text = self.backend.call_syntax(node.target)
         args, kwargs = node.args, node.kwargs
         rest = [self.expr(a) for a in args[1:]] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
         if style == "operator" and len(args) == 2 and not kwargs:
@@ -156,8 +163,7 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
             v.name = f"v{next(counter)}" if id(v) in used else "_"
         call = em.call(node)
         if node.kind is Kind.GUARD:
-            expected = em.expr(node.expected)
-            body.append(f"if {call} != {expected}: raise _GuardFailed({i})")
+            body.append(_guard_line(call, node.expected, em, i))
         else:
             body.append(_assign(node, call))
         dead = [v.name for v in _values_in(plan.nodes, i) if last_use.get(id(v)) == i
@@ -174,6 +180,16 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), em.namespace)
     return source, em.namespace[fn_name], em.constants, em.aliases
+
+
+def _guard_line(call: str, expected, em, index: int) -> str:
+    if expected is True:
+        test = f"not ({call})"
+    elif expected is False:
+        test = f"{call}"
+    else:
+        test = f"({call}) != {em.expr(expected)}"
+    return f"if {test}: raise _GuardFailed({index})"
 
 
 def _values_in(nodes, i):

@@ -1,0 +1,129 @@
+"""LazyGraph: caching policy, threads, warnings, switches."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import lazytrace
+
+
+def test_cache_is_bounded_lru(fw):
+    lazy = lazytrace.trace_graph(lambda x: x + 1, max_signatures=2)
+    a, b, c = fw.rand(1), fw.rand(2), fw.rand(3)
+    lazy(a), lazy(b), lazy(a), lazy(c)        # c evicts b (a was used more recently)
+    assert len(lazy.graphs) == 2
+    lazy(a)
+    assert lazy.stats.traces == 3
+    lazy(b)
+    assert lazy.stats.traces == 4
+
+
+def test_retrace_warning_names_the_changing_argument(fw):
+    lazy = lazytrace.trace_graph(lambda x, s: x * s)
+    with pytest.warns(lazytrace.RetraceWarning, match=r"args\[0\]: 4 float32 -> 5 float32"):
+        for n in range(1, 6):
+            lazy(fw.rand(n), 2.0)
+    with pytest.warns(lazytrace.RetraceWarning, match=r"traced 10 times.*args\[1\]: 6.0 -> 7.0"):
+        for s in range(3, 8):
+            lazy(fw.rand(5), float(s))
+
+
+def test_concurrent_first_calls_trace_once(torch_fw):
+    started = threading.Barrier(4)
+    traced = []
+
+    def slow(x):
+        traced.append(threading.get_ident())
+        time.sleep(0.2)                 # a slow first call: the others wait for it
+        return x * 2
+
+    lazy = lazytrace.trace_graph(slow)
+    x = torch_fw.rand(8)
+    results = [None] * 4
+
+    def worker(i):
+        started.wait()
+        results[i] = lazy(x)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(traced) == 1 and lazy.stats.traces == 1 and lazy.stats.hits == 3
+    assert all(torch.equal(r, x * 2) for r in results)
+
+
+def test_a_trace_records_nothing_from_other_threads():
+    inside, go_on = threading.Event(), threading.Event()
+
+    def fn(x):
+        y = x + 1
+        inside.set()
+        go_on.wait(5)                   # another thread computes meanwhile
+        return y * 2
+
+    lazy = lazytrace.trace_graph(fn)
+    t = threading.Thread(target=lambda: lazy(torch.ones(3)))
+    t.start()
+    inside.wait(5)
+    other = torch.ones(3)
+    for _ in range(10):
+        other = torch.sin(other) + torch.cos(other)
+    go_on.set()
+    t.join()
+    names = [n.target.__name__ for n in lazy.graphs[0].nodes]
+    assert names == ["add", "mul"]
+
+
+def test_guard_failures_never_run_graphs_with_side_effects(fw):
+    def fn(x, out):
+        out += x                         # visible effect first
+        if (out > 1).any():              # then a value is read back
+            return out * 2
+        return out
+
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(3):
+        x, out = fw.rand(3, seed=seed), fw.rand(3, seed=seed + 5)
+        ref_out = out.copy() if fw.name == "numpy" else out.clone()
+        assert fw.equal(lazy(x, out), fn(x, ref_out)) and fw.equal(out, ref_out)
+    assert lazy.stats.eager == 3
+    assert "could not be undone" in next(iter(lazy.stats.reasons))
+
+
+def test_disable_environment_variable_runs_everything_eagerly():
+    code = ("import lazytrace, numpy as np\n"
+            "f = lazytrace.trace_graph(lambda x: x + 1)\n"
+            "f(np.ones(2)); f(np.ones(2))\n"
+            "assert f.stats.traces == 0 and f.stats.hits == 0, f.stats\n")
+    env = dict(os.environ, LAZYTRACE_DISABLE="1")
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_inspect_signature_and_docs_pass_through():
+    import inspect
+
+    def documented(x, factor: float = 2.0):
+        """Multiply."""
+        return x * factor
+
+    lazy = lazytrace.trace_graph(documented)
+    assert inspect.signature(lazy) == inspect.signature(documented)
+    assert lazy.__doc__ == "Multiply." and lazy.__name__ == "documented"
+
+
+def test_graph_raising_at_replay_defers_to_the_original():
+    def fn(x, idx):
+        return x[idx]                    # the index array's values are not part of the key
+
+    lazy = lazytrace.trace_graph(fn)
+    x = np.arange(4.0)
+    assert lazy(x, np.array([1, 2]))[1] == 2.0
+    with pytest.raises(IndexError):      # the original's own error, not a lazytrace one
+        lazy(x, np.array([1, 9]))

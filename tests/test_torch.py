@@ -1,0 +1,147 @@
+"""PyTorch specifics: autograd, global state, nn.Module, torch.compile."""
+import pytest
+import torch
+
+import lazytrace
+
+
+def test_gradients_equal_eager():
+    w = torch.randn(4, 4, requires_grad=True)
+
+    def fn(x, b):
+        h = torch.tanh(x @ w + b)
+        return (h * h).sum(dim=1)
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.randn(3, 4, requires_grad=True)
+    b = torch.randn(4, requires_grad=True)
+    lazy(x, b)                                     # trace
+    for _ in range(2):
+        x2 = torch.randn(3, 4, requires_grad=True)
+        out = lazy(x2, b)
+        ref_x = x2.detach().clone().requires_grad_(True)
+        ref = fn(ref_x, b)
+        assert out.requires_grad and torch.allclose(out, ref)
+        gx, gb, gw = torch.autograd.grad(out.sum(), (x2, b, w))
+        rx, rb, rw = torch.autograd.grad(ref.sum(), (ref_x, b, w))
+        assert torch.allclose(gx, rx) and torch.allclose(gb, rb) and torch.allclose(gw, rw)
+    assert lazy.stats.hits == 2
+
+
+def test_requires_grad_is_part_of_the_signature():
+    lazy = lazytrace.trace_graph(lambda x: x * 2)
+    a = torch.ones(2)
+    assert not lazy(a).requires_grad
+    out = lazy(torch.ones(2, requires_grad=True))
+    assert out.requires_grad and lazy.stats.traces == 2
+
+
+def test_no_grad_inside_the_function_is_replayed():
+    def fn(x):
+        with torch.no_grad():
+            y = x * 2
+        return y + x
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.ones(3, requires_grad=True)
+    lazy(x)
+    out = lazy(x)
+    assert lazy.stats.hits == 1 and torch.is_grad_enabled()
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.ones(3))      # only the `+ x` path carries gradient
+
+
+def test_grad_mode_around_the_call_is_keyed():
+    lazy = lazytrace.trace_graph(lambda x: x * 2)
+    x = torch.ones(2, requires_grad=True)
+    assert lazy(x).requires_grad
+    with torch.no_grad():
+        assert not lazy(x).requires_grad
+    assert lazy(x).requires_grad
+    assert lazy.stats.traces == 2
+
+
+def test_default_dtype_is_keyed():
+    lazy = lazytrace.trace_graph(lambda x: x.shape[0] * torch.ones(3))
+    x = torch.ones(2)
+    assert lazy(x).dtype == torch.float32
+    old = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        assert lazy(x).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(old)
+    assert lazy.stats.traces == 2
+
+
+def test_module_forward_is_traced_and_parameters_are_live():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Dropout(0.5))
+    returned = lazytrace.trace_graph(model)
+    assert returned is model
+    model.eval()
+    x = torch.randn(2, 4)
+    first = model(x)
+    assert torch.equal(first, model(x)) and model.forward.stats.hits == 1
+    with torch.no_grad():
+        model[0].weight.mul_(2)                      # in-place update: seen
+    assert torch.allclose(model(x), torch.relu(x @ model[0].weight.T + model[0].bias))
+    model[0].bias = torch.nn.Parameter(torch.zeros(3))   # rebinding: seen
+    assert torch.allclose(model(x), torch.relu(x @ model[0].weight.T))
+    model.train()                                    # dropout now active: another graph
+    outs = [model(x) for _ in range(4)]
+    assert any(not torch.equal(outs[0], o) for o in outs[1:])
+
+
+def test_module_gradients_reach_parameters():
+    model = torch.nn.Linear(3, 2)
+    ref = torch.nn.Linear(3, 2)
+    ref.load_state_dict(model.state_dict())
+    lazytrace.trace_graph(model)
+    x = torch.randn(5, 3)
+    model(x)
+    model(x).pow(2).sum().backward()
+    ref(x).pow(2).sum().backward()
+    assert torch.allclose(model.weight.grad, ref.weight.grad)
+
+
+def test_eager_graph_of_a_module():
+    model = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    returned = lazytrace.trace_graph(model, args=(x,))
+    assert returned is model and isinstance(model.forward, lazytrace.Graph)
+    assert torch.allclose(model(torch.ones(4, 3)), torch.ones(4, 3) @ model.weight.T + model.bias)
+
+
+def test_generator_objects_are_live_inputs():
+    def fn(x, gen):
+        return x + torch.rand(x.shape, generator=gen)
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.zeros(3)
+    lazy(x, torch.Generator().manual_seed(1))
+    a = lazy(x, torch.Generator().manual_seed(7))
+    b = fn(x, torch.Generator().manual_seed(7))
+    assert lazy.stats.hits == 1 and torch.equal(a, b)
+
+
+def test_return_backend_traced_fn_uses_torch_compile():
+    def fn(x):
+        return torch.sin(x) * 2 + 1
+
+    graph = lazytrace.trace_graph(fn, args=(torch.randn(8),), return_backend_traced_fn=True)
+    assert "torch._dynamo" in type(graph._fn).__module__ or hasattr(graph._fn, "_torchdynamo_orig_callable")
+    x = torch.randn(8)
+    assert torch.allclose(graph(x), fn(x))
+
+
+def test_bad_input_error_is_the_original_one():
+    def fn(x):
+        if (x < 0).any():
+            raise ValueError("x must be non-negative")
+        return x.sqrt()
+
+    lazy = lazytrace.trace_graph(fn)
+    lazy(torch.ones(3))
+    with pytest.raises(ValueError, match="non-negative"):
+        lazy(-torch.ones(3))
+    assert torch.equal(lazy(torch.full((3,), 4.0)), torch.full((3,), 2.0))
