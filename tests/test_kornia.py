@@ -47,8 +47,8 @@ def test_data_dependent_functions_stay_correct(name):
     for seed in range(8):
         args = make(seed)
         assert _equal(lazy(*args), fn(*args)), f"{name} differs from eager on seed {seed}"
-    assert lazy.stats.guard_failures > 0
-    assert lazy.stats.eager > 0 and any("guards failed" in r for r in lazy.stats.reasons)
+    assert lazy.stats.guard_failures > 0        # new data took another path: never a stale graph
+    assert lazy.stats.traces > 1
 
 
 @pytest.mark.parametrize("name", GRADIENT_CASES)
