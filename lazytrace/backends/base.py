@@ -67,6 +67,10 @@ class Backend:
         """The object the traced function receives for an input array."""
         return array
 
+    def wrap_live(self, obj, session):
+        """The object the traced function receives for a live input (e.g. an RNG generator)."""
+        return obj
+
     def unwrap(self, obj):
         """The real array behind a traced object (inverse of wrap_input)."""
         return obj

@@ -21,6 +21,7 @@ import operator
 import warnings
 
 import numpy as np
+import wrapt
 
 from .base import Backend, CallKind
 
@@ -40,6 +41,7 @@ _DYNAMIC = {np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.c
 _MUTATING_METHODS = {"sort", "fill", "put", "partition", "resize", "itemset", "setfield", "byteswap"}
 _MUTATING_FUNCTIONS = {np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis,
                        operator.setitem}
+_RNG_CLASSES = ("Generator.", "RandomState.")
 _ARRAY_ATTRIBUTES = {"T", "mT", "real", "imag"}
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "size", "itemsize", "nbytes"}
 _ATTRGETTERS = {name: operator.attrgetter(name) for name in _ARRAY_ATTRIBUTES | _METADATA_ATTRIBUTES}
@@ -121,10 +123,32 @@ def _call_method(tracer, method, *args, **kwargs):
     return tracer._lt_call(method, (tracer,) + args, kwargs)
 
 
+class RandomProxy(wrapt.ObjectProxy):
+    """Stands in for a Generator/RandomState argument: its draws are recorded as generator nodes."""
+
+    def __init__(self, rng, session):
+        super().__init__(rng)
+        self._self_session = session
+
+    def __getattr__(self, name):
+        if name.startswith("_self_"):
+            raise AttributeError(name)
+        method = getattr(type(self.__wrapped__), name, None)
+        if callable(method) and not name.startswith("_"):
+            return functools.partial(_draw, self, method)
+        return getattr(self.__wrapped__, name)
+
+
+def _draw(proxy, method, *args, **kwargs):
+    return proxy._self_session.on_call(method, (proxy,) + args, kwargs)
+
+
 def _unwrap(obj):
     tp = type(obj)
     if tp is NumpyTracer:
         return obj._lt_array
+    if tp is RandomProxy:
+        return obj.__wrapped__
     if tp is tuple or tp is list:
         return tp([_unwrap(x) for x in obj])
     if tp is dict:
@@ -138,6 +162,10 @@ class NumpyBackend(Backend):
     array_types = (np.ndarray,)
     tracked_types = (NumpyTracer, np.ndarray)
     static_types = (np.dtype, np.generic)
+    live_types = (np.random.Generator, np.random.RandomState)
+
+    def wrap_live(self, obj, session):
+        return RandomProxy(obj, session)
 
     def __init__(self):
         self._names: dict = {}
@@ -171,13 +199,13 @@ class NumpyBackend(Backend):
             return CallKind.UNKNOWN
         if func is operator.getitem and _has_mask_index(args[1]):
             return CallKind.DYNAMIC_SHAPE
-        module = getattr(func, "__module__", "") or ""
-        if module.startswith("numpy.random"):
+        if getattr(func, "__qualname__", "").startswith(_RNG_CLASSES):
             return CallKind.GENERATOR
         return CallKind.UNKNOWN
 
     def run(self, func, args, kwargs):
-        session = next((x._lt_session for x in _tracers(args, kwargs)), None)
+        session = next((x._lt_session if type(x) is NumpyTracer else x._self_session
+                        for x in _tracers(args, kwargs)), None)
         raw_args, raw_kwargs = _unwrap(args), _unwrap(kwargs)
         result = func(*raw_args, **raw_kwargs)
         mutated = []
@@ -227,7 +255,8 @@ class NumpyBackend(Backend):
             return ("setitem", "")
         if func in _ATTRIBUTE_OF:
             return ("attribute", _ATTRIBUTE_OF[func])
-        if getattr(func, "__objclass__", None) is np.ndarray:
+        if getattr(func, "__objclass__", None) is np.ndarray or \
+                getattr(func, "__qualname__", "").startswith(_RNG_CLASSES):
             return ("method", func.__name__)
         owner = getattr(func, "__self__", None)
         if isinstance(owner, np.ufunc):
@@ -258,7 +287,7 @@ class NumpyBackend(Backend):
 
 def _tracers(args, kwargs):
     for a in list(args) + list(kwargs.values()):
-        if type(a) is NumpyTracer:
+        if type(a) is NumpyTracer or type(a) is RandomProxy:
             yield a
         elif type(a) in (tuple, list):
             yield from (x for x in a if type(x) is NumpyTracer)

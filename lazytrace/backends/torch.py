@@ -104,7 +104,7 @@ class TorchBackend(Backend):
 
     def global_state(self):
         return (torch.is_grad_enabled(), torch.get_default_dtype(), torch.is_inference_mode_enabled(),
-                torch.is_autocast_enabled("cpu"))
+                torch._C._is_any_autocast_enabled())
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .codegen import GuardFailed
 from .signature import Signature, Unkeyable, describe_paths
-from .tracer import NotTraceable, TraceOptions, active_session, trace
+from .tracer import NotTraceable, TraceOptions, _active, trace
 
 log = logging.getLogger("lazytrace")
 
@@ -69,6 +69,7 @@ class LazyGraph:
         self._fn = fn
         self._options = options or TraceOptions()
         self._signature = signature or Signature()
+        self._key = self._signature.key
         self._name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "fn")
         self._extra = extra
         self.max_signatures = max_signatures
@@ -83,21 +84,23 @@ class LazyGraph:
 
     # ---- the call path ---------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if self._disabled or active_session() is not None:
+        if self._disabled or _active.get() is not None:
             return self._fn(*args, **kwargs)     # disabled, or inlined into an outer trace
         stats = self.stats
         stats.calls += 1
         try:
-            key, leaves, backends = self._signature.key(args, kwargs)
+            key, leaves, backends = self._key(args, kwargs)
         except Unkeyable as exc:
             return self._eager(str(exc), args, kwargs)
         if self._extra is not None:
             extra_key, extra_leaves = self._extra()
             key = (key, extra_key)
             leaves.extend(extra_leaves)
-        entry = self._cache.get(key)
+        cache = self._cache
+        entry = cache.get(key)
         if entry is not None:
-            self._cache.move_to_end(key)
+            if len(cache) > 1:
+                cache.move_to_end(key)
             if entry.eager_reason is not None:
                 return self._eager(entry.eager_reason, args, kwargs)
             for graph in entry.graphs:

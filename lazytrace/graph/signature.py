@@ -45,8 +45,7 @@ class Signature:
         self.stateful_argnames = frozenset(stateful_argnames)
         self._special = bool(self.static_argnums or self.static_argnames
                              or self.stateful_argnums or self.stateful_argnames)
-        self._describers: dict[type, Callable] = {}
-        self._backends: dict[type, Any] = {}
+        self._describers: dict[type, tuple] = {}     # array type -> (describe, backend)
 
     # ---- hot path ----------------------------------------------------------
     def key(self, args: tuple, kwargs: dict) -> tuple[tuple, list, list]:
@@ -54,20 +53,32 @@ class Signature:
         leaves: list = []
         backends: list = []
         if self._special:
-            parts = tuple(self._top(i, a, leaves, backends, self.static_argnums, self.stateful_argnums)
-                          for i, a in enumerate(args))
+            parts = tuple([self._top(i, a, leaves, backends, self.static_argnums, self.stateful_argnums)
+                           for i, a in enumerate(args)])
         else:
-            parts = tuple(self._leaf(a, leaves, backends) for a in args)
+            known = self._describers
+            parts = []
+            for a in args:                      # inlined _leaf for the common case: arrays, scalars
+                entry = known.get(type(a))
+                if entry is not None:
+                    leaves.append(a)
+                    parts.append(entry[0](a))
+                    if entry[1] not in backends:
+                        backends.append(entry[1])
+                else:
+                    parts.append(self._leaf(a, leaves, backends))
+            parts = tuple(parts)
         if kwargs:
             if self._special:
-                kparts = tuple((k, self._top(k, v, leaves, backends, self.static_argnames,
-                                             self.stateful_argnames)) for k, v in kwargs.items())
+                kparts = tuple([(k, self._top(k, v, leaves, backends, self.static_argnames,
+                                              self.stateful_argnames)) for k, v in kwargs.items()])
             else:
-                kparts = tuple((k, self._leaf(v, leaves, backends)) for k, v in kwargs.items())
+                kparts = tuple([(k, self._leaf(v, leaves, backends)) for k, v in kwargs.items()])
             parts = (parts, kparts)
         if backends:
-            state = backends[0].global_state()
-            parts = (parts, state) if len(backends) == 1 else (parts, tuple(b.global_state() for b in backends))
+            if len(backends) == 1:
+                return (parts, backends[0].global_state()), leaves, backends
+            return (parts, tuple([b.global_state() for b in backends])), leaves, backends
         return parts, leaves, backends
 
     def _top(self, where, obj, leaves, backends, static, stateful):
@@ -85,13 +96,12 @@ class Signature:
 
     def _leaf(self, obj, leaves, backends):
         tp = type(obj)
-        describe = self._describers.get(tp)
-        if describe is not None:
+        entry = self._describers.get(tp)
+        if entry is not None:
             leaves.append(obj)
-            backend = self._backends[tp]
-            if backend not in backends:
-                backends.append(backend)
-            return describe(obj)
+            if entry[1] not in backends:
+                backends.append(entry[1])
+            return entry[0](obj)
         if tp in _VALUE_TYPES:
             return _value_key(obj)
         if tp is tuple or tp is list:
@@ -106,8 +116,7 @@ class Signature:
         backend = backend_for_type(tp)
         if backend is not None:
             if isinstance(obj, backend.array_types):
-                self._describers[tp] = backend.describe
-                self._backends[tp] = backend
+                self._describers[tp] = (backend.describe, backend)
                 return self._leaf(obj, leaves, backends)
         if isinstance(obj, enum.Enum):
             return (tp, obj)

@@ -52,7 +52,7 @@ class TraceSession:
             handed = self.backend.wrap_input(obj, self)
             value = Value(Source.INPUT, meta=self.backend.meta(obj), storage=self.backend.storage_key(obj))
         else:
-            handed = StatefulProxy(obj, self) if kind == "stateful" else obj
+            handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
             self._objects = True
             value = Value(Source.INPUT, meta=type(obj).__name__, storage=id(obj))
         self.inputs.append(value)

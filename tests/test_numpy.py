@@ -1,0 +1,72 @@
+"""NumPy specifics: RNG generators as inputs, escapes, `to=`, the compiler switch."""
+import numpy as np
+import pytest
+import torch
+
+import lazytrace
+
+
+def test_generator_arguments_draw_fresh_values_like_eager():
+    def fn(x, rng):
+        return x + rng.normal(size=x.shape) + rng.integers(0, 10, size=x.shape)
+
+    lazy = lazytrace.trace_graph(fn)
+    x = np.zeros(4)
+    lazy(x, np.random.default_rng(0))
+    out = lazy(x, np.random.default_rng(42))
+    assert lazy.stats.hits == 1
+    assert np.array_equal(out, fn(x, np.random.default_rng(42)))
+    rng = np.random.default_rng(1)
+    assert not np.array_equal(lazy(x, rng), lazy(x, rng))      # the generator advances
+
+
+def test_methods_operators_and_indexing_are_traced():
+    def fn(x):
+        y = (x.T @ x).clip(0, 2.5)
+        y[0, :] = -1.0
+        return y.astype(np.float32).mean(axis=1), abs(-y).max(), y[y > 0.5].sum()
+
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(3):
+        x = np.random.default_rng(seed).random((4, 3))
+        got, expected = lazy(x), fn(x)
+        assert all(np.allclose(g, e) for g, e in zip(got, expected))
+    assert lazy.stats.hits == 2
+
+
+def test_to_names_the_framework_of_the_graph():
+    graph = lazytrace.trace_graph(lambda x: x + 1, to="numpy", args=(np.ones(2),))
+    assert "numpy" in graph.backend.name
+    with pytest.raises(ValueError, match="unknown framework"):
+        lazytrace.trace_graph(lambda x: x, to="mxnet")
+    with pytest.raises(lazytrace.TraceError, match="converting between frameworks"):
+        lazytrace.trace_graph(lambda x: x + 1, to="numpy", args=(torch.ones(2),))
+    lazy = lazytrace.trace_graph(lambda x: x + 1, to="numpy")
+    assert torch.equal(lazy(torch.ones(2)), torch.full((2,), 2.0))      # runs eagerly, reason kept
+    assert "converting" in next(iter(lazy.stats.reasons))
+
+
+def test_mixed_frameworks_without_to_are_refused_clearly():
+    lazy = lazytrace.trace_graph(lambda a, b: a)
+    with pytest.raises(TypeError, match="mix arrays of several frameworks"):
+        lazy(np.ones(2), torch.ones(2))
+
+
+def test_return_backend_traced_fn_is_a_documented_no_op():
+    with pytest.warns(UserWarning, match="NumPy has no compiler"):
+        graph = lazytrace.trace_graph(lambda x: x * 2, args=(np.ones(3),), return_backend_traced_fn=True)
+    assert np.array_equal(graph(np.arange(3.0)), np.arange(3.0) * 2)
+
+
+def test_out_arguments_and_inplace_methods_are_replayed():
+    def fn(x, buf):
+        np.multiply(x, 2, out=buf)
+        buf.sort()
+        return buf + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(3):
+        x = np.random.default_rng(seed).random(5)
+        b1, b2 = np.empty(5), np.empty(5)
+        assert np.array_equal(lazy(x, b1), fn(x, b2)) and np.array_equal(b1, b2)
+    assert lazy.stats.hits == 2
