@@ -51,6 +51,20 @@ class Backend:
         """Everything about an array that a graph may bake in (not its values)."""
         raise NotImplementedError
 
+    def guard_conditions(self, expr: str, array, const) -> list[str]:
+        """Python conditions on `expr` that hold exactly when describe(expr) == describe(array);
+        `const(obj)` returns a name bound to obj in the generated code."""
+        raise NotImplementedError
+
+    def array_check(self, arrays: list):
+        """Optionally, a native callable checking all array leaves at once: True only if each
+        has the describe() of the matching example (it may be stricter, e.g. on strides)."""
+        return None
+
+    def state_conditions(self, state: tuple, const) -> list[str]:
+        """Python conditions that hold exactly when global_state() == state."""
+        return [f"{const(self.global_state)}() == {const(state)}"] if state else []
+
     def global_state(self) -> tuple:
         """Framework-wide settings that change results (grad mode, default dtype)."""
         return ()

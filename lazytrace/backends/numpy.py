@@ -173,6 +173,9 @@ class NumpyBackend(Backend):
     def describe(self, a):
         return (type(a), a.shape, a.dtype)
 
+    def guard_conditions(self, expr, a, const):
+        return [f"{expr}.shape == {const(a.shape)}", f"{expr}.dtype == {const(a.dtype)}"]
+
     def wrap_input(self, array, session):
         return NumpyTracer(array, session)
 

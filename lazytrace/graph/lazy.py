@@ -17,6 +17,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 from .codegen import GuardFailed
+from .guards import MISS, compile_dispatch
 from .signature import Signature, Unkeyable, describe_paths
 from .tracer import NotTraceable, TraceOptions, _active, trace
 
@@ -49,12 +50,13 @@ class Stats:
 
 
 class _Entry:
-    __slots__ = ("graphs", "eager_reason", "backend")
+    __slots__ = ("graphs", "eager_reason", "backend", "dispatch")
 
     def __init__(self, backend=None):
         self.graphs: list = []
         self.eager_reason: str | None = None
         self.backend = backend
+        self.dispatch = None        # compiled check_and_call (guards.py), made on the first hit
 
 
 def _disabled_by_env() -> bool:
@@ -78,6 +80,7 @@ class LazyGraph:
         self._pending: dict = {}
         self._last_paths: dict | None = None
         self._disabled = _disabled_by_env()
+        self._fast = None           # (check_and_call, graph) of the most recently hit entry
         self.stats = Stats()
         functools.update_wrapper(self, fn, updated=())
         _registry.add(self)
@@ -87,6 +90,19 @@ class LazyGraph:
         if self._disabled or _active.get() is not None:
             return self._fn(*args, **kwargs)     # disabled, or inlined into an outer trace
         stats = self.stats
+        fast = self._fast
+        if fast is not None:
+            try:
+                out = fast[0](args, kwargs)
+            except GuardFailed:
+                out = MISS                       # the general path below handles it
+            except Exception:
+                stats.calls += 1
+                return self._graph_raised(fast[1], args, kwargs)
+            if out is not MISS:
+                stats.calls += 1
+                stats.hits += 1
+                return out
         stats.calls += 1
         try:
             key, leaves, backends = self._key(args, kwargs)
@@ -112,14 +128,26 @@ class LazyGraph:
                         graph.backend.restore_global_state(graph._state)
                     continue
                 except Exception:
-                    if not graph.replay_safe:
-                        raise
-                    if graph.has_state_changes:
-                        graph.backend.restore_global_state(graph._state)
-                    return self._eager("the graph raised; the original function decides", args, kwargs)
+                    return self._graph_raised(graph, args, kwargs)
                 stats.hits += 1
+                if len(entry.graphs) == 1:
+                    self._remember_fast(entry, graph, args, kwargs, backends)
                 return out
         return self._miss(key, backends, entry, args, kwargs)
+
+    def _graph_raised(self, graph, args, kwargs):
+        """A graph raised at replay: if nothing visible happened, let the original decide."""
+        if not graph.replay_safe:
+            raise
+        if graph.has_state_changes:
+            graph.backend.restore_global_state(graph._state)
+        return self._eager("the graph raised; the original function decides", args, kwargs)
+
+    def _remember_fast(self, entry, graph, args, kwargs, backends):
+        if entry.dispatch is None:
+            entry.dispatch = compile_dispatch(graph, args, kwargs, self._signature, backends) or False
+        if entry.dispatch:
+            self._fast = (entry.dispatch, graph)
 
     def _eager(self, reason: str, args, kwargs):
         self.stats.eager += 1
@@ -132,6 +160,7 @@ class LazyGraph:
             entry.eager_reason = (f"guards failed for {MAX_VARIANTS} traced variants: values read back "
                                   f"from arrays keep changing")
             entry.graphs.clear()
+            self._fast = None
             return self._eager(entry.eager_reason, args, kwargs)
         while True:
             with self._lock:
@@ -174,6 +203,7 @@ class LazyGraph:
 
     def _store(self, key, entry, graph, backend):
         with self._lock:
+            self._fast = None
             if entry is None:
                 entry = self._cache.get(key) or _Entry(backend)
                 self._cache[key] = entry
@@ -214,6 +244,7 @@ class LazyGraph:
 
     def clear(self):
         with self._lock:
+            self._fast = None
             self._cache.clear()
 
     def __get__(self, instance, owner):

@@ -30,8 +30,10 @@ class Unkeyable(TypeError):
 
 
 def _value_key(obj):
-    if type(obj) is float and obj != obj:   # nan != nan would miss the cache forever
-        return (float, "nan")
+    if type(obj) is float and (obj != obj or obj == 0.0):
+        if obj != obj:                      # nan != nan would miss the cache forever
+            return (float, "nan")
+        return (float, obj, math.copysign(1.0, obj))   # 0.0 == -0.0, but 1/x tells them apart
     return (type(obj), obj)
 
 

@@ -1,0 +1,120 @@
+"""Compiled signature checks: the fast path of a LazyGraph call.
+
+For each graph, generate a function `check_and_call(args, kwargs)` that tests,
+in straight-line Python, that a call has exactly the signature the graph was
+traced for (structure, exact types, array metadata, Python values, global
+state) and then calls the graph with the array leaves pulled straight out of
+the arguments. It returns MISS when anything differs; the caller then takes
+the general path (Signature.key + dict lookup), which is the reference.
+
+The checks are at least as strict as key equality: every leaf is compared
+with its exact type, so a call accepted here has the key the graph was
+stored under (tests/test_guards.py checks this property).
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+
+from .signature import _VALUE_TYPES
+
+MISS = object()
+_counter = itertools.count()
+
+
+class _CannotCompile(Exception):
+    pass
+
+
+class _Builder:
+    def __init__(self, signature):
+        self.signature = signature
+        self.conditions: list[str] = []
+        self.leaves: list[str] = []
+        self.namespace: dict = {"MISS": MISS}
+        self.arrays: list = []            # (expression, example, backend) of array leaves
+
+    def const(self, obj) -> str:
+        name = f"k{len(self.namespace)}"
+        self.namespace[name] = obj
+        return name
+
+    def top(self, where, expr, obj, static, stateful):
+        if where in static:
+            self.conditions.append(f"type({expr}) is {self.const(type(obj))} and {expr} == {self.const(obj)}")
+        elif where in stateful:
+            self.conditions.append(f"type({expr}) is {self.const(type(obj))}")
+            self.leaves.append(expr)
+        else:
+            self.leaf(expr, obj)
+
+    def leaf(self, expr, obj):
+        tp = type(obj)
+        entry = self.signature._describers.get(tp)
+        if entry is not None:
+            self.conditions.append(f"type({expr}) is {self.const(tp)}")
+            self.arrays.append((expr, obj, entry[1]))
+            self.leaves.append(expr)
+            return
+        t = self.const(tp)
+        if tp in _VALUE_TYPES:
+            if tp is float and math.isnan(obj):
+                self.conditions.append(f"type({expr}) is {t} and {expr} != {expr}")
+            elif tp is float and obj == 0.0:
+                sign = self.const(math.copysign)
+                self.conditions.append(f"type({expr}) is {t} and {expr} == 0.0 and "
+                                       f"{sign}(1.0, {expr}) == {math.copysign(1.0, obj)}")
+            else:
+                self.conditions.append(f"type({expr}) is {t} and {expr} == {self.const(obj)}")
+        elif isinstance(obj, enum.Enum):
+            self.conditions.append(f"{expr} is {self.const(obj)}")
+        elif isinstance(obj, (tuple, list)):
+            self.conditions.append(f"type({expr}) is {t} and len({expr}) == {len(obj)}")
+            for i, x in enumerate(obj):
+                self.leaf(f"{expr}[{i}]", x)
+        elif isinstance(obj, dict):
+            self.conditions.append(f"type({expr}) is {t} and tuple({expr}) == {self.const(tuple(obj))}")
+            for k, v in obj.items():
+                self.leaf(f"{expr}[{self.const(k)}]", v)
+        else:
+            raise _CannotCompile(tp)     # slices, static types, live objects: general path only
+
+
+def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list):
+    """A fast `check_and_call(args, kwargs)` for `graph`, or None if this signature has none."""
+    if graph._extra is not None or len(backends) != 1:
+        return None
+    b = _Builder(signature)
+    names = [f"p{i}" for i in range(len(args))]
+    try:
+        for i, a in enumerate(args):
+            b.top(i, names[i], a, signature.static_argnums, signature.stateful_argnums)
+        for k, v in kwargs.items():
+            b.top(k, f"kwargs[{k!r}]", v, signature.static_argnames, signature.stateful_argnames)
+    except _CannotCompile:
+        return None
+    backend = backends[0]
+    native = backend.array_check([obj for _, obj, _ in b.arrays]) if b.arrays else None
+    if native is not None:
+        b.conditions.append(f"{b.const(native)}({', '.join(expr for expr, _, _ in b.arrays)})")
+    else:
+        for expr, obj, array_backend in b.arrays:
+            b.conditions.extend(array_backend.guard_conditions(expr, obj, b.const))
+    b.conditions.extend(backend.state_conditions(graph._state, b.const))
+    b.namespace["graph_fn"] = graph._fn
+    shape = (f"len(kwargs) != {len(kwargs)} or tuple(kwargs) != {b.const(tuple(kwargs))}" if kwargs
+             else "kwargs") + f" or len(args) != {len(args)}"
+    unpack = f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args\n" if names else ""
+    test = " and ".join(b.conditions) or "True"
+    source = (f"def check_and_call(args, kwargs):\n"
+              f"    if {shape}:\n"
+              f"        return MISS\n"
+              f"{unpack}"
+              f"    if not ({test}):\n"
+              f"        return MISS\n"
+              f"    return graph_fn({', '.join(b.leaves)})\n")
+    exec(compile(source, f"<lazytrace guards #{next(_counter)}>", "exec"), b.namespace)
+    fn = b.namespace["check_and_call"]
+    fn.source = source
+    return fn
