@@ -575,6 +575,14 @@ def summarize(results_by_size: dict) -> dict:
                                                           TARGET_LAZY_DIRECT, "{:.3f}")
     summary["targets"]["first_over_eager"] = ratio_target("first_over_eager", "first call/eager",
                                                           TARGET_FIRST_EAGER, "{:.2f}x")
+    for size, rows in results_by_size.items():
+        extra = [((r["first_ns"] - r["eager_few_ns"]) / 1e6, r["function"]) for r in rows if r.get("first_ns")]
+        if extra:
+            mx, mx_fn = max(extra)
+            med = statistics.median(v for v, _ in extra)
+            summary["per_size"][size]["trace_overhead_ms"] = {"median": med, "max": mx, "max_function": mx_fn}
+            print(f"first call - eager call (absolute trace cost) at {size}x{size}: median {med:.2f} ms, "
+                  f"max {mx:.2f} ms ({mx_fn})")
     return summary
 
 
@@ -640,6 +648,10 @@ def main(opts):
     compile_msg = "off" if opts.no_compile else \
         f"on (budget {opts.compile_budget:.0f} s, inductor cache {header['inductor_cache']})"
     print(f"sizes {opts.sizes}; compile {compile_msg}")
+    load = header["loadavg_start"]
+    if load and load[0] > 0.5 * (os.cpu_count() or 1):
+        print(f"warning: the machine is busy (1-minute load {load[0]:.2f} on {os.cpu_count()} cores): "
+              f"expect noisy timings; torch's thread pool waits on descheduled threads (--threads 1 helps)")
 
     suite = _suite()
     if opts.only:

@@ -92,6 +92,7 @@ def eager_graph(fn, args: tuple, kwargs: dict, *, options, signature, name, extr
         raise TraceError(f"cannot trace {name} into a graph that is correct for other inputs: "
                          f"{graph.reason}. Use trace_graph({name}) without args= to run such "
                          f"signatures eagerly.")
+    graph.fn                     # an eager graph is generated (and compiled) now
     return graph
 
 

@@ -75,7 +75,7 @@ def test_fast_check_accepts_only_equal_keys(first, data):
     class FakeGraph:
         _extra = None
         _state = backends[0].global_state()
-        _fn = staticmethod(lambda *leaves: "hit")
+        fn = staticmethod(lambda *leaves: "hit")
 
     check = compile_dispatch(FakeGraph, args, kwargs, lazy._signature, backends)
     if check is None:

@@ -129,7 +129,7 @@ def test_return_backend_traced_fn_uses_torch_compile():
         return torch.sin(x) * 2 + 1
 
     graph = lazytrace.trace_graph(fn, args=(torch.randn(8),), return_backend_traced_fn=True)
-    assert "torch._dynamo" in type(graph._fn).__module__ or hasattr(graph._fn, "_torchdynamo_orig_callable")
+    assert "torch._dynamo" in type(graph.fn).__module__ or hasattr(graph.fn, "_torchdynamo_orig_callable")
     x = torch.randn(8)
     assert torch.allclose(graph(x), fn(x))
 

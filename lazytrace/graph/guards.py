@@ -102,7 +102,7 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
         for expr, obj, array_backend in b.arrays:
             b.conditions.extend(array_backend.guard_conditions(expr, obj, b.const))
     b.conditions.extend(backend.state_conditions(graph._state, b.const))
-    b.namespace["graph_fn"] = graph._fn
+    b.namespace["graph_fn"] = graph.fn
     shape = (f"len(kwargs) != {len(kwargs)} or tuple(kwargs) != {b.const(tuple(kwargs))}" if kwargs
              else "kwargs") + f" or len(args) != {len(args)}"
     unpack = f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args\n" if names else ""

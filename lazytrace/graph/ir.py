@@ -95,15 +95,13 @@ class Graph:
     the trace removed.
     """
 
-    def __init__(self, *, name, source, fn, key, signature, original, plan, inputs, output_structure,
-                 constants, aliases, backend, extra=None, state=None):
+    def __init__(self, *, name, build, key, signature, original, plan, inputs, output_structure,
+                 backend, extra=None, state=None):
         self.__name__ = name
-        self.source = source
         self.key = key
-        self.constants = constants
-        self.aliases = aliases
         self.backend = backend
-        self._fn = fn
+        self._build = build          # () -> (source, function, constants, aliases); run on first use
+        self._generated = None
         self._signature = signature
         self._original = original
         self._extra = extra
@@ -113,6 +111,30 @@ class Graph:
         self._output_structure = output_structure
         self.replay_safe = not any(n.has_side_effect and n.kind is not Kind.STATE for n in plan.nodes)
         self.has_state_changes = any(n.kind is Kind.STATE for n in plan.nodes)
+
+    def _generate(self):
+        if self._generated is None:
+            self._generated = self._build()
+        return self._generated
+
+    @property
+    def fn(self):
+        """The generated function: takes the call's array leaves, returns the outputs."""
+        generated = self._generated or self._generate()
+        return generated[1]
+
+    @property
+    def source(self) -> str:
+        return self._generate()[0]
+
+    @property
+    def constants(self) -> dict:
+        """Cached arrays (folded sub-expressions, external arrays) by their name in `source`."""
+        return self._generate()[2]
+
+    @property
+    def aliases(self) -> dict:
+        return self._generate()[3]
 
     @property
     def nodes(self) -> list[Node]:
@@ -136,7 +158,7 @@ class Graph:
                 f"trace_graph({self.__name__}) without args= for a LazyGraph that traces each signature")
         from .codegen import GuardFailed
         try:
-            return self._fn(*leaves)
+            return self.fn(*leaves)
         except GuardFailed:
             if self.has_state_changes:
                 self.backend.restore_global_state(self._state)
@@ -146,7 +168,7 @@ class Graph:
         return self.source
 
     def __repr__(self):
-        return f"<lazytrace.Graph {self.__name__}: {len(self._plan.nodes)} calls, {len(self.constants)} constants>"
+        return f"<lazytrace.Graph {self.__name__}: {len(self._plan.nodes)} calls>"
 
 
 def _target_name(target) -> str:

@@ -121,7 +121,7 @@ class LazyGraph:
                 return self._eager(entry.eager_reason, args, kwargs)
             for graph in entry.graphs:
                 try:
-                    out = graph._fn(*leaves)
+                    out = graph.fn(*leaves)
                 except GuardFailed:
                     stats.guard_failures += 1
                     if graph.has_state_changes:
@@ -216,6 +216,8 @@ class LazyGraph:
                 self._cache.popitem(last=False)
 
     def _explain_retrace(self, args, kwargs):
+        if self.stats.traces < min(_WARN_AT) - 1:
+            return                  # describing arguments costs; only once a warning may follow
         paths = describe_paths(args, kwargs, self._signature)
         previous, self._last_paths = self._last_paths, paths
         if self.stats.traces in _WARN_AT and previous is not None:

@@ -43,6 +43,7 @@ class TraceSession:
         self._tracked = backend.tracked_types
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
+        self._dynamic_seen = False              # any value whose shape depends on array contents
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array") -> Any:
@@ -110,6 +111,8 @@ class TraceSession:
         """Called by the backend's interceptor for every framework call."""
         backend = self.backend
         kind = backend.classify(func, args, kwargs)
+        if kind is CallKind.METADATA and not self._dynamic_seen:
+            return backend.run(func, args, kwargs)[0]     # covered by the signature key
         if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
             if kind is CallKind.ESCAPE:
                 self.fail(f"{_name(func)} hands array memory to code lazytrace cannot see")
@@ -186,10 +189,11 @@ class TraceSession:
             if not isinstance(obj, tracked):
                 continue
             raw = backend.unwrap(obj)
-            value = Value(Source.NODE, node, index, meta=backend.meta(raw), storage=backend.storage_key(raw),
+            value = Value(Source.NODE, node, index, storage=backend.storage_key(raw),
                           foldable=foldable and not backend.requires_grad(raw))
             value.obj = obj if value.foldable else None
             value.dynamic = dynamic
+            self._dynamic_seen = self._dynamic_seen or dynamic
             node.outputs.append(value)
             self._values[id(obj)] = (obj, value)
 
@@ -357,10 +361,15 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     plan = passes.plan(record, session._versions)
     if plan.untraceable:
         return NotTraceable(plan.untraceable), real
-    source, gfn, constants, aliases = codegen.generate(backend, plan, record.inputs, record.output_structure, name)
-    if options.return_backend_traced_fn:
-        gfn = backend.compile(gfn, plan)
-    graph = Graph(name=name, source=source, fn=gfn, key=key, signature=signature, original=fn, plan=plan,
-                  inputs=record.inputs, output_structure=record.output_structure, constants=constants,
-                  aliases=aliases, backend=backend, extra=extra, state=state)
+
+    def build():    # code generation waits for the first replay: the first call pays only the trace
+        source, gfn, constants, aliases = codegen.generate(backend, plan, record.inputs,
+                                                           record.output_structure, name)
+        if options.return_backend_traced_fn:
+            gfn = backend.compile(gfn, plan)
+        return source, gfn, constants, aliases
+
+    graph = Graph(name=name, build=build, key=key, signature=signature, original=fn, plan=plan,
+                  inputs=record.inputs, output_structure=record.output_structure, backend=backend,
+                  extra=extra, state=state)
     return graph, real
