@@ -15,7 +15,7 @@ import operator
 import re
 
 from .ir import Kind, Source, Value
-from .passes import Plan
+from .passes import Plan, output_values
 
 _counter = itertools.count()
 
@@ -138,18 +138,7 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     if fn_name[0].isdigit() or keyword.iskeyword(fn_name):
         fn_name = f"_{fn_name}"
     body: list[str] = []
-    outputs_needed = set()
-
-    def collect(obj):
-        if isinstance(obj, Value):
-            outputs_needed.add(id(obj))
-        elif isinstance(obj, (tuple, list)):
-            for x in obj:
-                collect(x)
-        elif isinstance(obj, dict):
-            for x in obj.values():
-                collect(x)
-    collect(output_structure)
+    outputs_needed = {id(v) for v in output_values(output_structure)}
 
     last_use: dict[int, int] = {}
     for i, node in enumerate(plan.nodes):

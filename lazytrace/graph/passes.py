@@ -38,7 +38,7 @@ class Plan:
 def plan(trace: TraceResult, final_versions: dict) -> Plan:
     nodes = trace.nodes
     _demote_mutated_constants(nodes, final_versions)
-    outputs = _output_values(trace.output_structure)
+    outputs = output_values(trace.output_structure)
     kept, pruned = _eliminate_dead_code(nodes, outputs, trace.inputs)
     constants: dict[int, Value] = {}
     for n in kept:
@@ -72,7 +72,7 @@ def _demote_mutated_constants(nodes: list[Node], final_versions: dict) -> None:
                 work.append(producer)
 
 
-def _output_values(structure) -> list[Value]:
+def output_values(structure) -> list[Value]:
     found: list[Value] = []
 
     def rec(obj):
