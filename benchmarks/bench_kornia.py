@@ -9,10 +9,12 @@ For every function, at every size, on one float32 1x3xHxW input in [0, 1]:
 
   eager    the kornia function itself
   lazy     lazytrace.trace_graph(fn) after warm-up (the graph is cached; inputs fixed)
-  direct   graph._fn(*leaves): the generated function alone, without the signature lookup
+  direct   the generated function of lazy.graph_for(...) called on the call's tensor leaves
+           (graph.fn, or graph._fn in older lazytrace), without the signature lookup
   compile  torch.compile(fn) after its first call (unless --no-compile); its first call is
            timed too (a fresh inductor cache dir per run, so this is a cold compile)
   first    the first call of a fresh LazyGraph (trace + run), against the median eager call
+           (the eager median of the timed calls)
 
 Per-call times are medians of calls timed one by one with time.perf_counter_ns; the
 modes alternate in short blocks (about --block-ms) so that drift and bursts of load from
@@ -26,11 +28,13 @@ jax.jit dispatch of an identity function (skipped when jax is not installed).
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -46,9 +50,10 @@ def _parse_args(argv=None):
                    help="timed calls per mode per function (default: adaptive, see --target-ms)")
     p.add_argument("--target-ms", type=float, default=None,
                    help="adaptive count: ms of calls per mode per function "
-                        "(default 200 at <=64 px, 400 above; --quick: 30)")
+                        "(default 200 at <=64 px, 400 above; --quick: 20)")
     p.add_argument("--block-ms", type=float, default=2.0,
-                   help="modes alternate in blocks of about this many ms of calls (at least 1 call)")
+                   help="modes alternate in blocks of about this many ms of calls (at least 3 "
+                        "timed calls, after one untimed call)")
     p.add_argument("--quick", action="store_true", help="smoke run: 32x32 only, few calls, few compiles")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     p.add_argument("--compile-budget", type=float, default=None,
@@ -75,6 +80,7 @@ ARGS = _parse_args()
 if not ARGS.warm_compile_cache and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
     # a cold cache: the compile first-call numbers are what a new process on a new machine pays
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_kornia_inductor_")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 import torch  # noqa: E402
 import kornia as K  # noqa: E402
@@ -181,6 +187,8 @@ def _suite():
 # timing helpers
 # ---------------------------------------------------------------------------------------------
 _pc = time.perf_counter_ns
+#: the fewest timed calls per block (each block also makes one untimed call first)
+MIN_BLOCK = 3
 
 
 def _time_calls(fn, args, kwargs, n, out):
@@ -205,10 +213,13 @@ def _time_once(fn, *args, **kwargs):
 def _interleaved(modes: dict, n: int, block: int, deadline_s: float | None = None) -> dict:
     """Per-call time distribution of each mode. The n calls per mode are made in blocks of
     `block` calls, the modes taking turns block by block (in rotating order), so that drift
-    and bursts of load from other processes hit all modes alike. Past `deadline_s` the
-    rounds stop early (each mode then has the same number of calls, fewer than n)."""
+    and bursts of load from other processes hit all modes alike. Each block starts with one
+    untimed call: the first call after another mode ran pays for that mode's memory
+    traffic (at 512x512 the caching allocator/page faults add ~1 ms to whichever mode runs
+    right after eager), which would bias the comparison by the order of the modes. Past
+    `deadline_s` the rounds stop early (each mode then has the same number of calls)."""
     samples = {name: [] for name in modes}
-    block = max(1, min(block, n))
+    block = max(MIN_BLOCK, min(block, n))
     names = list(modes)
     done = 0
     r = 0
@@ -218,6 +229,7 @@ def _interleaved(modes: dict, n: int, block: int, deadline_s: float | None = Non
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
             fn, args, kwargs = modes[name]
+            fn(*args, **kwargs)                  # untimed: settles the memory after a mode switch
             _time_calls(fn, args, kwargs, count, samples[name])
         done += count
         r += 1
@@ -255,6 +267,12 @@ def _same(a, b, rtol=1e-4, atol=1e-5) -> bool:
     return True
 
 
+def _graph_fn(graph):
+    """The generated function of a Graph (`graph.fn`; `graph._fn` before lazytrace renamed it)."""
+    fn = getattr(graph, "fn", None)
+    return fn if callable(fn) else graph._fn
+
+
 def _leaves(args, kwargs):
     """The tensor arguments, in argument order (Python scalars/tuples are baked into graphs)."""
     flat, _ = tree_flatten((list(args), dict(kwargs)))
@@ -289,7 +307,7 @@ def bench_one(name, fn, build, size, opts, compile_state: CompileState, errors: 
     res = {"function": name, "size": size, "status": "ok", "notes": []}
     gc.collect()
 
-    # ---- eager: warm up, then a few calls for the first-call ratio and the adaptive count
+    # ---- eager: warm up, then a few timed calls to size the adaptive call count
     try:
         expected = fn(*args, **kwargs)
         for _ in range(2):
@@ -301,8 +319,8 @@ def bench_one(name, fn, build, size, opts, compile_state: CompileState, errors: 
         return res
     few = []
     _time_calls(fn, args, kwargs, 5, few)
-    eager_few = statistics.median(few)
-    res["eager_few_ns"] = eager_few
+    eager_few = min(few)        # sizes the adaptive call count; the min is robust to load bursts
+    res["eager_few_ns"] = few
 
     # ---- first call of fresh LazyGraphs (trace + run); the first one is the reported number
     firsts = []
@@ -321,7 +339,6 @@ def bench_one(name, fn, build, size, opts, compile_state: CompileState, errors: 
         return res
     res["first_ns"] = firsts[0]
     res["first_repeats_ns"] = firsts
-    res["first_over_eager"] = firsts[0] / eager_few
     if not _same(first_out, expected):
         res["notes"].append("first lazy call differs from eager")
 
@@ -344,13 +361,14 @@ def bench_one(name, fn, build, size, opts, compile_state: CompileState, errors: 
     else:
         leaves = _leaves(args, kwargs)
         try:
-            direct_out = graph._fn(*leaves)
-            direct = (graph._fn, tuple(leaves), {})
+            gfn = _graph_fn(graph)
+            direct_out = gfn(*leaves)
+            direct = (gfn, tuple(leaves), {})
             if not _same(direct_out, expected):
                 res["notes"].append("direct graph output differs from eager")
         except Exception as exc:
-            res["notes"].append(f"graph._fn(*leaves) raised: {_short_exc(exc)}")
-            errors.append((name, size, "graph._fn(*leaves)", traceback.format_exc()))
+            res["notes"].append(f"graph function(*leaves) raised: {_short_exc(exc)}")
+            errors.append((name, size, "graph function(*leaves)", traceback.format_exc()))
         res["graph_lines"] = len(graph.source.strip().splitlines())
     if not _same(lazy_out, expected):
         res["notes"].append("cached lazy output differs from eager")
@@ -385,7 +403,7 @@ def bench_one(name, fn, build, size, opts, compile_state: CompileState, errors: 
     if opts.repeat:
         n = opts.repeat
     else:
-        target_ms = opts.target_ms if opts.target_ms else (30 if opts.quick else (200 if size <= 64 else 400))
+        target_ms = opts.target_ms if opts.target_ms else (20 if opts.quick else (200 if size <= 64 else 400))
         n = int(target_ms * 1e6 / max(eager_few, 1))
         n = max(15 if size > 64 else 50, min(n, 20000))
     res["calls_per_mode"] = n
@@ -428,6 +446,8 @@ def bench_one(name, fn, build, size, opts, compile_state: CompileState, errors: 
         if eager_calls:
             res["fallback_reason"] = "; ".join(stats.reasons)
     res["speedup"] = medians["eager"] / medians["lazy"]
+    # first call against the median eager call (the steady-state one: many calls, robust to bursts)
+    res["first_over_eager"] = res["first_ns"] / medians["eager"]
     if "direct" in medians:
         res["lazy_over_direct"] = medians["lazy"] / medians["direct"]
     return res
@@ -452,7 +472,7 @@ def bench_lookup(opts) -> dict:
     n = opts.repeat or (5000 if opts.quick else 50000)
     modes = {"python call": (ident, (x,), {}), "lazytrace": (lazy, (x,), {})}
     if graph is not None:
-        modes["graph._fn"] = (graph._fn, (x,), {})
+        modes["graph fn"] = (_graph_fn(graph), (x,), {})
     try:
         import jax
         import jax.numpy as jnp
@@ -472,8 +492,8 @@ def bench_lookup(opts) -> dict:
     for mode, d in _interleaved(modes, n, 200).items():
         res[f"{mode}_ns"] = d["median"]
         res[f"{mode}_dist_ns"] = d
-    if "graph._fn_ns" in res:
-        res["cache_hit_overhead_ns"] = res["lazytrace_ns"] - res["graph._fn_ns"]
+    if "graph fn_ns" in res:
+        res["cache_hit_overhead_ns"] = res["lazytrace_ns"] - res["graph fn_ns"]
     if "jax.jit_ns" in res:
         res["lazy_over_jax"] = res["lazytrace_ns"] / res["jax.jit_ns"]
     return res
@@ -576,7 +596,8 @@ def summarize(results_by_size: dict) -> dict:
     summary["targets"]["first_over_eager"] = ratio_target("first_over_eager", "first call/eager",
                                                           TARGET_FIRST_EAGER, "{:.2f}x")
     for size, rows in results_by_size.items():
-        extra = [((r["first_ns"] - r["eager_few_ns"]) / 1e6, r["function"]) for r in rows if r.get("first_ns")]
+        extra = [((r["first_ns"] - r["eager_ns"]) / 1e6, r["function"]) for r in rows
+                 if r.get("first_ns") and r.get("eager_ns")]
         if extra:
             mx, mx_fn = max(extra)
             med = statistics.median(v for v, _ in extra)
@@ -589,14 +610,14 @@ def summarize(results_by_size: dict) -> dict:
 def print_lookup(res):
     print("\n=== signature lookup: cache-hit call of an identity function, 1x3x32x32 float32 ===")
     rows = [("python call (def ident(x): return x)", "python call_ns"),
-            ("graph._fn(x)  (generated code only)", "graph._fn_ns"),
+            ("graph.fn(x)  (generated code only)", "graph fn_ns"),
             ("LazyGraph(ident)(x)  (lazytrace hit)", "lazytrace_ns"),
             ("jax.jit(lambda x: x)(x)  (dispatch)", "jax.jit_ns")]
     for label, key in rows:
         if key in res:
             print(f"{label:<44} {res[key] / 1e3:8.2f} us")
     if "cache_hit_overhead_ns" in res:
-        print(f"{'lazytrace cache-hit overhead (hit - _fn)':<44} {res['cache_hit_overhead_ns'] / 1e3:8.2f} us")
+        print(f"{'lazytrace cache-hit overhead (hit - fn)':<44} {res['cache_hit_overhead_ns'] / 1e3:8.2f} us")
     if "lazy_over_jax" in res:
         ok = res["lazy_over_jax"] <= TARGET_LOOKUP_JAX
         res["pass"] = ok
@@ -656,8 +677,6 @@ def main(opts):
     suite = _suite()
     if opts.only:
         suite = [s for s in suite if any(o in s[0] for o in opts.only)]
-    if opts.quick and not opts.only:
-        pass  # the whole suite, but few calls
     print(f"{len(suite)} functions")
 
     # one-time warm-ups, so the first function measured does not pay for imports and caches
