@@ -145,3 +145,24 @@ def test_bad_input_error_is_the_original_one():
     with pytest.raises(ValueError, match="non-negative"):
         lazy(-torch.ones(3))
     assert torch.equal(lazy(torch.full((3,), 4.0)), torch.full((3,), 2.0))
+
+
+def test_strides_are_keyed():
+    lazy = lazytrace.trace_graph(lambda x: x.contiguous().view(-1) if not x.is_contiguous() else x.view(-1))
+    x = torch.arange(6.0).reshape(2, 3)
+    for arg in (x, x.t(), x, x.t()):
+        assert torch.equal(lazy(arg), arg.reshape(-1))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+
+
+def test_shape_of_an_external_array_is_guarded():
+    table = torch.ones(3)
+
+    def fn(x):
+        return x[: table.shape[0]] * 2
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.arange(5.0)
+    lazy(x)
+    table.resize_(4)                      # the closure's array changes shape in place
+    assert torch.equal(lazy(x), fn(x))

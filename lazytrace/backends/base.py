@@ -101,8 +101,9 @@ class Backend:
         from contextlib import nullcontext
         return nullcontext()
 
-    def generator_reads_metadata_only(self, func) -> bool:
-        """True for random calls like rand_like that read only an array's shape/dtype."""
+    def reads_metadata_only(self, func) -> bool:
+        """True for calls like ones_like / rand_like that read only shape, dtype and device of
+        their array arguments, never their values (so their result is a constant per signature)."""
         return False
 
     def storage_key(self, array) -> Any:

@@ -30,7 +30,8 @@ _METADATA = {"size", "dim", "ndimension", "numel", "nelement", "__len__", "eleme
              "requires_grad", "is_cuda", "is_cpu", "is_sparse", "is_mps", "is_meta", "layout", "is_leaf",
              "is_quantized", "names", "itemsize", "nbytes", "grad_fn", "_version", "__hash__",
              "is_same_size", "is_signed", "type", "_is_view", "__torch_function__", "_base",
-             "is_inference", "output_nr", "retains_grad", "is_nested", "is_xla", "is_mkldnn"}
+             "is_inference", "output_nr", "retains_grad", "is_nested", "is_xla", "is_mkldnn",
+             "stride", "is_contiguous", "is_non_overlapping_and_dense"}    # strides are keyed too
 _STATE = {"_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype", "autocast_increment_nesting",
           "autocast_decrement_nesting", "set_autocast_cache_enabled", "clear_autocast_cache",
           "_enter_autocast", "_exit_autocast", "_set_fwd_grad_enabled"}
@@ -38,6 +39,7 @@ _STATE = {"_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype", "au
 _GENERATOR_EXTRA = {"dropout1d", "dropout2d", "dropout3d", "feature_alpha_dropout", "alpha_dropout",
                     "rrelu", "rrelu_", "gumbel_softmax", "feature_dropout"}
 _DETERMINISTIC_INIT = {"constant_", "ones_", "zeros_", "eye_", "dirac_", "calculate_gain"}
+_METADATA_ONLY = {"new_zeros", "new_ones", "new_empty", "new_full"}
 _DYNAMIC_EXTRA = {"argwhere", "unique", "unique_consecutive", "masked_select"}
 
 _OPERATORS = {
@@ -100,10 +102,11 @@ class TorchBackend(Backend):
 
     # ---- signature ----------------------------------------------------------
     def describe(self, t):
-        return (type(t), t.shape, t.dtype, t.device, t.requires_grad)
+        return (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
 
     def guard_conditions(self, expr, t, const):
-        return [f"{expr}.shape == {const(t.shape)}", f"{expr}.dtype is {const(t.dtype)}",
+        return [f"{expr}.shape == {const(t.shape)}", f"{expr}.stride() == {const(t.stride())}",
+                f"{expr}.dtype is {const(t.dtype)}",
                 f"{expr}.device == {const(t.device)}", f"{expr}.requires_grad is {t.requires_grad}"]
 
     def array_check(self, tensors):
@@ -211,8 +214,9 @@ class TorchBackend(Backend):
     def clone(self, t):
         return t.clone()
 
-    def generator_reads_metadata_only(self, func) -> bool:
-        return _func_name(func).endswith("_like")
+    def reads_metadata_only(self, func) -> bool:
+        name = _func_name(func)
+        return name.endswith("_like") or name in _METADATA_ONLY
 
     def rng_token(self):
         return torch.random.default_generator.get_state().numpy().tobytes()

@@ -43,7 +43,7 @@ class TraceSession:
         self._tracked = backend.tracked_types
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
-        self._dynamic_seen = False              # any value whose shape depends on array contents
+        self._unkeyed_metadata = False          # any value whose metadata the key does not fix
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array") -> Any:
@@ -73,6 +73,7 @@ class TraceSession:
         value = Value(Source.EXTERNAL, meta=self.backend.meta(raw), storage=self.backend.storage_key(raw),
                       obj=obj)
         self._values[id(obj)] = (obj, value)
+        self._unkeyed_metadata = True
         return value
 
     def value_of(self, obj) -> Value | None:
@@ -111,7 +112,7 @@ class TraceSession:
         """Called by the backend's interceptor for every framework call."""
         backend = self.backend
         kind = backend.classify(func, args, kwargs)
-        if kind is CallKind.METADATA and not self._dynamic_seen:
+        if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
         if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
             if kind is CallKind.ESCAPE:
@@ -128,7 +129,8 @@ class TraceSession:
             else:
                 kind = CallKind.READBACK if inputs else CallKind.METADATA
         if kind is CallKind.METADATA:
-            if any(v.dynamic for v in inputs):   # shape of a data-dependent result
+            # the shape of a data-dependent result, or of an array not passed in, is not in the key
+            if any(v.dynamic or v.source is Source.EXTERNAL for v in inputs):
                 self._guard(func, largs, lkwargs, inputs, versions, result)
             return result
         if kind is CallKind.READBACK:
@@ -144,12 +146,13 @@ class TraceSession:
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated):
-        constant_inputs = all(v.foldable and v.storage not in self._tainted for v in inputs)
+        constant_inputs = all(v.foldable and v.storage not in self._tainted for v in inputs) or (
+            self.backend.reads_metadata_only(func) and not any(v.dynamic for v in inputs))
         if kind is CallKind.GENERATOR:
             self._saw_generator = True
             node_kind = Kind.GENERATOR if self.include_generators else Kind.OP
             foldable = (not self.include_generators and not mutated
-                        and (constant_inputs or self.backend.generator_reads_metadata_only(func)))
+                        and constant_inputs)
         elif kind is CallKind.STATE:
             node_kind, foldable = Kind.STATE, False
         else:
@@ -193,7 +196,7 @@ class TraceSession:
                           foldable=foldable and not backend.requires_grad(raw))
             value.obj = obj if value.foldable else None
             value.dynamic = dynamic
-            self._dynamic_seen = self._dynamic_seen or dynamic
+            self._unkeyed_metadata = self._unkeyed_metadata or dynamic
             node.outputs.append(value)
             self._values[id(obj)] = (obj, value)
 
