@@ -166,3 +166,24 @@ def test_shape_of_an_external_array_is_guarded():
     lazy(x)
     table.resize_(4)                      # the closure's array changes shape in place
     assert torch.equal(lazy(x), fn(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_number_operands_replayed_as_tensors_are_bit_identical(dtype):
+    import operator
+
+    numbers = [2, -3, 0, 0.5, 1e-8, -0.0, 0.0, 3.0e38, float("inf"), float("nan"), 6.283185307179586, 1 / 3]
+    ops = [operator.add, operator.sub, operator.mul, operator.truediv, operator.mod, operator.eq, operator.lt,
+           operator.ge, lambda x, s: s - x, lambda x, s: s / x, lambda x, s: s * x,
+           torch.add, torch.sub, torch.mul, torch.div, torch.remainder, torch.gt, torch.ne]
+    x = torch.cat([torch.randn(64, dtype=dtype) * 1e3, torch.tensor([0.0, -0.0, 1.0, float("inf"),
+                                                                     float("nan")], dtype=dtype)])
+    for op in ops:
+        for number in numbers:
+            graph = lazytrace.trace_graph(lambda t: op(t, number), args=(x,))
+            got, expected = graph(x), op(x, number)
+            assert got.dtype == expected.dtype
+            assert torch.equal(got.view(-1).view(torch.uint8 if got.dtype == torch.bool else torch.int64
+                                                 if dtype == torch.float64 else torch.int32),
+                               expected.view(-1).view(torch.uint8 if got.dtype == torch.bool else torch.int64
+                                                      if dtype == torch.float64 else torch.int32)), (op, number)

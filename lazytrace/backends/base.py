@@ -106,6 +106,11 @@ class Backend:
         their array arguments, never their values (so their result is a constant per signature)."""
         return False
 
+    def specialize_args(self, func, args, kwargs, recorded: tuple) -> tuple:
+        """The arguments a recorded call should replay with (default: as recorded). `args` are
+        the real ones; a backend may swap a Python number for an equivalent cached array."""
+        return recorded
+
     def storage_key(self, array) -> Any:
         """Equal for arrays that share memory."""
         return id(array)

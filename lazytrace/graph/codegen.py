@@ -115,7 +115,9 @@ class _Emitter:
         if style == "operator" and len(args) == 2 and not kwargs:
             return f"{self.expr(args[0])} {text} {self.expr(args[1])}"
         if style == "roperator" and len(args) == 2 and not kwargs:
-            return f"{self.expr(args[1])} {text} {self.expr(args[0])}"
+            if type(args[1]) in (int, float, complex, bool):    # number <op> array calls array.__rop__
+                return f"{self.expr(args[1])} {text} {self.expr(args[0])}"
+            return f"{self.expr(args[0])}.{node.target.__name__}({self.expr(args[1])})"
         if style == "unary" and len(args) == 1:
             return f"abs({self.expr(args[0])})" if text == "abs" else f"{text}{self.expr(args[0])}"
         if style == "getitem" and len(args) == 2:

@@ -136,7 +136,7 @@ class TraceSession:
         if kind is CallKind.READBACK:
             self._guard(func, largs, lkwargs, inputs, versions, result)
             return result
-        self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated)
+        self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args)
         return result
 
     def _guard(self, func, args, kwargs, inputs, versions, result):
@@ -145,7 +145,7 @@ class TraceSession:
         self.nodes.append(Node(len(self.nodes), Kind.GUARD, func, args, kwargs, inputs, versions,
                                expected=result))
 
-    def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated):
+    def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=()):
         constant_inputs = all(v.foldable and v.storage not in self._tainted for v in inputs) or (
             self.backend.reads_metadata_only(func) and not any(v.dynamic for v in inputs))
         if kind is CallKind.GENERATOR:
@@ -158,6 +158,8 @@ class TraceSession:
         else:
             node_kind = Kind.OP
             foldable = self.array_caching and constant_inputs
+        if not foldable:
+            args = self.backend.specialize_args(func, raw_args, kwargs, args)
         node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable)
         for obj in mutated:
             value = self.value_of(obj)
