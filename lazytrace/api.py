@@ -4,7 +4,7 @@ arguments are given (eager Graph) or not (LazyGraph)."""
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Iterable
+from typing import Any
 
 from .backends import available, get_backend
 from .graph.ir import Graph

@@ -4,7 +4,6 @@ Each case: (name, function, make_args(seed) -> args tuple). Inputs are
 1x3x32x32 float32 images in [0, 1] unless the function needs otherwise.
 """
 import torch
-import kornia
 import kornia.color as KC
 import kornia.enhance as KE
 import kornia.filters as KF
@@ -98,4 +97,3 @@ GRADIENT_CASES = ["color.rgb_to_hsv", "color.rgb_to_lab", "filters.gaussian_blur
                   "enhance.adjust_contrast", "enhance.normalize", "geometry.transform.rotate",
                   "geometry.transform.warp_perspective", "morphology.dilation", "filters.unsharp_mask"]
 
-_ = kornia

@@ -40,9 +40,10 @@ _GENERATOR_EXTRA = {"dropout1d", "dropout2d", "dropout3d", "feature_alpha_dropou
                     "rrelu", "rrelu_", "gumbel_softmax", "feature_dropout"}
 _DETERMINISTIC_INIT = {"constant_", "ones_", "zeros_", "eye_", "dirac_", "calculate_gain"}
 #: binary ops where a Python number operand may become a 0-dim tensor of the other operand's
-#: dtype (float32/float64 only): TensorIterator treats both as a CPU scalar cast to that dtype,
-#: so results are bit-identical (tests/test_torch.py checks), and the tensor form skips
-#: wrapping the number at every call (about 2 us of 4 on a small tensor)
+#: dtype, for float32/float64 CPU tensors only: there TensorIterator treats both as a CPU scalar
+#: cast to that dtype, so results are bit-identical (tests/test_torch.py checks), and the tensor
+#: form skips wrapping the number at every call (about 2 us of 4 on a small tensor). CUDA
+#: kernels round differently with the two forms (seen on an H100: 6e-5 in rgb_to_lab).
 _SCALAR_OPERAND_OPS = {"add", "sub", "mul", "div", "true_divide", "remainder", "eq", "ne", "lt", "le", "gt",
                        "ge", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
                        "__truediv__", "__rtruediv__", "__div__", "__rdiv__", "__mod__", "__eq__", "__ne__", "__lt__",
@@ -216,13 +217,13 @@ class TorchBackend(Backend):
         if kwargs or len(args) != 2 or type(args[1]) not in (int, float):
             return recorded
         x, number = args
-        if not isinstance(x, torch.Tensor) or x.dtype not in _SCALAR_DTYPES or \
+        if not isinstance(x, torch.Tensor) or x.dtype not in _SCALAR_DTYPES or not x.is_cpu or \
                 _func_name(func) not in _SCALAR_OPERAND_OPS:
             return recorded
-        key = (type(number), repr(number), x.dtype, x.device)
+        key = (type(number), repr(number), x.dtype)
         constant = self._scalars.get(key)
         if constant is None:
-            constant = self._scalars[key] = torch.tensor(number, dtype=x.dtype, device=x.device)
+            constant = self._scalars[key] = torch.tensor(number, dtype=x.dtype)
         return (recorded[0], constant)
 
     def storage_key(self, t):

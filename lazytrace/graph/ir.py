@@ -79,7 +79,6 @@ class TraceResult:
     inputs: list                  # Values of the flat input leaves, in order
     output_structure: Any         # the function's result with Values in place of arrays
     untraceable: str | None       # why this signature must run eagerly, if it must
-    options: Any = None
 
 
 class SignatureMismatch(TypeError):

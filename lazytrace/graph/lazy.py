@@ -1,7 +1,9 @@
 """LazyGraph: traces a function on first call, one graph per input signature.
 
-The call path: build the signature key (signature.py), look it up in an LRU
-dict, call the generated function. A miss traces under a per-key claim so
+The call path: first the compiled check of the most recently used graph
+(guards.py: straight-line code testing the exact signature, then the graph);
+otherwise the general path builds the signature key (signature.py), looks it
+up in an LRU dict and calls the graph. A miss traces under a per-key claim so
 concurrent first calls trace once. A signature that cannot be traced, or whose
 guards keep failing, is remembered as eager with the reason.
 """

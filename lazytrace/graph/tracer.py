@@ -24,16 +24,11 @@ _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
     "lazytrace_active_session", default=None)
 
 
-def active_session() -> "TraceSession | None":
-    return _active.get()
-
-
 class TraceSession:
-    def __init__(self, backend, *, include_generators=True, array_caching=True, name="fn"):
+    def __init__(self, backend, *, include_generators=True, array_caching=True):
         self.backend = backend
         self.include_generators = include_generators
         self.array_caching = array_caching
-        self.name = name
         self.nodes: list[Node] = []
         self.inputs: list[Value] = []
         self.untraceable: str | None = None
@@ -349,7 +344,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     """
     backend = choose_backend(backends, options.to)
     session = TraceSession(backend, include_generators=options.include_generators,
-                           array_caching=options.array_caching, name=name)
+                           array_caching=options.array_caching)
 
     targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind))
     if extra is not None:
