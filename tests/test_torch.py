@@ -187,3 +187,26 @@ def test_number_operands_replayed_as_tensors_are_bit_identical(dtype):
                                                  if dtype == torch.float64 else torch.int32),
                                expected.view(-1).view(torch.uint8 if got.dtype == torch.bool else torch.int64
                                                       if dtype == torch.float64 else torch.int32)), (op, number)
+
+
+def test_traced_module_deepcopies_and_saves():
+    import copy
+    import io
+    import inspect
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
+    lazytrace.trace_graph(model)
+    x = torch.randn(2, 3)
+    model(x), model(x)
+    clone = copy.deepcopy(model)
+    with torch.no_grad():
+        clone[0].weight.add_(1.0)                      # the copy has its own parameters...
+    assert torch.allclose(clone(x), torch.relu(x @ clone[0].weight.T + clone[0].bias))
+    assert not torch.allclose(clone(x), model(x))      # ...and its own graphs
+    assert isinstance(clone.forward, lazytrace.LazyGraph) and clone.forward.stats.traces == 1
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert torch.allclose(loaded(x), model(x)) and loaded.forward.stats.hits == 0
+    assert list(inspect.signature(model.forward).parameters) == ["input"]

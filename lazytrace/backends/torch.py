@@ -97,22 +97,16 @@ class TorchBackend(Backend):
     def bind(self, obj):
         if not isinstance(obj, torch.nn.Module):
             return None
-        module = obj
-
-        def live_inputs():
-            """Parameters and buffers are inputs read at every call; train/eval mode is keyed."""
-            tensors = tuple(module.parameters()) + tuple(module.buffers())
-            key = (tuple(m.training for m in module.modules()), tuple(self.describe(t) for t in tensors))
-            return key, tensors
 
         def install(traced):
-            module.forward = traced
-            return module
+            obj.forward = traced
+            return obj
 
-        return module.forward, live_inputs, install
+        return ModuleForward(obj), ModuleLiveInputs(obj), install
 
     # ---- signature ----------------------------------------------------------
-    def describe(self, t):
+    @staticmethod
+    def describe(t):
         return (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
 
     def guard_conditions(self, expr, t, const):
@@ -299,6 +293,36 @@ class TorchBackend(Backend):
 
     def compile(self, fn, graph):
         return torch.compile(fn, dynamic=False)
+
+
+class ModuleForward:
+    """The module's own forward, called through its class (picklable, unlike a closure)."""
+
+    def __init__(self, module):
+        self.module = module
+        self.__qualname__ = f"{type(module).__qualname__}.forward"
+        self.__name__ = "forward"
+
+    def __call__(self, *args, **kwargs):
+        return type(self.module).forward(self.module, *args, **kwargs)
+
+    @property
+    def __signature__(self):
+        import inspect
+        return inspect.signature(type(self.module).forward.__get__(self.module))
+
+
+class ModuleLiveInputs:
+    """Parameters and buffers are graph inputs read at every call; train/eval mode is keyed."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __call__(self):
+        module = self.module
+        tensors = tuple(module.parameters()) + tuple(module.buffers())
+        key = (tuple(m.training for m in module.modules()), tuple(TorchBackend.describe(t) for t in tensors))
+        return key, tensors
 
 
 def _tensors_in(args, kwargs) -> list:

@@ -251,11 +251,23 @@ class LazyGraph:
             self._fast = None
             self._cache.clear()
 
+    def __reduce__(self):
+        """Pickled (and deep-copied) as what it was made from: graphs are not carried along."""
+        sig = self._signature
+        return (_restore, (self._fn, self._options, (tuple(sig.static_argnums), tuple(sig.static_argnames),
+                                                     tuple(sig.stateful_argnums), tuple(sig.stateful_argnames)),
+                           self._name, self.max_signatures, self._extra))
+
     def __get__(self, instance, owner):
         return self if instance is None else functools.partial(self, instance)
 
     def __repr__(self):
         return f"<lazytrace.LazyGraph {self._name}: {len(self._cache)} signatures>"
+
+
+def _restore(fn, options, signature_args, name, max_signatures, extra):
+    return LazyGraph(fn, options=options, signature=Signature(*signature_args), name=name,
+                     max_signatures=max_signatures, extra=extra)
 
 
 def explain_change(old: dict, new: dict) -> str:

@@ -77,6 +77,8 @@ class TraceSession:
 
     def _lift(self, obj, found: list):
         """Replace tracked objects in a call's arguments by Values."""
+        if type(obj) in _PLAIN and not self._objects:
+            return obj
         if isinstance(obj, self._tracked):
             value = self.value_of(obj)
             if value is None:
@@ -281,6 +283,9 @@ class TraceSession:
         structure, real = out(result)
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
         return trace, real
+
+
+_PLAIN = frozenset({int, float, bool, str, type(None), complex})   # arguments that are never tracked
 
 
 def _name(func) -> str:
