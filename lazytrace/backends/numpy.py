@@ -21,7 +21,8 @@ import operator
 import warnings
 
 import numpy as np
-import wrapt
+
+from ..graph.stateful import SessionProxy
 
 from .base import Backend, CallKind
 
@@ -123,16 +124,10 @@ def _call_method(tracer, method, *args, **kwargs):
     return tracer._lt_call(method, (tracer,) + args, kwargs)
 
 
-class RandomProxy(wrapt.ObjectProxy):
+class RandomProxy(SessionProxy):
     """Stands in for a Generator/RandomState argument: its draws are recorded as generator nodes."""
 
-    def __init__(self, rng, session):
-        super().__init__(rng)
-        self._self_session = session
-
-    def __getattr__(self, name):
-        if name.startswith("_self_"):
-            raise AttributeError(name)
+    def _self_attribute(self, name):
         method = getattr(type(self.__wrapped__), name, None)
         if callable(method) and not name.startswith("_"):
             return functools.partial(_draw, self, method)

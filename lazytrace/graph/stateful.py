@@ -14,8 +14,9 @@ from contextlib import contextmanager
 import wrapt
 
 
-class StatefulProxy(wrapt.ObjectProxy):
-    """Forwards everything to the object; reports attribute reads and writes."""
+class SessionProxy(wrapt.ObjectProxy):
+    """A proxy handed to a traced function in place of an object; attribute reads that the
+    object itself does not answer on the proxy go to `_self_attribute(name)`."""
 
     def __init__(self, wrapped, session):
         super().__init__(wrapped)
@@ -24,6 +25,16 @@ class StatefulProxy(wrapt.ObjectProxy):
     def __getattr__(self, name):
         if name.startswith("_self_"):
             raise AttributeError(name)
+        return self._self_attribute(name)
+
+    def _self_attribute(self, name):
+        return getattr(self.__wrapped__, name)
+
+
+class StatefulProxy(SessionProxy):
+    """Forwards everything to the object; reports attribute reads and writes."""
+
+    def _self_attribute(self, name):
         value = getattr(self.__wrapped__, name)
         return self._self_session.on_getattr(self.__wrapped__, name, value)
 

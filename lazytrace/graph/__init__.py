@@ -1,0 +1,1 @@
+"""Tracing, passes, code generation and caches: framework-free."""
