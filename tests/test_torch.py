@@ -210,3 +210,17 @@ def test_traced_module_deepcopies_and_saves():
     loaded = torch.load(buffer, weights_only=False)
     assert torch.allclose(loaded(x), model(x)) and loaded.forward.stats.hits == 0
     assert list(inspect.signature(model.forward).parameters) == ["input"]
+
+
+def test_failed_guard_inside_no_grad_restores_grad_mode():
+    def fn(x):
+        with torch.no_grad():
+            positive = bool(x.sum() > 0)
+        return x * 2 if positive else x * 3
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.ones(2, requires_grad=True)
+    lazy(x), lazy(x)                          # traced, then served by the compiled fast path
+    out = lazy(-x.detach().requires_grad_(True))   # the guard fails inside the no_grad block
+    assert torch.is_grad_enabled() and out.requires_grad
+    assert torch.equal(out, -torch.ones(2) * 3)

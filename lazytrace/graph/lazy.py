@@ -97,6 +97,8 @@ class LazyGraph:
             try:
                 out = fast[0](args, kwargs)
             except GuardFailed:
+                if fast[1].has_state_changes:
+                    fast[1].backend.restore_global_state(fast[1]._state)
                 out = MISS                       # the general path below handles it
             except Exception:
                 stats.calls += 1
