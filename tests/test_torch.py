@@ -224,3 +224,15 @@ def test_failed_guard_inside_no_grad_restores_grad_mode():
     out = lazy(-x.detach().requires_grad_(True))   # the guard fails inside the no_grad block
     assert torch.is_grad_enabled() and out.requires_grad
     assert torch.equal(out, -torch.ones(2) * 3)
+
+
+def test_metadata_only_calls_fold_only_for_keyed_metadata():
+    table = torch.zeros(3)
+    lazy = lazytrace.trace_graph(lambda x: x.sum() + torch.ones_like(x) + torch.ones_like(table).sum())
+    x = torch.ones(2)
+    lazy(x)
+    assert lazy(x).tolist() == [6.0, 6.0]
+    graph = lazy.graph_for(x)
+    assert sum(n.target.__name__ == "ones_like" for n in graph.nodes) == 1   # x's folded, table's kept
+    table.resize_(5)
+    assert lazy(x).tolist() == [8.0, 8.0]

@@ -144,12 +144,12 @@ class TraceSession:
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=()):
         constant_inputs = all(v.foldable and v.storage not in self._tainted for v in inputs) or (
-            self.backend.reads_metadata_only(func) and not any(v.dynamic for v in inputs))
+            self.backend.reads_metadata_only(func)       # only if that metadata is keyed:
+            and not any(v.dynamic or v.source is Source.EXTERNAL for v in inputs))
         if kind is CallKind.GENERATOR:
             self._saw_generator = True
             node_kind = Kind.GENERATOR if self.include_generators else Kind.OP
-            foldable = (not self.include_generators and not mutated
-                        and constant_inputs)
+            foldable = not self.include_generators and not mutated and constant_inputs
         elif kind is CallKind.STATE:
             node_kind, foldable = Kind.STATE, False
         else:
