@@ -70,3 +70,19 @@ def test_out_arguments_and_inplace_methods_are_replayed():
         b1, b2 = np.empty(5), np.empty(5)
         assert np.array_equal(lazy(x, b1), fn(x, b2)) and np.array_equal(b1, b2)
     assert lazy.stats.hits == 2
+
+
+@pytest.mark.parametrize("make_count", [
+    lambda x: np.bincount(x).shape[0],            # length = max value + 1
+    lambda x: len(np.where(x > 1)[0]),            # one-argument where
+    lambda x: np.repeat(x, x).size,               # counts from the data
+])
+def test_shapes_of_intermediates_are_guarded(make_count):
+    def fn(x):
+        return x * make_count(x)
+
+    lazy = lazytrace.trace_graph(fn)
+    for values in ([0, 1, 2], [0, 1, 5], [0, 1, 2], [3, 3, 3]):
+        x = np.array(values)
+        assert np.array_equal(lazy(x), fn(x)), values
+    assert lazy.stats.hits >= 1                    # repeated data replays its graph

@@ -40,6 +40,9 @@ class Backend:
     #: whether array creation (zeros, arange...) is intercepted; if not, an unseen array may
     #: have been made inside the function, so writing into one cannot be replayed safely
     sees_creation: bool = True
+    #: whether the backend knows every call whose output shape depends on array values
+    #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
+    knows_dynamic_shapes: bool = True
 
     def bind(self, obj):
         """For a framework object with its own tracing rules (torch.nn.Module):

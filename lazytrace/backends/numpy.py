@@ -154,6 +154,7 @@ def _unwrap(obj):
 class NumpyBackend(Backend):
     name = "numpy"
     sees_creation = False
+    knows_dynamic_shapes = False    # np.bincount, np.where(c), np.repeat(x, counts)... no tags to tell
     array_types = (np.ndarray,)
     tracked_types = (NumpyTracer, np.ndarray)
     static_types = (np.dtype, np.generic)

@@ -169,7 +169,8 @@ class TraceSession:
             self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
             if not foldable:
                 self._tainted.add(value.storage)
-        dynamic = kind is CallKind.DYNAMIC_SHAPE or any(v.dynamic for v in inputs)
+        dynamic = (kind is CallKind.DYNAMIC_SHAPE or not self.backend.knows_dynamic_shapes
+                   or any(v.dynamic for v in inputs))
         self._register_outputs(node, result, foldable, dynamic)
         self.nodes.append(node)
 
