@@ -124,14 +124,23 @@ def test_generator_objects_are_live_inputs():
     assert lazy.stats.hits == 1 and torch.equal(a, b)
 
 
-def test_return_backend_traced_fn_uses_torch_compile():
+def test_return_backend_traced_fn_uses_the_torch_compilers():
     def fn(x):
         return torch.sin(x) * 2 + 1
 
     graph = lazytrace.trace_graph(fn, args=(torch.randn(8),), return_backend_traced_fn=True)
-    assert "torch._dynamo" in type(graph.fn).__module__ or hasattr(graph.fn, "_torchdynamo_orig_callable")
+    assert graph.fn.direct                                    # plain graph: inductor, called directly
     x = torch.randn(8)
     assert torch.allclose(graph(x), fn(x))
+    assert graph.fn.choice in ("inductor", "python")          # whichever ran faster
+
+    def branchy(x):
+        return x * 2 if x.sum() > 0 else x - 1
+
+    guarded = lazytrace.trace_graph(branchy, args=(torch.ones(8),), return_backend_traced_fn=True)
+    assert not guarded.fn.direct                              # control flow: torch.compile
+    assert torch.allclose(guarded(torch.full((8,), 3.0)), torch.full((8,), 6.0))
+    assert guarded.fn.choice in ("torch.compile", "python")
 
 
 def test_bad_input_error_is_the_original_one():
@@ -236,3 +245,35 @@ def test_metadata_only_calls_fold_only_for_keyed_metadata():
     assert sum(n.target.__name__ == "ones_like" for n in graph.nodes) == 1   # x's folded, table's kept
     table.resize_(5)
     assert lazy(x).tolist() == [8.0, 8.0]
+
+
+def test_compiled_graphs_match_eager_and_keep_autograd():
+    import kornia
+
+    lazy = lazytrace.trace_graph(kornia.color.rgb_to_hsv, return_backend_traced_fn=True)
+    x = torch.rand(1, 3, 8, 8)
+    lazy(x), lazy(x)
+    assert lazy.graph_for(x).fn.choice in ("inductor", "python")
+    for seed in range(2):
+        y = torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+        assert torch.allclose(lazy(y), kornia.color.rgb_to_hsv(y), atol=1e-5)
+    pair = lazytrace.trace_graph(lambda a: (a * 2, {"s": a.sum()}), return_backend_traced_fn=True)
+    a = torch.rand(4)
+    pair(a)
+    out = pair(a)
+    assert isinstance(out, tuple) and isinstance(out[1], dict) and torch.allclose(out[1]["s"], a.sum())
+    w = torch.rand(4, requires_grad=True)                 # needs autograd: torch.compile instead
+    grad_fn = lazytrace.trace_graph(lambda a: (a * w).sum(), return_backend_traced_fn=True)
+    grad_fn(a)
+    grad_fn(a).backward()
+    assert torch.allclose(w.grad, a) and grad_fn.graph_for(a).fn.choice in ("torch.compile", "python")
+
+    def writes_input(t):
+        t.add_(1)
+        return t * 2
+
+    inplace = lazytrace.trace_graph(writes_input, return_backend_traced_fn=True)
+    b = torch.zeros(3)
+    inplace(b), inplace(b)
+    assert torch.equal(b, torch.full((3,), 2.0))          # the write happened once per call
+    assert inplace.graph_for(b).fn.choice == "torch.compile" and not inplace.graph_for(b).fn.repeatable

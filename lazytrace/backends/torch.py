@@ -291,8 +291,76 @@ class TorchBackend(Backend):
     def namespace(self):
         return {"torch": torch}
 
-    def compile(self, fn, graph):
-        return torch.compile(fn, dynamic=False)
+    def compile(self, fn, plan):
+        """Inductor, called directly, for graphs it can take as they are; torch.compile otherwise.
+
+        lazytrace already checks a graph's exact signature before calling it, so dynamo's own
+        guards (tens of microseconds per call on a small input) are not needed: the graph is
+        traced to aten with make_fx on its first call and compiled by inductor's compile_fx.
+        Graphs with guards (Python control flow), random ops, grad-mode changes or in-place
+        writes, and calls that need autograd, go through torch.compile, which handles them."""
+        from ..graph.ir import Kind
+        direct = not plan.visible_effects and not any(
+            n.kind in (Kind.GUARD, Kind.GENERATOR, Kind.STATE, Kind.SETATTR, Kind.GETATTR) for n in plan.nodes)
+        return InductorGraph(fn, direct=direct, repeatable=not plan.visible_effects)
+
+
+class InductorGraph:
+    """A generated graph function compiled on its first call (see TorchBackend.compile).
+
+    `direct`: inductor's compile_fx on a make_fx trace, called without dynamo; otherwise (or
+    when the call needs autograd) torch.compile. `repeatable` (no visible effects): after
+    compiling, the compiled and the plain generated form are timed on that call's inputs and the
+    faster is kept: compiled code wins on graphs of many small ops, plain code on one or two.
+    `choice` says what runs: "inductor", "torch.compile" or "python"."""
+
+    def __init__(self, fn, *, direct: bool, repeatable: bool):
+        self.fn = fn
+        self.direct = direct
+        self.repeatable = repeatable
+        self.choice = None
+        self._impl = None
+
+    def __call__(self, *leaves):
+        impl = self._impl
+        if impl is None:
+            impl = self._impl = self._build(leaves)
+        return impl(*leaves)
+
+    def _build(self, leaves):
+        compiled, self.choice = self._compile(leaves)
+        if not self.repeatable:
+            return compiled                        # calling it again to time it would repeat effects
+        if _median_ns(self.fn, leaves) <= _median_ns(compiled, leaves):
+            self.choice = "python"
+            return self.fn
+        return compiled
+
+    def _compile(self, leaves):
+        from torch._inductor.compile_fx import compile_fx
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
+        if not self.direct or any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
+            return torch.compile(self.fn, dynamic=False), "torch.compile"
+        outputs, spec = tree_flatten(self.fn(*leaves))
+        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in outputs):
+            return torch.compile(self.fn, dynamic=False), "torch.compile"   # closure parameters
+        compiled = compile_fx(make_fx(self.fn)(*leaves), list(leaves))
+
+        def run_compiled(*args):
+            return tree_unflatten(tree_leaves(compiled(*args)), spec)
+        return run_compiled, "inductor"
+
+
+def _median_ns(fn, args, calls=15):
+    import time
+    fn(*args)
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter_ns()
+        fn(*args)
+        samples.append(time.perf_counter_ns() - start)
+    return sorted(samples)[calls // 2]
 
 
 class ModuleForward:

@@ -108,7 +108,7 @@ class Graph:
         self._plan = plan
         self._inputs = inputs
         self._output_structure = output_structure
-        self.replay_safe = not any(n.has_side_effect and n.kind is not Kind.STATE for n in plan.nodes)
+        self.replay_safe = not plan.visible_effects
         self.has_state_changes = any(n.kind is Kind.STATE for n in plan.nodes)
 
     def _generate(self):

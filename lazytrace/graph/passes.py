@@ -33,6 +33,7 @@ class Plan:
     folded: int = 0                               # calls folded into constants
     pruned: list = field(default_factory=list)    # calls dropped as dead code
     untraceable: str | None = None
+    visible_effects: bool = False                 # random draws, attribute writes, writes to inputs
 
 
 def plan(trace: TraceResult, final_versions: dict) -> Plan:
@@ -54,7 +55,8 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
             constants.setdefault(id(v), v)
     result = Plan(kept, list(constants.values()), cloned,
                   folded=sum(1 for n in nodes if n.foldable), pruned=pruned)
-    result.untraceable = trace.untraceable or _unsafe_guard(kept, trace.inputs)
+    unsafe, result.visible_effects = _effects(kept, trace.inputs)
+    result.untraceable = trace.untraceable or unsafe
     return result
 
 
@@ -113,20 +115,27 @@ def _eliminate_dead_code(nodes, outputs, inputs):
     return kept, pruned
 
 
-def _unsafe_guard(kept: list[Node], inputs) -> str | None:
+def _visible_effect(node: Node, visible: set) -> str | None:
+    """What a kept node does that the caller could observe besides its outputs, if anything."""
+    if node.kind is Kind.GENERATOR:
+        return f"drew random numbers ({_describe(node)})"
+    if node.kind is Kind.SETATTR:
+        return f"set an attribute ({_describe(node)})"
+    if any(m.storage in visible or m.source is Source.EXTERNAL for m in node.mutated):
+        return f"wrote to an input or external array ({_describe(node)})"
+    return None
+
+
+def _effects(kept: list[Node], inputs) -> tuple[str | None, bool]:
+    """(why the guards are unsafe, if they are; whether the graph has visible effects)."""
     visible = {v.storage for v in inputs}
     effect = None
     for n in kept:
         if n.kind is Kind.GUARD and effect is not None:
             return (f"a value is read back from an array (by {_describe(n)}) after the function "
-                    f"{effect}; a failed check could not be undone")
-        if n.kind is Kind.GENERATOR:
-            effect = effect or f"drew random numbers ({_describe(n)})"
-        elif n.kind is Kind.SETATTR:
-            effect = effect or f"set an attribute ({_describe(n)})"
-        elif any(m.storage in visible or m.source is Source.EXTERNAL for m in n.mutated):
-            effect = effect or f"wrote to an input or external array ({_describe(n)})"
-    return None
+                    f"{effect}; a failed check could not be undone"), True
+        effect = effect or _visible_effect(n, visible)
+    return None, effect is not None
 
 
 def _describe(node: Node) -> str:
