@@ -18,6 +18,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from .base import Backend, CallKind
@@ -202,10 +203,14 @@ class TorchBackend(Backend):
         tensors = _tensors_in(args, kwargs)
         if not tensors:
             return func(*args, **kwargs), ()
+        if len(tensors) == 1:                    # the common case, without the lists
+            t = tensors[0]
+            before = t._version
+            result = func(*args, **kwargs)
+            return result, (tensors if t._version != before else ())
         before = [t._version for t in tensors]
         result = func(*args, **kwargs)
-        mutated = [t for t, v in zip(tensors, before) if t._version != v]
-        return result, mutated
+        return result, [t for t, v in zip(tensors, before) if t._version != v]
 
     def specialize_args(self, func, args, kwargs, recorded):
         if kwargs or len(args) != 2 or type(args[1]) not in (int, float):
@@ -395,16 +400,14 @@ class ModuleLiveInputs:
 
 def _tensors_in(args, kwargs) -> list:
     found = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            found.append(a)
-        elif type(a) in (list, tuple):
-            found.extend(x for x in a if isinstance(x, torch.Tensor))
-    for a in kwargs.values():
-        if isinstance(a, torch.Tensor):
-            found.append(a)
-        elif type(a) in (list, tuple):
-            found.extend(x for x in a if isinstance(x, torch.Tensor))
+    for group in (args, kwargs.values()) if kwargs else (args,):
+        for a in group:
+            if isinstance(a, Tensor):
+                found.append(a)
+            elif type(a) is list or type(a) is tuple:
+                for x in a:
+                    if isinstance(x, Tensor):
+                        found.append(x)
     return found
 
 

@@ -49,7 +49,7 @@ class Value:
         return f"<Value {self.name or self.source.value} {self.meta or ''}>"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     """One recorded framework call."""
 

@@ -77,15 +77,28 @@ class TraceSession:
 
     def _lift(self, obj, found: list):
         """Replace tracked objects in a call's arguments by Values."""
-        if type(obj) in _PLAIN and not self._objects:
+        tp = type(obj)
+        if tp in _PLAIN and not self._objects:
             return obj
+        if tp is tuple and not self._objects:      # the common case: a flat tuple of arrays and numbers
+            values = self._values
+            out = []
+            for x in obj:
+                entry = values.get(id(x))
+                if entry is not None and entry[0] is x:
+                    found.append(entry[1])
+                    out.append(entry[1])
+                elif type(x) in _PLAIN:
+                    out.append(x)
+                else:
+                    out.append(self._lift(x, found))
+            return tuple(out)
         if isinstance(obj, self._tracked):
             value = self.value_of(obj)
             if value is None:
                 value = self.add_external(obj)
             found.append(value)
             return value
-        tp = type(obj)
         if tp is tuple or tp is list:
             return tp([self._lift(x, found) for x in obj])
         if tp is dict:
