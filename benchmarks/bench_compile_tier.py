@@ -7,7 +7,7 @@ inductor and the plain generated code is faster; torch.compile otherwise); and
 torch.compile of the kornia function itself (--with-torch-compile, slow). Prints per function
 and the geometric means, including the best of replay and compiled graph per function.
 
-    python benchmarks/bench_compile_tier.py [--only NAME ...] [--with-torch-compile]
+    python benchmarks/bench_compile_tier.py [--only NAME ...] [--with-torch-compile] [--device cuda]
 """
 import argparse
 import statistics
@@ -24,14 +24,26 @@ from kornia_cases import CASES  # noqa: E402
 
 
 def median_us(fn, args, seconds=0.25):
+    sync = torch.cuda.synchronize if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args) \
+        else (lambda: None)
     for _ in range(5):
         fn(*args)
+    sync()
     samples, end = [], time.perf_counter() + seconds
     while time.perf_counter() < end or len(samples) < 30:
         start = time.perf_counter_ns()
         fn(*args)
+        sync()
         samples.append(time.perf_counter_ns() - start)
     return statistics.median(samples) / 1000
+
+
+def to_device(obj, device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple):
+        return tuple(to_device(x, device) for x in obj)
+    return obj
 
 
 def _close(a, b):
@@ -44,11 +56,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--with-torch-compile", action="store_true")
+    parser.add_argument("--device", default="cpu")
     opts = parser.parse_args()
     warnings.simplefilter("ignore")
     torch._dynamo.config.cache_size_limit = 256
     torch.compile(lambda x: x + 1)(torch.ones(2))          # inductor start-up, not counted
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, 1x3x32x32 float32; "
+    print(f"torch {torch.__version__}, {opts.device}, {torch.get_num_threads()} threads, 1x3x32x32 float32; "
           f"us per call (median); compile s = first compiled call")
     head = f"{'function':36} {'eager':>8} {'lazy':>8} {'compiled':>9} {'compile s':>9} {'kept':>13}"
     print(head + (f" {'torch.compile':>13}" if opts.with_torch_compile else ""))
@@ -56,14 +69,14 @@ def main():
     for name, fn, make in CASES:
         if opts.only and not any(o in name for o in opts.only):
             continue
-        args = make(0)
+        args = to_device(make(0), opts.device)
         lazy = lazytrace.trace_graph(fn)
         tier = lazytrace.trace_graph(fn, return_backend_traced_fn=True)
         lazy(*args), tier(*args)                            # traces
         start = time.perf_counter()
         tier(*args)                                         # first replay: compiles
         compile_s = time.perf_counter() - start
-        checked = make(1)
+        checked = to_device(make(1), opts.device)
         ok = _close(tier(*checked), fn(*checked))
         row = [median_us(fn, args), median_us(lazy, args), median_us(tier, args)]
         kept = getattr(tier.graph_for(*args).fn, "choice", None) or "torch.compile"

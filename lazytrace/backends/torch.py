@@ -359,11 +359,14 @@ class InductorGraph:
 
 def _median_ns(fn, args, calls=15):
     import time
+    sync = torch.cuda.synchronize if any(isinstance(a, Tensor) and a.is_cuda for a in args) else None
     fn(*args)
     samples = []
     for _ in range(calls):
         start = time.perf_counter_ns()
         fn(*args)
+        if sync is not None:
+            sync()
         samples.append(time.perf_counter_ns() - start)
     return sorted(samples)[calls // 2]
 
