@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import lazytrace  # noqa: E402
-from kornia_cases import CASES  # noqa: E402
+from kornia_cases import CASES, to_device  # noqa: E402
 
 
 def median_us(fn, args, seconds=0.25):
@@ -37,13 +37,6 @@ def median_us(fn, args, seconds=0.25):
         samples.append(time.perf_counter_ns() - start)
     return statistics.median(samples) / 1000
 
-
-def to_device(obj, device):
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, tuple):
-        return tuple(to_device(x, device) for x in obj)
-    return obj
 
 
 def _close(a, b):

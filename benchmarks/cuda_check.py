@@ -11,15 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import lazytrace  # noqa: E402
-from kornia_cases import CASES  # noqa: E402
-
-
-def to(obj, device):
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, tuple):
-        return tuple(to(x, device) for x in obj)
-    return obj
+from kornia_cases import CASES, to_device  # noqa: E402
 
 
 def median_us(fn, args, calls=200):
@@ -44,14 +36,14 @@ def main():
         lazy = lazytrace.trace_graph(fn)
         ok = True
         for seed in range(3):
-            args = to(make(seed), "cuda")
+            args = to_device(make(seed), "cuda")
             got, expected = lazy(*args), fn(*args)
             same = torch.equal(got, expected) if isinstance(got, torch.Tensor) \
                 else all(torch.equal(g, e) for g, e in zip(got, expected))     # bit-identical
             ok = ok and same and (not isinstance(got, torch.Tensor) or got.device.type == "cuda")
         if not ok:
             failures.append(name)
-        args = to(make(0), "cuda")
+        args = to_device(make(0), "cuda")
         eager, fast = median_us(fn, args), median_us(lazy, args)
         speedups.append(eager / fast)
         print(f"{name:40} {eager:9.1f} {fast:9.1f} {eager / fast:7.2f}x {lazy.stats.hits:5d}"

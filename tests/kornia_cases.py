@@ -16,6 +16,15 @@ def img(seed, shape=(1, 3, 32, 32)):
     return torch.rand(shape, generator=g)
 
 
+def to_device(obj, device):
+    """A case's arguments with every tensor moved to `device`."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple):
+        return tuple(to_device(x, device) for x in obj)
+    return obj
+
+
 def gray(seed):
     return img(seed, (1, 1, 32, 32))
 
