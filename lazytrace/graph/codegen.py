@@ -11,7 +11,6 @@ import itertools
 import keyword
 import linecache
 import math
-import operator
 import re
 
 from .ir import Kind, Source, Value
@@ -25,9 +24,6 @@ class GuardFailed(Exception):
 
 
 _LITERAL_TYPES = (bool, int, str, bytes, type(None))
-#: Python's own comparisons, used by guards on numbers read back from arrays
-_PY_OPERATORS = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=",
-                 operator.eq: "==", operator.ne: "!="}
 
 
 class _Emitter:
@@ -106,10 +102,7 @@ class _Emitter:
         return one(idx)
 
     def call(self, node) -> str:
-        if node.target in _PY_OPERATORS:
-            style, text = "operator", _PY_OPERATORS[node.target]
-        else:
-            style, text = self.backend.call_syntax(node.target)
+        style, text = self.backend.call_syntax(node.target)
         args, kwargs = node.args, node.kwargs
         rest = [self.expr(a) for a in args[1:]] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
         if style == "operator" and len(args) == 2 and not kwargs:

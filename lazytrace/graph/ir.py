@@ -94,8 +94,7 @@ class Graph:
     the trace removed.
     """
 
-    def __init__(self, *, name, build, key, signature, original, plan, inputs, output_structure,
-                 backend, extra=None, state=None):
+    def __init__(self, *, name, build, key, signature, original, plan, backend, extra=None, state=None):
         self.__name__ = name
         self.key = key
         self.backend = backend
@@ -106,8 +105,6 @@ class Graph:
         self._extra = extra
         self._state = state
         self._plan = plan
-        self._inputs = inputs
-        self._output_structure = output_structure
         self.replay_safe = not plan.visible_effects
         self.has_state_changes = any(n.kind is Kind.STATE for n in plan.nodes)
 

@@ -52,12 +52,11 @@ class Stats:
 
 
 class _Entry:
-    __slots__ = ("graphs", "eager_reason", "backend", "dispatch")
+    __slots__ = ("graphs", "eager_reason", "dispatch")
 
-    def __init__(self, backend=None):
+    def __init__(self):
         self.graphs: list = []
         self.eager_reason: str | None = None
-        self.backend = backend
         self.dispatch = None        # compiled check_and_call (guards.py), made on the first hit
 
 
@@ -194,10 +193,10 @@ class LazyGraph:
                                   signature=self._signature, options=self._options, name=self._name,
                                   extra=self._extra)
         except NotTraceable as exc:    # decided before running: run eagerly, remember
-            self._store(key, entry, exc, None)
+            self._store(key, entry, exc)
             return self._eager(exc.reason, args, kwargs)
         stats.traces += 1
-        self._store(key, entry, graph, backends[0] if backends else None)
+        self._store(key, entry, graph)
         if isinstance(graph, NotTraceable):
             stats.eager += 1
             stats.reasons[graph.reason] += 1
@@ -205,11 +204,11 @@ class LazyGraph:
         self._explain_retrace(args, kwargs)
         return result
 
-    def _store(self, key, entry, graph, backend):
+    def _store(self, key, entry, graph):
         with self._lock:
             self._fast = None
             if entry is None:
-                entry = self._cache.get(key) or _Entry(backend)
+                entry = self._cache.get(key) or _Entry()
                 self._cache[key] = entry
             if isinstance(graph, NotTraceable):
                 entry.eager_reason = graph.reason

@@ -48,6 +48,7 @@ class Signature:
         self._special = bool(self.static_argnums or self.static_argnames
                              or self.stateful_argnums or self.stateful_argnames)
         self._describers: dict[type, tuple] = {}     # array type -> (describe, backend)
+        self._object_kinds: dict[type, str | None] = {}   # "static" / "live" / None, per type
 
     # ---- hot path ----------------------------------------------------------
     def key(self, args: tuple, kwargs: dict) -> tuple[tuple, list, list]:
@@ -130,17 +131,30 @@ class Signature:
             return (tp, tuple([(k, self._leaf(v, leaves, backends)) for k, v in obj.items()]))
         if isinstance(obj, slice):
             return (slice, self._leaf((obj.start, obj.stop, obj.step), leaves, backends))
-        for b in _loaded_backends():
-            if isinstance(obj, b.static_types):
-                return (tp, obj)
-            if isinstance(obj, b.live_types):
-                leaves.append(obj)
-                return (_LIVE, tp)
+        kind = self._object_kinds.get(tp, "")
+        if kind == "":
+            kind = self._object_kinds[tp] = _object_kind(obj)
+        if kind == "static":
+            return (tp, obj)
+        if kind == "live":
+            leaves.append(obj)
+            return (_LIVE, tp)
         if tp in (int, float) or isinstance(obj, (int, float, str)) and not isinstance(obj, bool):
             return (tp, obj)   # subclasses of int/float/str
         raise Unkeyable(f"argument of type {tp.__module__}.{tp.__qualname__} cannot be part of "
                         f"a cache key (pass it in static_argnums/static_argnames if it is "
                         f"hashable and immutable)")
+
+
+def _object_kind(obj) -> str | None:
+    """"static" for framework objects keyed by value (dtype, device), "live" for objects the
+    graph takes as inputs (RNG generators), else None."""
+    for b in _loaded_backends():
+        if isinstance(obj, b.static_types):
+            return "static"
+        if isinstance(obj, b.live_types):
+            return "live"
+    return None
 
 
 def _loaded_backends():

@@ -389,6 +389,5 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         return source, gfn, constants, aliases
 
     graph = Graph(name=name, build=build, key=key, signature=signature, original=fn, plan=plan,
-                  inputs=record.inputs, output_structure=record.output_structure, backend=backend,
-                  extra=extra, state=state)
+                  backend=backend, extra=extra, state=state)
     return graph, real
