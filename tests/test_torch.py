@@ -247,6 +247,21 @@ def test_metadata_only_calls_fold_only_for_keyed_metadata():
     assert lazy(x).tolist() == [8.0, 8.0]
 
 
+def test_metadata_only_arguments_are_per_position():
+    # full_like reads x's metadata but t's value: t must stay an input, never be baked
+    lazy = lazytrace.trace_graph(lambda x, t: torch.full_like(x, t) + x)
+    x = torch.zeros(2)
+    assert lazy(x, torch.tensor(2.0)).tolist() == [2.0, 2.0]
+    assert lazy(x, torch.tensor(5.0)).tolist() == [5.0, 5.0]
+    # k.to(x) reads only x's dtype and device, which are keyed: folded into a constant
+    cast = lazytrace.trace_graph(lambda x: torch.tensor([1.0, 2.0]).to(x) * x)
+    for dtype in (torch.float32, torch.float64):
+        y = torch.rand(2, dtype=dtype)
+        cast(y)
+        assert torch.equal(cast(y), torch.tensor([1.0, 2.0]).to(y) * y) and cast(y).dtype == dtype
+        assert [n.target.__name__ for n in cast.graph_for(y).nodes] == ["mul"]
+
+
 def test_compiled_graphs_match_eager_and_keep_autograd():
     import kornia
 

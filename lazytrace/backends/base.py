@@ -104,10 +104,11 @@ class Backend:
         from contextlib import nullcontext
         return nullcontext()
 
-    def reads_metadata_only(self, func) -> bool:
-        """True for calls like ones_like / rand_like that read only shape, dtype and device of
-        their array arguments, never their values (so their result is a constant per signature)."""
-        return False
+    def metadata_inputs(self, func, args, kwargs) -> tuple:
+        """The arguments of this call whose values it never reads, only their shape, dtype and
+        device (`ones_like(x)`'s x, `k.to(x)`'s x): a call whose other inputs are constants is
+        then a constant per signature. Positions only: the items are returned as given."""
+        return ()
 
     def specialize_args(self, func, args, kwargs, recorded: tuple) -> tuple:
         """The arguments a recorded call should replay with (default: as recorded). `args` are

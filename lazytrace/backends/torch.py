@@ -50,7 +50,11 @@ _SCALAR_OPERAND_OPS = {"add", "sub", "mul", "div", "true_divide", "remainder", "
                        "__truediv__", "__rtruediv__", "__div__", "__rdiv__", "__mod__", "__eq__", "__ne__", "__lt__",
                        "__le__", "__gt__", "__ge__"}
 _SCALAR_DTYPES = (torch.float32, torch.float64)
-_METADATA_ONLY = {"new_zeros", "new_ones", "new_empty", "new_full"}
+#: calls that read only the metadata of their first array (`self` / `input`) ...
+_METADATA_FIRST = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "zeros_like", "ones_like",
+                   "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
+#: ... and of their second (`other`): `k.to(x)` casts k to x's dtype and device
+_METADATA_SECOND = {"to", "type_as", "expand_as", "view_as", "reshape_as"}
 _DYNAMIC_EXTRA = {"argwhere", "unique", "unique_consecutive", "masked_select"}
 
 _OPERATORS = {
@@ -237,9 +241,13 @@ class TorchBackend(Backend):
     def clone(self, t):
         return t.clone()
 
-    def reads_metadata_only(self, func) -> bool:
+    def metadata_inputs(self, func, args, kwargs) -> tuple:
         name = _func_name(func)
-        return name.endswith("_like") or name in _METADATA_ONLY
+        if name in _METADATA_FIRST:
+            return args[:1] if args else (kwargs.get("input"),)
+        if name in _METADATA_SECOND:
+            return args[1:2] if len(args) > 1 else (kwargs.get("other"),)
+        return ()
 
     def rng_token(self):
         return torch.random.default_generator.get_state().numpy().tobytes()

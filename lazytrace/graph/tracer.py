@@ -156,9 +156,13 @@ class TraceSession:
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=()):
-        constant_inputs = all(v.foldable and v.storage not in self._tainted for v in inputs) or (
-            self.backend.reads_metadata_only(func)       # only if that metadata is keyed:
-            and not any(v.dynamic or v.source is Source.EXTERNAL for v in inputs))
+        data = list(inputs)
+        for arg in self.backend.metadata_inputs(func, args, kwargs):
+            if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
+                if arg.dynamic or arg.source is Source.EXTERNAL:
+                    break
+                data.pop(next(i for i, v in enumerate(data) if v is arg))
+        constant_inputs = all(v.foldable and v.storage not in self._tainted for v in data)
         if kind is CallKind.GENERATOR:
             self._saw_generator = True
             node_kind = Kind.GENERATOR if self.include_generators else Kind.OP
