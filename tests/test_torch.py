@@ -262,6 +262,39 @@ def test_metadata_only_arguments_are_per_position():
         assert [n.target.__name__ for n in cast.graph_for(y).nodes] == ["mul"]
 
 
+def test_state_changed_where_calls_cannot_show_it_runs_eagerly():
+    # torch.autocast / set_default_dtype inside a function never reach a TorchFunctionMode
+    def mixed(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ x
+        return y.float()
+
+    def default64(x):
+        torch.set_default_dtype(torch.float64)
+        try:
+            return torch.ones(2) + x
+        finally:
+            torch.set_default_dtype(torch.float32)
+
+    for fn, x in ((mixed, torch.rand(4, 4)), (default64, torch.rand(2, dtype=torch.float64))):
+        lazy = lazytrace.trace_graph(fn)
+        for _ in range(3):
+            y = torch.rand_like(x)
+            assert torch.equal(lazy(y), fn(y))
+        assert lazy.stats.hits == 0 and "autocast" in lazy.eager_signatures[0]
+
+
+def test_autocast_around_the_call_is_keyed_with_its_dtype():
+    lazy = lazytrace.trace_graph(lambda a: a @ a)
+    y = torch.rand(3, 3)
+    dtypes = []
+    for dtype in (torch.bfloat16, torch.float16, torch.bfloat16, None):
+        with torch.autocast("cpu", dtype=dtype or torch.float16, enabled=dtype is not None):
+            dtypes.append(lazy(y).dtype)
+    assert dtypes == [torch.bfloat16, torch.float16, torch.bfloat16, torch.float32]
+    assert lazy.stats.traces == 3
+
+
 def test_compiled_graphs_match_eager_and_keep_autograd():
     import kornia
 

@@ -104,6 +104,12 @@ class Backend:
         from contextlib import nullcontext
         return nullcontext()
 
+    def unseen_state(self):
+        """A snapshot of the global state that changes results but that code can change without the
+        interceptor seeing it. The tracer compares it before every call and at the end: a change
+        inside the function makes the signature run eagerly."""
+        return None
+
     def metadata_inputs(self, func, args, kwargs) -> tuple:
         """The arguments of this call whose values it never reads, only their shape, dtype and
         device (`ones_like(x)`'s x, `k.to(x)`'s x): a call whose other inputs are constants is

@@ -50,6 +50,7 @@ _SCALAR_OPERAND_OPS = {"add", "sub", "mul", "div", "true_divide", "remainder", "
                        "__truediv__", "__rtruediv__", "__div__", "__rdiv__", "__mod__", "__eq__", "__ne__", "__lt__",
                        "__le__", "__gt__", "__ge__"}
 _SCALAR_DTYPES = (torch.float32, torch.float64)
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")
 #: calls that read only the metadata of their first array (`self` / `input`) ...
 _METADATA_FIRST = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "zeros_like", "ones_like",
                    "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
@@ -68,6 +69,13 @@ _ROPERATORS = {"__r" + k[2:]: v for k, v in _OPERATORS.items() if k not in ("__e
 _UNARY = {"__neg__": "-", "__pos__": "+", "__invert__": "~", "__abs__": "abs"}
 _NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special",
                "torch.nn.init", "torch._C", "torch._C._nn", "torch.functional")
+
+
+def _autocast_state():
+    """False, or the autocast dtype of each device type it is enabled for."""
+    if not torch._C._is_any_autocast_enabled():
+        return False
+    return tuple((d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d))
 
 
 def _func_name(func) -> str:
@@ -130,15 +138,21 @@ class TorchBackend(Backend):
             return None
 
     def state_conditions(self, state, const):
-        grad, dtype, inference, autocast = state
-        return [f"{const(torch.is_grad_enabled)}() is {grad}",
-                f"{const(torch.get_default_dtype)}() is {const(dtype)}",
-                f"{const(torch.is_inference_mode_enabled)}() is {inference}",
-                f"{const(torch._C._is_any_autocast_enabled)}() is {autocast}"]
+        grad, (dtype, inference, autocast) = state
+        conditions = [f"{const(torch.is_grad_enabled)}() is {grad}",
+                      f"{const(torch.get_default_dtype)}() is {const(dtype)}",
+                      f"{const(torch.is_inference_mode_enabled)}() is {inference}"]
+        if autocast is False:
+            return conditions + [f"{const(torch._C._is_any_autocast_enabled)}() is False"]
+        return conditions + [f"{const(_autocast_state)}() == {const(autocast)}"]
 
     def global_state(self):
-        return (torch.is_grad_enabled(), torch.get_default_dtype(), torch.is_inference_mode_enabled(),
-                torch._C._is_any_autocast_enabled())
+        return torch.is_grad_enabled(), self.unseen_state()
+
+    def unseen_state(self):
+        """Default dtype, inference mode, autocast: `torch.autocast` and `set_default_dtype` inside a
+        function do not reach a TorchFunctionMode, so the tracer compares this before every call."""
+        return torch.get_default_dtype(), torch.is_inference_mode_enabled(), _autocast_state()
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])

@@ -39,6 +39,7 @@ class TraceSession:
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
+        self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array") -> Any:
@@ -121,6 +122,8 @@ class TraceSession:
     def on_call(self, func, args, kwargs):
         """Called by the backend's interceptor for every framework call."""
         backend = self.backend
+        if backend.unseen_state() != self._unseen:
+            self.fail(_UNSEEN_STATE)
         kind = backend.classify(func, args, kwargs)
         if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
@@ -270,6 +273,8 @@ class TraceSession:
                 yield self
         finally:
             _active.reset(token)
+        if self.backend.unseen_state() != self._unseen:
+            self.fail(_UNSEEN_STATE)
         if (self.include_generators and not self._saw_generator and rng_before is not None
                 and self.backend.rng_token() != rng_before):
             self.fail("random numbers were drawn by calls lazytrace did not see")
@@ -356,6 +361,10 @@ def choose_backend(backends: list, to: str | None):
         raise TypeError(f"arguments mix arrays of several frameworks ({', '.join(b.name for b in backends)}); "
                         f"pass to= to choose one")
     return backends[0]
+
+
+_UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
+                 "set_default_dtype, inference_mode ...): a graph could not replay it")
 
 
 def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signature: Signature,
