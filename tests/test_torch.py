@@ -295,6 +295,42 @@ def test_autocast_around_the_call_is_keyed_with_its_dtype():
     assert lazy.stats.traces == 3
 
 
+def test_reseeding_inside_the_function_runs_eagerly():
+    def global_seed(x):
+        torch.manual_seed(0)
+        return x + torch.rand(3)
+
+    def input_seed(x, gen):
+        gen.manual_seed(5)
+        return x + torch.rand(3, generator=gen)
+
+    def seed_after(x):
+        y = x + torch.rand(3)
+        torch.manual_seed(7)
+        return y
+
+    x = torch.zeros(3)
+    for fn, extra in ((global_seed, ()), (input_seed, (torch.Generator(),)), (seed_after, ())):
+        lazy = lazytrace.trace_graph(fn)
+        outs = []
+        for _ in range(3):
+            torch.manual_seed(1)
+            outs.append((lazy(x, *extra), torch.rand(1)))
+            torch.manual_seed(1)
+            want = (fn(x, *extra), torch.rand(1))      # the RNG state after the call matters too
+            assert all(torch.equal(a, b) for a, b in zip(outs[-1], want))
+        assert lazy.stats.hits == 0 and "reseeded" in lazy.eager_signatures[0]
+
+
+def test_draws_from_an_input_generator_replay_fresh():
+    lazy = lazytrace.trace_graph(lambda x, gen: x + torch.rand(3, generator=gen))
+    gen, ref = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    x = torch.zeros(3)
+    for _ in range(3):
+        assert torch.equal(lazy(x, gen), x + torch.rand(3, generator=ref))
+    assert lazy.stats.hits == 2
+
+
 def test_compiled_graphs_match_eager_and_keep_autograd():
     import kornia
 

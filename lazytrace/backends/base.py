@@ -131,9 +131,14 @@ class Backend:
     def clone(self, array):
         raise NotImplementedError
 
-    def rng_token(self) -> Any:
-        """A cheap fingerprint of global RNG state, to catch unrecorded random draws."""
+    def rng_token(self, source=None) -> Any:
+        """A fingerprint of the state of an RNG (`source`: one from rng_sources, or None for the
+        global one), to catch random draws and reseeding that calls do not show."""
         return None
+
+    def rng_sources(self, func, args, kwargs) -> list:
+        """The RNGs a random call draws from (its generator argument, else the global one)."""
+        return []
 
     def meta(self, array) -> str:
         """Short description for displays: '1x3x32x32 float32'."""

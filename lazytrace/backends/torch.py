@@ -263,8 +263,25 @@ class TorchBackend(Backend):
             return args[1:2] if len(args) > 1 else (kwargs.get("other"),)
         return ()
 
-    def rng_token(self):
-        return torch.random.default_generator.get_state().numpy().tobytes()
+    def rng_token(self, source=None):
+        if source is None:
+            source = torch.random.default_generator
+        return source.get_state().numpy().tobytes() if isinstance(source, torch.Generator) else None
+
+    def rng_sources(self, func, args, kwargs) -> list:
+        explicit = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Generator)]
+        if explicit:
+            return explicit
+        device = kwargs.get("device")
+        if device is None:
+            device = next((a.device for a in args if isinstance(a, torch.Tensor)), "cpu")
+        device = torch.device(device)
+        if device.type == "cpu":
+            return [torch.random.default_generator]
+        if device.type == "cuda":
+            return [torch.cuda.default_generators[device.index if device.index is not None
+                                                  else torch.cuda.current_device()]]
+        return []
 
     def meta(self, t) -> str:
         shape = "x".join(str(d) for d in t.shape) or "scalar"

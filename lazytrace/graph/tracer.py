@@ -40,6 +40,7 @@ class TraceSession:
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
+        self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array") -> Any:
@@ -50,6 +51,9 @@ class TraceSession:
             value = Value(Source.INPUT, meta=self.backend.meta(obj), storage=self.backend.storage_key(obj))
         else:
             handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
+            token = self.backend.rng_token(obj) if kind == "live" else None
+            if token is not None:
+                self._rng[id(obj)] = (obj, token)
             self._objects = True
             value = Value(Source.INPUT, meta=type(obj).__name__, storage=id(obj))
         self.inputs.append(value)
@@ -135,7 +139,13 @@ class TraceSession:
         largs = self._lift(args, inputs)
         lkwargs = self._lift(kwargs, inputs) if kwargs else {}
         versions = [self.version(v) for v in inputs]
+        rngs = backend.rng_sources(func, args, kwargs) if kind is CallKind.GENERATOR else ()
+        for rng in rngs:
+            if self._rng.get(id(rng), (rng, None))[1] not in (None, backend.rng_token(rng)):
+                self.fail(_UNSEEN_RNG)
         result, mutated = backend.run(func, args, kwargs)
+        for rng in rngs:
+            self._rng[id(rng)] = (rng, backend.rng_token(rng))
         if kind is CallKind.UNKNOWN:
             if mutated or _contains(result, self._tracked):
                 kind = CallKind.OP
@@ -267,7 +277,8 @@ class TraceSession:
     @contextmanager
     def activate(self):
         token = _active.set(self)
-        rng_before = self.backend.rng_token()
+        for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
+            self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
         try:
             with self.backend.intercept(self):
                 yield self
@@ -275,9 +286,9 @@ class TraceSession:
             _active.reset(token)
         if self.backend.unseen_state() != self._unseen:
             self.fail(_UNSEEN_STATE)
-        if (self.include_generators and not self._saw_generator and rng_before is not None
-                and self.backend.rng_token() != rng_before):
-            self.fail("random numbers were drawn by calls lazytrace did not see")
+        if self.include_generators and any(self.backend.rng_token(rng) != before
+                                           for rng, before in self._rng.values()):
+            self.fail(_UNSEEN_RNG)
 
     def finish(self, result) -> tuple[TraceResult, Any]:
         """Map the function's result to Values; return the trace and the result
@@ -365,6 +376,10 @@ def choose_backend(backends: list, to: str | None):
 
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
                  "set_default_dtype, inference_mode ...): a graph could not replay it")
+
+
+_UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazytrace does not see "
+               "(manual_seed, set_rng_state, ...): a graph could not replay that")
 
 
 def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signature: Signature,
