@@ -331,6 +331,20 @@ def test_draws_from_an_input_generator_replay_fresh():
     assert lazy.stats.hits == 2
 
 
+def test_a_caught_framework_exception_makes_the_signature_eager():
+    def chol(x):
+        try:
+            return torch.linalg.cholesky(x)
+        except RuntimeError:
+            return x * 0
+
+    lazy = lazytrace.trace_graph(chol)
+    lazy(-torch.eye(2))
+    good = torch.eye(2) * 4
+    assert torch.equal(lazy(good), chol(good))
+    assert lazy.stats.hits == 0 and "raised during the trace" in lazy.eager_signatures[0]
+
+
 def test_compiled_graphs_match_eager_and_keep_autograd():
     import kornia
 

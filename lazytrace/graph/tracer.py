@@ -125,6 +125,15 @@ class TraceSession:
     # ---- calls -----------------------------------------------------------------
     def on_call(self, func, args, kwargs):
         """Called by the backend's interceptor for every framework call."""
+        try:
+            return self._on_call(func, args, kwargs)
+        except Exception:
+            # if the function catches this, what it does next depends on whether the call raised,
+            # which a graph cannot check (cholesky of a non-positive-definite input, ...)
+            self.fail(f"{_name(func)} raised during the trace and the function went on")
+            raise
+
+    def _on_call(self, func, args, kwargs):
         backend = self.backend
         if backend.unseen_state() != self._unseen:
             self.fail(_UNSEEN_STATE)
