@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..backends import CallKind, get_backend
 from . import codegen, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
-from .signature import Signature, walk
+from .signature import Signature, container_snapshot, containers_changed, walk
 from .stateful import StatefulProxy, recording_class
 
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
@@ -403,6 +403,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
                            array_caching=options.array_caching)
 
     targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind))
+    handed = container_snapshot((targs, tkwargs))
     if extra is not None:
         for leaf in extra()[1]:
             session.add_input(leaf)
@@ -413,6 +414,10 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))
         stack.enter_context(session.activate())
         result = fn(*targs, **tkwargs)
+    if containers_changed(handed):
+        # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
+        return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
+            fn(*args, **kwargs)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
     if plan.untraceable:
