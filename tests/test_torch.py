@@ -345,6 +345,24 @@ def test_a_caught_framework_exception_makes_the_signature_eager():
     assert lazy.stats.hits == 0 and "raised during the trace" in lazy.eager_signatures[0]
 
 
+def test_calls_that_returned_their_input_are_skipped_only_when_the_key_says_so():
+    def fn(x):
+        y = x.contiguous().to(torch.float32)
+        y.requires_grad_()            # returns self too, but changes it: kept
+        return y * 2
+
+    lazy = lazytrace.trace_graph(fn)
+    lazy(torch.rand(4, 3))            # y is x itself: x now requires grad
+    assert [n.target.__name__ for n in lazy.graph_for(torch.rand(4, 3)).nodes] == ["requires_grad_", "mul"]
+    t = torch.rand(3, 4).t()          # other strides: another signature, where contiguous copies
+    out = lazy(t)
+    assert out.is_contiguous() and torch.equal(out, fn(t.clone())) and not t.requires_grad
+    assert "contiguous" in [n.target.__name__ for n in lazy.graph_for(torch.rand(3, 4).t()).nodes]
+    y = torch.rand(4, 3)
+    out = lazy(y)
+    assert y.requires_grad and out.requires_grad and torch.equal(out, y * 2)
+
+
 def test_compiled_graphs_match_eager_and_keep_autograd():
     import kornia
 

@@ -110,6 +110,11 @@ class Backend:
         inside the function makes the signature run eagerly."""
         return None
 
+    def returned_its_input(self, func, args, result, mutated) -> bool:
+        """True when this call returned its first argument itself and did nothing else, decided by
+        what the signature key fixes (dtype, device, strides): the graph then skips the call."""
+        return False
+
     def metadata_inputs(self, func, args, kwargs) -> tuple:
         """The arguments of this call whose values it never reads, only their shape, dtype and
         device (`ones_like(x)`'s x, `k.to(x)`'s x): a call whose other inputs are constants is

@@ -255,6 +255,11 @@ class TorchBackend(Backend):
     def clone(self, t):
         return t.clone()
 
+    def returned_its_input(self, func, args, result, mutated) -> bool:
+        # `x.to(x.dtype)`, `.contiguous()`, `.cpu()` return self when the (keyed) metadata already
+        # match; a trailing underscore marks calls that change self in place (requires_grad_ too)
+        return bool(args) and result is args[0] and not mutated and not _func_name(func).endswith("_")
+
     def metadata_inputs(self, func, args, kwargs) -> tuple:
         name = _func_name(func)
         if name in _METADATA_FIRST:

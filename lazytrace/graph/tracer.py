@@ -178,6 +178,8 @@ class TraceSession:
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=()):
+        if kind is CallKind.OP and self.backend.returned_its_input(func, raw_args, result, mutated):
+            return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
         data = list(inputs)
         for arg in self.backend.metadata_inputs(func, args, kwargs):
             if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
