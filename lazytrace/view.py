@@ -75,11 +75,11 @@ def layout(graph) -> Layout:
     for v in plan.constants:
         external = v.source is Source.EXTERNAL
         home[id(v)] = f"const_{v.name}"
-        made_by = "" if external else f" = {_call_name(backend, v.node)}(...)"
         boxes.append(Box(home[id(v)], "external" if external else "constant",
                          f"{v.name}{' (external)' if external else ' (cached)'}\n{meta(v)}",
-                         ["array the function reached by itself: referenced, not copied" if external else
-                          f"constant folded at trace time{made_by}", meta(v)]))
+                         [f"external array {v.name}: reached by the function itself, referenced, not copied"
+                          if external else f"constant {v.name}: computed once when traced, made by "
+                          f"{_call_name(backend, v.node)}", meta(v)]))
     for node, line in zip(plan.nodes, lines):
         box_id = f"n{node.position}"
         kind = _NODE_KINDS[node.kind]
