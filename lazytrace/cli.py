@@ -118,8 +118,9 @@ def add_show(subparsers):
     p.set_defaults(run=run_show)
 
 
-def run_show(ns, out=sys.stdout) -> int:
+def run_show(ns, out=None) -> int:
     import lazytrace
+    out = out or sys.stdout
     from .backends import get_backend
     try:
         backend = get_backend(ns.framework)

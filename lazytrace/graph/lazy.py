@@ -272,7 +272,8 @@ class LazyGraph:
         if self.stats.traces in _WARN_AT and rec.nearest is not None:
             warnings.warn(f"lazytrace: {self._name} traced {self.stats.traces} times; the last trace "
                           f"was caused by {rec.cause}. Calls with changing shapes or Python values each "
-                          f"trace a new graph; see {self._name}.explain().", RetraceWarning, stacklevel=5)
+                          f"trace a new graph; LazyGraph.explain() lists why each trace happened.", RetraceWarning,
+                          stacklevel=5)
 
     @staticmethod
     def _guard_text(graph, index) -> str:
