@@ -82,16 +82,19 @@ def parse_value(text: str, backend, seed: int):
                          f"value like 5, 1.5, (5, 5), 'reflect'") from None
 
 
-def _median_us(fn, args, kwargs, budget_s: float, max_calls: int) -> float:
-    for _ in range(3):
-        fn(*args, **kwargs)
-    samples = []
-    deadline = time.perf_counter() + budget_s
-    while len(samples) < max_calls and (len(samples) < 5 or time.perf_counter() < deadline):
-        start = time.perf_counter_ns()
-        fn(*args, **kwargs)
-        samples.append(time.perf_counter_ns() - start)
-    return statistics.median(samples) / 1000
+def _medians_us(fns, args, kwargs, budget_s: float, max_rounds: int = 10000) -> list[float]:
+    """Median time of each function, calling them in turn (so machine noise hits all alike)."""
+    for fn in fns:
+        for _ in range(3):
+            fn(*args, **kwargs)
+    samples = [[] for _ in fns]
+    deadline = time.perf_counter() + budget_s * len(fns)
+    while len(samples[0]) < max_rounds and (len(samples[0]) < 5 or time.perf_counter() < deadline):
+        for fn, times in zip(fns, samples):
+            start = time.perf_counter_ns()
+            fn(*args, **kwargs)
+            times.append(time.perf_counter_ns() - start)
+    return [statistics.median(times) / 1000 for times in samples]
 
 
 # ---- lazytrace show ----------------------------------------------------------------------------
@@ -161,8 +164,7 @@ def run_show(ns, out=None) -> int:
           (": " + ", ".join(f"{name} x{n}" if n > 1 else name for name, n in pruned.most_common())
            if pruned else ""), file=out)
     if not ns.no_timing:
-        eager_us = _median_us(fn, args, kwargs, ns.time_budget, 10000)
-        traced_us = _median_us(lazy, args, kwargs, ns.time_budget, 10000)
+        eager_us, traced_us = _medians_us([fn, lazy], args, kwargs, ns.time_budget)
         print(f"timing:  eager {eager_us:.1f} us, traced {traced_us:.1f} us per call (medians): "
               f"{eager_us / traced_us:.2f}x; first call (trace) {first_us:.0f} us", file=out)
     if ns.html:

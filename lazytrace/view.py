@@ -134,14 +134,14 @@ def _output_paths(structure, path="out"):
 
 # ---- DOT and images ---------------------------------------------------------------------
 
-def _digraph(lay: Layout, tooltips=True):
+def _digraph(lay: Layout, background="transparent"):
     try:
         import graphviz
     except ImportError:
         raise GraphvizMissing("drawing graphs needs the python 'graphviz' package: "
                               "pip install 'lazytrace[view]'") from None
     dot = graphviz.Digraph(lay.name, graph_attr={"rankdir": "TB", "nodesep": "0.25", "ranksep": "0.35",
-                                                 "fontname": "Helvetica", "bgcolor": "transparent"},
+                                                 "fontname": "Helvetica", "bgcolor": background},
                            node_attr={"fontname": "Helvetica", "fontsize": "11", "style": "rounded,filled",
                                       "penwidth": "1.2", "height": "0.3", "margin": "0.12,0.05"},
                            edge_attr={"color": "#7a869a", "arrowsize": "0.6", "penwidth": "1.0"})
@@ -149,11 +149,11 @@ def _digraph(lay: Layout, tooltips=True):
         shape, fill, border, _ = STYLES[box.kind]
         style = "filled" if shape in ("cylinder", "diamond") else "rounded,filled"
         dot.node(box.id, box.label, shape=shape, fillcolor=fill, color=border, style=style,
-                 tooltip="\n".join(box.details) if tooltips else None, id=box.id,
+                 tooltip="\n".join(box.details), id=box.id,
                  **{"class": f"lt-{box.kind}"})
     for i, (a, b, text, write) in enumerate(lay.edges):
         extra = {"style": "dashed", "color": "#c0392b", "constraint": "false"} if write else {}
-        dot.edge(a, b, id=f"e{i}", tooltip=text if tooltips else None, **extra)
+        dot.edge(a, b, id=f"e{i}", tooltip=text, **extra)
     return dot
 
 
@@ -169,9 +169,9 @@ def _require_dot():
                               "macOS: brew install graphviz; conda: conda install graphviz)")
 
 
-def _pipe(lay: Layout, fmt: str, tooltips=True) -> bytes:
+def _pipe(lay: Layout, fmt: str, background="transparent") -> bytes:
     _require_dot()
-    return _digraph(lay, tooltips).pipe(format=fmt)
+    return _digraph(lay, background=background).pipe(format=fmt)
 
 
 def render(graph, path, format: str | None = None) -> Path:
@@ -181,7 +181,7 @@ def render(graph, path, format: str | None = None) -> Path:
     if fmt not in ("svg", "png", "pdf"):
         raise ValueError(f"cannot tell the image format of {str(path)!r}: use a .svg, .png or .pdf name "
                          f"or format='svg'/'png'/'pdf'")
-    path.write_bytes(_pipe(layout(graph), fmt))
+    path.write_bytes(_pipe(layout(graph), fmt, background="white"))
     return path
 
 

@@ -52,8 +52,10 @@ class TraceRecord:
         return f"trace {self.number} (nearest earlier: trace {self.nearest}): {self.cause}"
 
 
-def format_signature(signature: dict) -> str:
-    return ", ".join(f"{path}={text}" for path, text in signature.items()) or "no arguments"
+def format_signature(signature: dict, arguments_only=False) -> str:
+    """'args[0]=1x3x32x32 float32, args[1]=5'; global and module state too unless arguments_only."""
+    return ", ".join(f"{path}={text}" for path, text in signature.items()
+                     if not arguments_only or path.startswith(("args[", "kwargs["))) or "no arguments"
 
 
 def describe_call(args, kwargs, signature, backends, module_state: str | None = None) -> dict:

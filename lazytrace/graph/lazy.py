@@ -75,7 +75,7 @@ class SignatureInfo:
     def __str__(self):
         state = f"eager: {self.eager_reason}" if self.eager_reason else \
             f"{self.variants} graph{'s' if self.variants != 1 else ''}"
-        return f"{explain.format_signature(self.signature)}  [{state}]"
+        return f"{explain.format_signature(self.signature, arguments_only=True)}  [{state}]"
 
 
 def _disabled_by_env() -> bool:
