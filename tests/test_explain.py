@@ -58,6 +58,7 @@ def test_signatures_and_explain(fw):
     assert "2 traces, 3 calls, 1 graph hits" in text
     assert "trace 2 (nearest earlier: trace 1): args[0]: 3 float32 -> 4 float32" in text
     assert "cached signatures (2 of at most 64)" in text
+    assert "  args[0]=4 float32, args[1]=2.0  [1 graph]" in text       # state shared by all: shown once
 
 
 def test_eager_signature_lists_its_reason(torch_fw):

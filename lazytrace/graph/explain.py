@@ -52,10 +52,15 @@ class TraceRecord:
         return f"trace {self.number} (nearest earlier: trace {self.nearest}): {self.cause}"
 
 
-def format_signature(signature: dict, arguments_only=False) -> str:
-    """'args[0]=1x3x32x32 float32, args[1]=5'; global and module state too unless arguments_only."""
-    return ", ".join(f"{path}={text}" for path, text in signature.items()
-                     if not arguments_only or path.startswith(("args[", "kwargs["))) or "no arguments"
+def format_signature(signature: dict, hide=()) -> str:
+    """'args[0]=1x3x32x32 float32, args[1]=5, torch.is_grad_enabled()=True', without the paths in `hide`."""
+    return ", ".join(f"{path}={text}" for path, text in signature.items() if path not in hide) or "no arguments"
+
+
+def shared_state(signatures: list) -> set:
+    """Paths of global or module state that have one value in all these signatures."""
+    paths = {p for sig in signatures for p in sig if not p.startswith(("args[", "kwargs["))}
+    return {p for p in paths if len({sig.get(p) for sig in signatures}) == 1}
 
 
 def describe_call(args, kwargs, signature, backends, module_state: str | None = None) -> dict:

@@ -73,9 +73,12 @@ class SignatureInfo:
     eager_reason: str | None     # why it runs eagerly, if it does
 
     def __str__(self):
+        return self.describe()
+
+    def describe(self, hide=()) -> str:
         state = f"eager: {self.eager_reason}" if self.eager_reason else \
             f"{self.variants} graph{'s' if self.variants != 1 else ''}"
-        return f"{explain.format_signature(self.signature, arguments_only=True)}  [{state}]"
+        return f"{explain.format_signature(self.signature, hide)}  [{state}]"
 
 
 def _disabled_by_env() -> bool:
@@ -270,8 +273,8 @@ class LazyGraph:
         if rec.nearest is not None:
             log.info("lazytrace: %s traced again (%s)", self._name, rec)
         if self.stats.traces in _WARN_AT and rec.nearest is not None:
-            warnings.warn(f"lazytrace: {self._name} traced {self.stats.traces} times; the last trace "
-                          f"was caused by {rec.cause}. Calls with changing shapes or Python values each "
+            warnings.warn(f"lazytrace: {self._name} traced {self.stats.traces} times; cause of the last "
+                          f"trace: {rec.cause}. Calls with changing shapes or Python values each "
                           f"trace a new graph; LazyGraph.explain() lists why each trace happened.", RetraceWarning,
                           stacklevel=5)
 
@@ -314,7 +317,8 @@ class LazyGraph:
                  f"{self.stats.hits} graph hits, {self.stats.eager} eager calls"]
         lines += [f"  {rec}" for rec in traces]
         lines.append(f"cached signatures ({len(signatures)} of at most {self.max_signatures}):")
-        lines += [f"  {info}" for info in signatures]
+        same = explain.shared_state([info.signature for info in signatures])   # shown once, above
+        lines += [f"  {info.describe(same)}" for info in signatures]
         return "\n".join(lines)
 
     def graph_for(self, *args, **kwargs):
