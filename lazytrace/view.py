@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -202,9 +203,7 @@ def to_html(graph) -> str:
     replacements = {"TITLE": html.escape(lay.name), "SUMMARY": html.escape(summary), "LEGEND": legend,
                     "SOURCE": html.escape(lay.source), "SVG": svg,
                     "DATA": json.dumps(data).replace("</", "<\\/")}
-    for key, value in replacements.items():
-        page = page.replace("{{" + key + "}}", value)
-    return page
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: replacements[m[1]], page)   # one pass: values stay as they are
 
 
 def show(graph, path=None) -> Path:

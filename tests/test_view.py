@@ -50,6 +50,34 @@ def test_dot_shows_every_kind_of_node_with_shapes_on_hover(monkeypatch):
     assert "args[0]\n3 float32" in dot and "args[1]\nCounter" in dot
 
 
+def test_in_place_writes_are_drawn_as_write_edges():
+    def f(x, y):
+        y.mul_(2)
+        return x + y
+
+    dot = lazytrace.trace_graph(f, args=(torch.rand(3), torch.rand(3))).to_dot()
+    assert re.search(r'n\d+ -> in1 \[[^]]*style=dashed tooltip="writes a1"\]', dot)
+
+
+@needs_dot
+def test_show_displays_inline_in_a_notebook(monkeypatch, tmp_path):
+    import sys
+    import types
+    shown = []
+    shell = types.SimpleNamespace(config={"IPKernelApp": {}})
+    ipython = types.ModuleType("IPython")
+    ipython.get_ipython = lambda: shell
+    display = types.ModuleType("IPython.display")
+    display.HTML = lambda text: ("html", text)
+    display.display = shown.append
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    monkeypatch.setitem(sys.modules, "IPython.display", display)
+    path = blur_graph().show(tmp_path / "nb.html")
+    [(kind, text)] = shown
+    assert kind == "html" and text.startswith("<iframe srcdoc=") and "torch.conv2d" in text
+    assert path.read_text().count("torch.conv2d") >= 2
+
+
 def test_drawing_without_graphviz_names_what_to_install(monkeypatch, tmp_path):
     graph = blur_graph()
     monkeypatch.setenv("PATH", "")
