@@ -78,3 +78,18 @@ def test_warning_uses_the_same_words_and_points_at_the_caller(fw):
     assert lazy.traces[-1].cause == "args[0]: 4 float32 -> 5 float32"
     assert lazy.traces[-1].cause in str(w.message) and "explain()" in str(w.message)
     assert w.filename == __file__
+
+
+def test_module_state_changes_are_named(torch_fw):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5))
+    lazytrace.trace_graph(model)
+    x = torch_fw.rand(2, 3)
+    model(x)
+    model[0].weight.requires_grad_(False)
+    model(x)
+    model.eval()
+    model(x)
+    _, second, third = model.forward.traces
+    assert second.changes == (Change("self.0.weight", "3x3 float32 grad", "3x3 float32"),)
+    assert {c.path for c in third.changes} == {"self.training", "self.0.training", "self.1.training"}
+    assert torch.equal(model(x), model[0](x))          # eval: dropout is the identity

@@ -422,6 +422,17 @@ class ModuleLiveInputs:
         key = (tuple(m.training for m in module.modules()), tuple(TorchBackend.describe(t) for t in tensors))
         return key, tensors
 
+    def describe(self, key) -> dict[str, str]:
+        """{path: description} of a key made by __call__, for explaining retraces."""
+        module = self.module
+        training, tensors = key
+        names = [n for n, _ in module.named_modules()]
+        out = {f"self{'.' if n else ''}{n}.training": repr(t) for n, t in zip(names, training)}
+        names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
+        backend = TorchBackend()
+        out.update((f"self.{n}", backend.format_brief((d[1], d[3], d[4], d[5]))) for n, d in zip(names, tensors))
+        return out
+
 
 def _tensors_in(args, kwargs) -> list:
     found = []

@@ -63,13 +63,15 @@ def shared_state(signatures: list) -> set:
     return {p for p in paths if len({sig.get(p) for sig in signatures}) == 1}
 
 
-def describe_call(args, kwargs, signature, backends, module_state: str | None = None) -> dict:
-    """{path: description} of everything a call's cache key holds: arguments, global state, module."""
+def describe_call(args, kwargs, signature, backends, extra=None, extra_key=None) -> dict:
+    """{path: description} of everything a call's cache key holds: arguments, global state, and
+    the extra live inputs (a module's flags and parameters) when `extra` can describe its key."""
     out = describe_paths(args, kwargs, signature)
     for backend in backends:
         out.update(backend.describe_global_state(backend.global_state()))
-    if module_state is not None:
-        out["module (train/eval flags, parameter shapes)"] = module_state
+    if extra is not None:
+        describe = getattr(extra, "describe", None)
+        out.update(describe(extra_key) if describe else {"extra inputs": f"key {hash(extra_key):x}"})
     return out
 
 

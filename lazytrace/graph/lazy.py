@@ -103,7 +103,6 @@ class LazyGraph:
         self._history: deque = deque(maxlen=_HISTORY)     # TraceRecords, oldest first
         self._traced_keys: dict = {}                       # keys traced so far (the last _HISTORY)
         self._trace_count = 0
-        self._module_states: dict = {}                     # extra key -> its number, for explanations
         self._disabled = _disabled_by_env()
         self._fast = None           # (check_and_call, graph) of the most recently hit entry
         self.stats = Stats()
@@ -249,10 +248,8 @@ class LazyGraph:
     def _explain(self, key, backends, args, kwargs, failed):
         """Record this trace's signature and what changed from the nearest earlier one; warn
         when the trace count reaches one of _WARN_AT."""
-        module = None
-        if self._extra is not None:
-            module = f"state {self._module_states.setdefault(key[1], len(self._module_states) + 1)}"
-        described = explain.describe_call(args, kwargs, self._signature, backends, module)
+        described = explain.describe_call(args, kwargs, self._signature, backends, self._extra,
+                                          key[1] if self._extra is not None else None)
         with self._lock:
             if failed is not None:
                 reason = self._guard_text(*failed)
