@@ -34,7 +34,7 @@ STYLES = {
     "guard": ("diamond", "#fde0dc", "#c0392b", "guard (value read back)"),
     "state": ("box", "#eeeeee", "#666666", "global state change"),
     "getattr": ("box", "#d6f0f0", "#2e8585", "stateful read"),
-    "setattr": ("box", "#d6f0f0", "#2e8585", "stateful write"),
+    "setattr": ("box", "#cfe3ef", "#1f5f8b", "stateful write"),
 }
 _NODE_KINDS = {Kind.OP: "op", Kind.GENERATOR: "generator", Kind.GUARD: "guard", Kind.STATE: "state",
                Kind.GETATTR: "getattr", Kind.SETATTR: "setattr"}
@@ -104,9 +104,9 @@ def layout(graph) -> Layout:
         if id(v) in home:
             edges.append((home[id(v)], box_id, f"{v.name} {meta(v)}", False))
     dropped = graph.dropped
-    summary = {"calls": len(plan.nodes), "inputs": len(plan.inputs), "constants": len(plan.constants),
-               "folded calls": dropped["folded"], "pruned calls": len(dropped["pruned"]),
-               "guards": sum(n.kind is Kind.GUARD for n in plan.nodes)}
+    summary = {"call": len(plan.nodes), "input": len(plan.inputs), "constant": len(plan.constants),
+               "folded call": dropped["folded"], "pruned call": len(dropped["pruned"]),
+               "guard": sum(n.kind is Kind.GUARD for n in plan.nodes)}
     return Layout(graph.__name__, boxes, edges, source, summary)
 
 
@@ -198,7 +198,7 @@ def to_html(graph) -> str:
     legend = "".join(f'<span class="key"><i style="background:{fill};border-color:{border}"></i>{html.escape(text)}'
                      f'</span>' for kind, (_, fill, border, text) in STYLES.items()
                      if any(b.kind == kind for b in lay.boxes))
-    summary = " · ".join(f"{v} {k}" for k, v in lay.summary.items())
+    summary = " · ".join(f"{n} {what}{'' if n == 1 else 's'}" for what, n in lay.summary.items())
     page = resources.files("lazytrace").joinpath("view.html").read_text()
     replacements = {"TITLE": html.escape(lay.name), "SUMMARY": html.escape(summary), "LEGEND": legend,
                     "SOURCE": html.escape(lay.source), "SVG": svg,
