@@ -194,7 +194,7 @@ def to_html(graph) -> str:
     svg = _pipe(lay, "svg").decode()
     svg = svg[svg.index("<svg"):]                   # drop the XML prolog and doctype
     data = {"boxes": {b.id: {"kind": b.kind, "details": b.details} for b in lay.boxes},
-            "edges": [[f"e{i}", a, b] for i, (a, b, _, _) in enumerate(lay.edges)]}
+            "edges": [[f"e{i}", a, b, text] for i, (a, b, text, _) in enumerate(lay.edges)]}
     legend = "".join(f'<span class="key"><i style="background:{fill};border-color:{border}"></i>{html.escape(text)}'
                      f'</span>' for kind, (_, fill, border, text) in STYLES.items()
                      if any(b.kind == kind for b in lay.boxes))

@@ -150,6 +150,10 @@ def test_html_view_in_headless_chromium(browser, tmp_path):
         g.dispatchEvent(new MouseEvent('mousemove', {clientX: r.x + 4, clientY: r.y + 4, bubbles: true}));
         return document.getElementById('tip').hidden ? null : document.getElementById('tip').textContent; })()""")
     assert tip.startswith("op: torch.conv2d") and "1x3x32x36 float32" in tip
+    edge_tip = browser.evaluate("""(() => { const g = document.getElementById('e0'), r = g.getBoundingClientRect();
+        g.dispatchEvent(new MouseEvent('mousemove', {clientX: r.x + 2, clientY: r.y + 2, bubbles: true}));
+        return document.getElementById('tip').textContent; })()""")
+    assert edge_tip == "a0 1x3x32x32 float32"
     found = browser.evaluate("""(() => { const s = document.getElementById('search'); s.value = 'functional.pad';
         s.dispatchEvent(new Event('input')); return [document.querySelectorAll('g.node.match').length,
         document.getElementById('matches').textContent]; })()""")
