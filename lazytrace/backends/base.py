@@ -147,13 +147,40 @@ class Backend:
 
     def meta(self, array) -> str:
         """Short description for displays: '1x3x32x32 float32'."""
+        return self.format_brief(self.brief(array))
+
+    def brief(self, array) -> tuple:
+        """A cheap record of what `meta` shows (taken for every value a trace makes)."""
+        return ()
+
+    def format_brief(self, brief: tuple) -> str:
+        """The display text of a `brief` record."""
         return ""
+
+    # --- command line and views ------------------------------------------
+    def example_array(self, shape: tuple, dtype: str, seed: int):
+        """A random array for trying a function from the command line ('float32', 'int64'...)."""
+        raise NotImplementedError(f"the {self.name} backend cannot make example arrays")
+
+    def describe_global_state(self, state: tuple) -> dict[str, str]:
+        """{name: value} for each part of global_state(), for explaining retraces."""
+        return {f"global state [{i}]": repr(x) for i, x in enumerate(state)}
 
     # --- code generation ---------------------------------------------------
     def call_syntax(self, func) -> tuple[str, str]:
         """How generated code names a call: ('function', 'torch.add'),
         ('method', 'add'), ('operator', '+'), ('getitem', ''), ('attribute', 'T')."""
         raise NotImplementedError
+
+    def qualified_name(self, func) -> str:
+        """The name a view shows for a call: 'torch.conv2d', 'torch.Tensor.reshape'."""
+        style, text = self.call_syntax(func)
+        if style == "function":
+            return text
+        array_type = self.array_types[0] if self.array_types else object
+        name = text if style in ("method", "attribute") else getattr(func, "__name__", "call")
+        return f"{array_type.__module__}.{array_type.__qualname__}.{name}" + (
+            f" ({text})" if style in ("operator", "roperator", "unary") else "")
 
     def literal(self, obj) -> str | None:
         """Python source for a framework constant (e.g. 'torch.float32'), or None."""

@@ -288,12 +288,34 @@ class TorchBackend(Backend):
                                                   else torch.cuda.current_device()]]
         return []
 
-    def meta(self, t) -> str:
-        shape = "x".join(str(d) for d in t.shape) or "scalar"
-        dtype = str(t.dtype).removeprefix("torch.")
-        device = "" if t.device.type == "cpu" else f" {t.device}"
-        grad = " grad" if t.requires_grad else ""
-        return f"{shape} {dtype}{device}{grad}"
+    @staticmethod
+    def brief(t) -> tuple:
+        return (t.shape, t.dtype, t.device, t.requires_grad)
+
+    def format_brief(self, brief) -> str:
+        shape, dtype, device, grad = brief
+        shape = "x".join(str(d) for d in shape) or "scalar"
+        device = "" if device.type == "cpu" else f" {device}"
+        return f"{shape} {str(dtype).removeprefix('torch.')}{device}{' grad' if grad else ''}"
+
+    def example_array(self, shape, dtype, seed):
+        try:
+            dt = getattr(torch, dtype)
+        except AttributeError:
+            dt = None
+        if not isinstance(dt, torch.dtype):
+            raise ValueError(f"unknown torch dtype {dtype!r} (e.g. float32, float64, int64, uint8, bool)")
+        g = torch.Generator().manual_seed(seed)
+        if dt is torch.bool:
+            return torch.rand(shape, generator=g) > 0.5
+        if dt.is_floating_point or dt.is_complex:
+            return torch.rand(shape, generator=g, dtype=dt)
+        return torch.randint(0, 10, shape, generator=g, dtype=dt)
+
+    def describe_global_state(self, state):
+        names = ("torch.is_grad_enabled()", "torch.get_default_dtype()",
+                 "torch.is_inference_mode_enabled()", "autocast enabled")
+        return dict(zip(names, (repr(x) for x in state)))
 
     # ---- code generation ---------------------------------------------------------
     def call_syntax(self, func):
@@ -443,6 +465,17 @@ class ModuleLiveInputs:
         tensors = tuple(module.parameters()) + tuple(module.buffers())
         key = (tuple(m.training for m in module.modules()), tuple(TorchBackend.describe(t) for t in tensors))
         return key, tensors
+
+    def describe(self, key) -> dict[str, str]:
+        """{path: description} of a key made by __call__, for explaining retraces."""
+        module = self.module
+        training, tensors = key
+        names = [n for n, _ in module.named_modules()]
+        out = {f"self{'.' if n else ''}{n}.training": repr(t) for n, t in zip(names, training)}
+        names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
+        backend = TorchBackend()
+        out.update((f"self.{n}", backend.format_brief((d[1], d[3], d[4], d[5]))) for n, d in zip(names, tensors))
+        return out
 
 
 def _tensors_in(args, kwargs) -> list:

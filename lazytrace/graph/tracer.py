@@ -43,12 +43,12 @@ class TraceSession:
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
 
     # ---- values --------------------------------------------------------------
-    def add_input(self, obj, kind="array") -> Any:
+    def add_input(self, obj, kind="array", path="") -> Any:
         """Register an input leaf; return what the traced function should receive.
         kind: "array", "live" (an object used as is, e.g. an RNG generator) or "stateful"."""
         if kind == "array":
             handed = self.backend.wrap_input(obj, self)
-            value = Value(Source.INPUT, meta=self.backend.meta(obj), storage=self.backend.storage_key(obj))
+            value = Value(Source.INPUT, meta=self.backend.brief(obj), storage=self.backend.storage_key(obj))
         else:
             handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
             token = self.backend.rng_token(obj) if kind == "live" else None
@@ -56,6 +56,7 @@ class TraceSession:
                 self._rng[id(obj)] = (obj, token)
             self._objects = True
             value = Value(Source.INPUT, meta=type(obj).__name__, storage=id(obj))
+        value.path = path
         self.inputs.append(value)
         self._values[id(obj)] = (obj, value)
         self._values[id(handed)] = (handed, value)
@@ -70,7 +71,7 @@ class TraceSession:
 
     def add_external(self, obj) -> Value:
         raw = self.backend.unwrap(obj)
-        value = Value(Source.EXTERNAL, meta=self.backend.meta(raw), storage=self.backend.storage_key(raw),
+        value = Value(Source.EXTERNAL, meta=self.backend.brief(raw), storage=self.backend.storage_key(raw),
                       obj=obj)
         self._values[id(obj)] = (obj, value)
         self._unkeyed_metadata = True
@@ -233,7 +234,7 @@ class TraceSession:
             if not isinstance(obj, tracked):
                 continue
             raw = backend.unwrap(obj)
-            value = Value(Source.NODE, node, index, storage=backend.storage_key(raw),
+            value = Value(Source.NODE, node, index, meta=backend.brief(raw), storage=backend.storage_key(raw),
                           foldable=foldable and not backend.requires_grad(raw))
             value.obj = obj if value.foldable else None
             value.dynamic = dynamic
@@ -404,11 +405,11 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     session = TraceSession(backend, include_generators=options.include_generators,
                            array_caching=options.array_caching)
 
-    targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind))
+    targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind, path))
     handed = container_snapshot((targs, tkwargs))
     if extra is not None:
-        for leaf in extra()[1]:
-            session.add_input(leaf)
+        for i, leaf in enumerate(extra()[1]):
+            session.add_input(leaf, path=f"self.tensors[{i}]")
     state = backend.global_state()
     with ExitStack() as stack:
         for obj in options.stateful:
