@@ -16,6 +16,7 @@ lookup. The original modules, functions and classes are never modified.
 from __future__ import annotations
 
 import copyreg
+import enum
 import fnmatch
 import functools
 import inspect
@@ -112,7 +113,13 @@ class TracedLibrary:
             made[1]._self_forget()
 
     # ---- classes -------------------------------------------------------------------
-    def _traced_class(self, cls: type) -> type:
+    def _traced_class(self, cls: type):
+        """A subclass of `cls` whose methods are traced (nn.Module-like classes: the method the
+        backend binds, e.g. forward). A class with nothing to trace, an enum or an exception
+        passes through unchanged."""
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if issubclass(cls, (enum.Enum, BaseException)):
+            return cls
         namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
                      "__lazytrace_original__": cls, "__lazytrace_library__": self,
                      "__reduce_ex__": _reduce_ex}
@@ -120,11 +127,17 @@ class TracedLibrary:
         if bound is not None:
             namespace[bound] = BoundTrace(cls, bound, self)
         else:
-            for name, fn in _methods(cls, self):
-                lazy = self._function(fn, f"{cls.__module__}.{cls.__qualname__}.{name}", arg_stateful_idxs=[[0]])
+            for method, fn in _methods(cls, self):
+                lazy = self._function(fn, f"{name}.{method}", arg_stateful_idxs=[[0]])
                 if lazy is not None:
-                    namespace[name] = lazy
-        return _traced_meta(type(cls))(cls.__name__, (cls,), namespace)
+                    namespace[method] = lazy
+            if not any(isinstance(v, LazyGraph) for v in namespace.values()):
+                return cls
+        try:
+            return _traced_meta(type(cls))(cls.__name__, (cls,), namespace)
+        except TypeError as exc:        # a class that cannot be subclassed
+            self.skipped[name] = f"class cannot be subclassed ({exc}): used as is"
+            return cls
 
     def bind(self, instance, name: str):
         """The traced method `name` of an instance (installed on it by the backend)."""
