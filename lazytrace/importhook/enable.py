@@ -44,6 +44,7 @@ class Enabled:
     def __init__(self, hook: "ImportHook", libraries: dict[str, TracedLibrary]):
         self._hook = hook
         self.libraries = libraries
+        self.active = set(libraries)         # names still hooked (disable() removes them)
 
     def __enter__(self):
         return self
@@ -76,9 +77,8 @@ class ImportHook:
 
     def remove(self, layer: Enabled, names=None) -> None:
         with self._lock:
-            for name in list(layer.libraries if names is None else names):
-                layer.libraries.pop(name, None)
-            self._layers = [l for l in self._layers if l.libraries]
+            layer.active.difference_update(layer.libraries if names is None else names)
+            self._layers = [x for x in self._layers if x.active]
             self._refresh()
 
     def disable(self, names) -> None:
@@ -87,7 +87,7 @@ class ImportHook:
                 self.remove(layer, names or None)
 
     def _refresh(self):
-        self._active = {name: lib for layer in self._layers for name, lib in layer.libraries.items()}
+        self._active = {name: layer.libraries[name] for layer in self._layers for name in layer.active}
         if self._active and self._saved is None:
             self._install()
         elif not self._active and self._saved is not None:
