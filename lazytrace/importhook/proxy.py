@@ -93,17 +93,17 @@ class TracedLibrary:
         elif inspect.iscoroutinefunction(fn):
             reason = "coroutine function: runs as the original"
         else:
-            return self._lazy(fn, **extra)
+            return self._lazy(fn, names[1], **extra)
         self.skipped[names[1]] = reason
         return None
 
-    def _lazy(self, fn, **extra) -> LazyGraph:
+    def _lazy(self, fn, name: str, **extra) -> LazyGraph:
         from ..api import trace_graph
-        return self._register(trace_graph(fn, **{**self.settings, **extra}))
+        return self._register(trace_graph(fn, **{**self.settings, **extra}), name)
 
-    def _register(self, lazy: LazyGraph) -> LazyGraph:
+    def _register(self, lazy: LazyGraph, name: str) -> LazyGraph:
         with self._lock:
-            self._stats.append((lazy._name, lazy.stats))
+            self._stats.append((name, lazy.stats))
         return lazy
 
     def invalidate(self, module: ModuleType) -> None:
@@ -139,14 +139,14 @@ class TracedLibrary:
             self.skipped[name] = f"class cannot be subclassed ({exc}): used as is"
             return cls
 
-    def bind(self, instance, name: str):
-        """The traced method `name` of an instance (installed on it by the backend)."""
+    def bind(self, instance, name: str, cls: type):
+        """The traced method `name` (of class `cls`) of an instance, installed on it by the backend."""
         with self._lock:
             lazy = vars(instance).get(name)
             if not isinstance(lazy, LazyGraph):
                 from ..api import trace_graph
                 trace_graph(instance, **self.settings)      # the backend installs it on the instance
-                lazy = self._register(vars(instance)[name])
+                lazy = self._register(vars(instance)[name], f"{cls.__module__}.{cls.__qualname__}.{name}")
         return lazy
 
     # ---- reporting -----------------------------------------------------------------
@@ -214,7 +214,7 @@ class BoundTrace:
     def __get__(self, instance, owner=None):
         if instance is None:
             return getattr(self.original, self.name)
-        return self.library.bind(instance, self.name)
+        return self.library.bind(instance, self.name, self.original)
 
 
 def _bound_method(cls: type) -> str | None:
