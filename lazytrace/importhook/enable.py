@@ -87,10 +87,13 @@ class ImportHook:
                 self.remove(layer, names or None)
 
     def _refresh(self):
-        self._active = {name: layer.libraries[name] for layer in self._layers for name in layer.active}
-        if self._active and self._saved is None:
+        active = {name: layer.libraries[name] for layer in self._layers for name in layer.active}
+        for name in [n for n in self._active if n not in active]:   # in place, never emptied on the
+            del self._active[name]                                  # way: the wrappers hold this dict
+        self._active.update(active)
+        if active and self._saved is None:
             self._install()
-        elif not self._active and self._saved is not None:
+        elif not active and self._saved is not None:
             self._uninstall()
 
     def _install(self):
@@ -122,12 +125,12 @@ class ImportHook:
         return library.proxy(module)
 
     def _make_import(self, original):
-        traced = self.traced
+        traced, active = self.traced, self._active
 
         def __import__(name, globals=None, locals=None, fromlist=(), level=0):
+            if level or name.partition(".")[0] not in active:    # relative: the importer is inside
+                return original(name, globals, locals, fromlist, level)
             module = original(name, globals, locals, fromlist, level)
-            if level:            # relative: the importer is inside the package it imports from
-                return module
             if globals is None:
                 globals = sys._getframe(1).f_globals
             return traced(module, globals.get("__name__"))
