@@ -25,7 +25,7 @@ from types import FunctionType, ModuleType
 
 import wrapt
 
-from ..backends import available, get_backend
+from ..backends import available, backend_for_type, get_backend
 from ..graph.lazy import LazyGraph, Stats
 
 
@@ -118,8 +118,8 @@ class TracedLibrary:
         backend binds, e.g. forward). A class with nothing to trace, an enum or an exception
         passes through unchanged."""
         name = f"{cls.__module__}.{cls.__qualname__}"
-        if issubclass(cls, (enum.Enum, BaseException)):
-            return cls
+        if issubclass(cls, (enum.Enum, BaseException)) or backend_for_type(cls) is not None:
+            return cls                  # enums, exceptions, array subclasses: used as they are
         namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
                      "__lazytrace_original__": cls, "__lazytrace_library__": self,
                      "__reduce_ex__": _reduce_ex}
