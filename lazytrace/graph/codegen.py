@@ -216,8 +216,11 @@ def _output_expr(em: _Emitter, obj, cloned) -> str:
         return f"({inner},)" if len(obj) == 1 else f"({inner})"
     if tp is list:
         return "[" + ", ".join(_output_expr(em, x, cloned) for x in obj) + "]"
-    if isinstance(obj, tuple):     # namedtuple
-        return f"{em._const(tp)}(" + ", ".join(_output_expr(em, x, cloned) for x in obj) + ")"
+    if isinstance(obj, tuple):     # a namedtuple takes its fields as arguments, torch.Size a tuple
+        items = ", ".join(_output_expr(em, x, cloned) for x in obj)
+        if hasattr(tp, "_fields"):
+            return f"{em._const(tp)}({items})"
+        return f"{em._const(tp)}(({items}{',' if len(obj) == 1 else ''}))"
     if isinstance(obj, dict):
         items = ", ".join(f"{em.expr(k)}: {_output_expr(em, v, cloned)}" for k, v in obj.items())
         return f"{em._const(tp)}({{{items}}})" if tp is not dict else f"{{{items}}}"
