@@ -40,12 +40,15 @@ def _stateful_indices(paths) -> tuple:
 def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idxs=None, to=None,
                 include_generators=True, array_caching=True, return_backend_traced_fn=False,
                 static_argnums=None, static_argnames=None, args=None, kwargs=None,
-                max_signatures: int = 64, include=None, exclude=None):
+                max_signatures: int = 64, include=None, exclude=None, cache=None):
     """Trace callables into graphs of framework calls (names follow ivy.trace_graph).
 
     With `args`/`kwargs`: trace now and return a `Graph`. Without: return a
     `LazyGraph` that traces on its first call, one graph per input signature.
     A torch.nn.Module has its forward traced and is returned itself.
+    `cache`: persistent graph cache (True: the default directory, a path: that directory, False:
+    off; None follows $LAZYTRACE_CACHE): graphs traced here are stored, and a later process
+    replays them without tracing.
     A module (a library) gives a proxy module whose functions and classes are
     traced lazily, with these options; `include`/`exclude` are name patterns
     (fnmatch, e.g. "kornia.color.*") choosing its functions.
@@ -60,7 +63,7 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
                         kwarg_stateful_idxs=kwarg_stateful_idxs, to=to, include_generators=include_generators,
                         array_caching=array_caching, return_backend_traced_fn=return_backend_traced_fn,
                         static_argnums=static_argnums, static_argnames=static_argnames,
-                        max_signatures=max_signatures)
+                        max_signatures=max_signatures, cache=cache)
         results = [trace_library(obj, settings, include, exclude) if isinstance(obj, ModuleType)
                    else trace_graph(obj, **settings) for obj in objs]
         return results[0] if len(results) == 1 else tuple(results)
@@ -69,7 +72,8 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
     if to is not None:
         get_backend(to)   # unknown names fail here, clearly
     options = TraceOptions(include_generators=include_generators, array_caching=array_caching, to=to,
-                           return_backend_traced_fn=return_backend_traced_fn, stateful=tuple(stateful or ()))
+                           return_backend_traced_fn=return_backend_traced_fn, stateful=tuple(stateful or ()),
+                           cache=cache)
     results = [_trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
                           kwarg_stateful_idxs, args, kwargs, max_signatures) for obj in objs]
     return results[0] if len(results) == 1 else tuple(results)

@@ -171,6 +171,38 @@ class Backend:
         """{name: value} for each part of global_state(), for explaining retraces."""
         return {f"global state [{i}]": repr(x) for i, x in enumerate(state)}
 
+    # --- persistent cache (lazytrace/persist) -------------------------------
+    #: the distribution whose version is part of a stored graph's key
+    distribution: str = ""
+    #: modules a stored graph's calls are named in ('module:attr' or 'module:Class.attr')
+    persist_roots: tuple = ()
+
+    def target_ref(self, func) -> str | None:
+        """'module:attr.path' naming `func` inside persist_roots, or None: such a graph is not
+        stored. The persist layer checks that the name resolves back to `func`."""
+        return None
+
+    def allowed_target(self, obj) -> bool:
+        """Whether a stored graph may call `obj`: only calls this backend's interceptor could
+        have recorded (never file or pickle readers/writers)."""
+        return False
+
+    def encode_static(self, obj):
+        """A JSON-able form of a framework constant (dtype, device) found in a call, or None."""
+        return None
+
+    def decode_static(self, data):
+        """The inverse of encode_static; raises ValueError for anything it did not write."""
+        raise ValueError(f"the {self.name} backend stores no constants of this kind")
+
+    def save_arrays(self, arrays: dict, metadata: dict) -> bytes:
+        """A safetensors file of `arrays` (by name) with string `metadata`."""
+        raise NotImplementedError(f"the {self.name} backend cannot store arrays")
+
+    def load_arrays(self, data: bytes, metadata: dict) -> dict:
+        """Arrays of a file written by save_arrays (its `metadata` already read)."""
+        raise NotImplementedError(f"the {self.name} backend cannot load arrays")
+
     # --- code generation ---------------------------------------------------
     def call_syntax(self, func) -> tuple[str, str]:
         """How generated code names a call: ('function', 'torch.add'),

@@ -15,6 +15,7 @@ which autograd itself relies on.
 """
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 
 import torch
@@ -56,6 +57,11 @@ _METADATA_FIRST = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor
                    "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
 #: ... and of their second (`other`): `k.to(x)` casts k to x's dtype and device
 _METADATA_SECOND = {"to", "type_as", "expand_as", "view_as", "reshape_as"}
+#: creation calls a stored graph may make besides torch's overridable functions
+_CREATION = {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "tensor", "scalar_tensor",
+             "as_tensor", "rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like",
+             "randint_like", "tril_indices", "triu_indices", "hann_window", "hamming_window", "bartlett_window",
+             "blackman_window", "kaiser_window"}
 _DYNAMIC_EXTRA = {"argwhere", "unique", "unique_consecutive", "masked_select"}
 
 _OPERATORS = {
@@ -106,6 +112,7 @@ class TorchBackend(Backend):
         self._kinds: dict = {}
         self._names: dict = {}
         self._aten_tags: dict = {}
+        self._persistable = None    # calls a stored graph may make (allowed_target)
 
     def bind(self, obj):
         if not isinstance(obj, torch.nn.Module):
@@ -319,6 +326,65 @@ class TorchBackend(Backend):
         names = ("torch.is_grad_enabled()", "torch.get_default_dtype()",
                  "torch.is_inference_mode_enabled()", "autocast enabled")
         return dict(zip(names, (repr(x) for x in state)))
+
+    # ---- persistent cache ----------------------------------------------------------
+    distribution = "torch"
+    persist_roots = ("torch", "torch._C", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special",
+                     "torch.functional")
+
+    def target_ref(self, func):
+        name = _func_name(func)
+        owner = getattr(func, "__self__", None)
+        if getattr(func, "__name__", None) == "__get__" and hasattr(owner, "__objclass__"):
+            return f"torch:Tensor.{name}.__get__"          # a property such as x.T
+        if getattr(func, "__qualname__", "").startswith(("TensorBase.", "Tensor.")):
+            return f"torch:Tensor.{name}"
+        module, _, short = self._qualified_name(func).rpartition(".")
+        return f"{module}:{short}" if module in self.persist_roots else None
+
+    def allowed_target(self, obj) -> bool:
+        if self._persistable is None:
+            from torch.overrides import get_overridable_functions
+            allowed = {f for funcs in get_overridable_functions().values() for f in funcs}
+            allowed.update(getattr(torch._C, n) for n in _STATE if hasattr(torch._C, n))
+            allowed.update(getattr(torch, n) for n in _CREATION if hasattr(torch, n))
+            self._persistable = allowed
+        try:
+            return obj in self._persistable
+        except TypeError:
+            return False
+
+    def encode_static(self, obj):
+        if isinstance(obj, torch.device):
+            return ["device", str(obj)]
+        if type(obj) is torch.Size:
+            return ["size", list(obj)]
+        if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
+            return ["torch", repr(obj).removeprefix("torch.")]
+        return None
+
+    def decode_static(self, data):
+        kind, text = data
+        if kind == "device" and isinstance(text, str):
+            return torch.device(text)
+        if kind == "size" and isinstance(text, list) and all(type(d) is int for d in text):
+            return torch.Size(text)
+        obj = getattr(torch, text, None) if kind == "torch" and isinstance(text, str) else None
+        if not isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
+            raise ValueError(f"not a torch dtype, layout or memory format: {data!r}")
+        return obj
+
+    def save_arrays(self, arrays, metadata):
+        from safetensors.torch import save
+        devices = {name: str(t.device) for name, t in arrays.items()}
+        tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in arrays.items()}
+        return save(tensors, metadata={**metadata, "torch.devices": json.dumps(devices)})
+
+    def load_arrays(self, data, metadata):
+        from safetensors.torch import load
+        devices = json.loads(metadata.get("torch.devices", "{}"))
+        return {name: t.to(devices[name]) if devices.get(name, "cpu") != "cpu" else t
+                for name, t in load(data).items()}
 
     # ---- code generation ---------------------------------------------------------
     def call_syntax(self, func):

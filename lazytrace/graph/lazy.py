@@ -23,7 +23,7 @@ from . import explain
 from .codegen import GuardFailed
 from .guards import MISS, compile_dispatch
 from .signature import Signature, Unkeyable
-from .tracer import NotTraceable, TraceOptions, _active, trace
+from .tracer import NotTraceable, TraceOptions, _active, make_graph, trace
 
 log = logging.getLogger("lazytrace")
 
@@ -35,6 +35,7 @@ _WARN_AT = {5, 10, 20, 50, 100, 200, 500, 1000}
 _HISTORY = 256
 
 _registry: "weakref.WeakSet[LazyGraph]" = weakref.WeakSet()
+_UNSET = object()
 
 
 class RetraceWarning(UserWarning):
@@ -49,10 +50,14 @@ class Stats:
     eager: int = 0
     guard_failures: int = 0
     reasons: Counter = field(default_factory=Counter)
+    loaded: int = 0              # graphs read from the persistent cache
+    stored: int = 0              # graphs written to it
+    not_stored: Counter = field(default_factory=Counter)   # why a traced graph was not written
 
     def as_dict(self) -> dict:
         return {"calls": self.calls, "hits": self.hits, "traces": self.traces, "eager": self.eager,
-                "guard_failures": self.guard_failures, "reasons": dict(self.reasons)}
+                "guard_failures": self.guard_failures, "reasons": dict(self.reasons),
+                "loaded": self.loaded, "stored": self.stored, "not_stored": dict(self.not_stored)}
 
 
 class _Entry:
@@ -97,6 +102,7 @@ class LazyGraph:
         self._key = self._signature.key
         self._name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "fn")
         self._extra = extra
+        self._persist = _UNSET      # the PersistentCache, made on the first miss (or None)
         self.max_signatures = max_signatures
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
@@ -163,7 +169,7 @@ class LazyGraph:
                     self._remember_fast(entry, graph, args, kwargs, backends)
                 return out
             return self._miss(key, backends, entry, args, kwargs, failed)
-        return self._miss(key, backends, entry, args, kwargs)
+        return self._miss(key, backends, entry, args, kwargs, leaves=leaves)
 
     def _graph_raised(self, graph, args, kwargs):
         """A graph raised at replay: if nothing visible happened, let the original decide."""
@@ -185,7 +191,7 @@ class LazyGraph:
         return self._fn(*args, **kwargs)
 
     # ---- tracing ------------------------------------------------------------------
-    def _miss(self, key, backends, entry, args, kwargs, failed=None):
+    def _miss(self, key, backends, entry, args, kwargs, failed=None, leaves=None):
         if entry is not None and len(entry.graphs) >= MAX_VARIANTS:
             entry.eager_reason = (f"guards failed for {MAX_VARIANTS} traced variants: values read back "
                                   f"from arrays keep changing")
@@ -205,7 +211,11 @@ class LazyGraph:
                     owner = False
             if owner:
                 try:
-                    return self._trace(key, backends, entry, args, kwargs, failed)
+                    if entry is None and leaves is not None:
+                        out = self._load(key, backends, leaves, args, kwargs)
+                        if out is not MISS:
+                            return out
+                    return self._trace(key, backends, self._cache.get(key), args, kwargs, failed)
                 finally:
                     with self._lock:
                         del self._pending[key]
@@ -233,8 +243,62 @@ class LazyGraph:
             stats.eager += 1
             stats.reasons[graph.reason] += 1
             log.info("lazytrace: %s runs eagerly for this signature: %s", self._name, graph.reason)
+        else:
+            self._save(key, backends)
         self._explain(key, backends, args, kwargs, failed)
         return result
+
+    # ---- persistent cache (lazytrace.persist) -----------------------------------------
+    def _persistent(self):
+        if self._persist is _UNSET:
+            from ..persist import PersistentCache, store_for
+            store = store_for(self._options.cache) if self._extra is None else None
+            self._persist = PersistentCache(store, self._fn, self._options, self._signature) if store else None
+        return self._persist
+
+    def _load(self, key, backends, leaves, args, kwargs):
+        """Replay graphs stored by an earlier process for this key, if any (else MISS)."""
+        persist = self._persistent()
+        if persist is None:
+            return MISS
+        backend, plans = persist.load(key, backends)
+        if not plans:
+            return MISS
+        state = backend.global_state()
+        for plan in plans:
+            self._store(key, None, make_graph(backend, plan, name=self._name, key=key, signature=self._signature,
+                                             original=self._fn, options=self._options, state=state))
+        self.stats.loaded += len(plans)
+        for graph in self._cache[key].graphs:
+            try:
+                out = graph.fn(*leaves)
+            except GuardFailed:
+                self.stats.guard_failures += 1
+                if graph.has_state_changes:
+                    graph.backend.restore_global_state(graph._state)
+                continue
+            except Exception:
+                return self._graph_raised(graph, args, kwargs)
+            self.stats.hits += 1
+            return out
+        return MISS
+
+    def _save(self, key, backends):
+        persist = self._persistent()
+        if persist is None:
+            return
+        from ..persist import NotStorable
+        entry = self._cache.get(key)
+        try:
+            persist.save(key, backends, [g._plan for g in entry.graphs] if entry else [])
+        except NotStorable as exc:
+            self.stats.not_stored[str(exc)] += 1
+            log.info("lazytrace: %s: graph not stored: %s", self._name, exc)
+        except OSError as exc:
+            self.stats.not_stored[f"cache directory: {exc}"] += 1
+            log.warning("lazytrace: %s: graph not stored: %s", self._name, exc)
+        else:
+            self.stats.stored += 1
 
     def _store(self, key, entry, graph):
         with self._lock:

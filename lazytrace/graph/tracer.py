@@ -360,6 +360,7 @@ class TraceOptions:
     to: str | None = None
     return_backend_traced_fn: bool = False
     stateful: tuple = ()
+    cache: object = None        # persistent cache: None ($LAZYTRACE_CACHE), True, False or a directory
 
 
 class NotTraceable(Exception):
@@ -426,13 +427,19 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     if plan.untraceable:
         return NotTraceable(plan.untraceable), real
 
+    graph = make_graph(backend, plan, name=name, key=key, signature=signature, original=fn, options=options,
+                       extra=extra, state=state)
+    return graph, real
+
+
+def make_graph(backend, plan, *, name, key, signature, original, options, extra=None, state=None) -> Graph:
+    """A Graph over a plan (from a trace, or loaded from the persistent cache)."""
     def build():    # code generation waits for the first replay: the first call pays only the trace
-        source, gfn, constants, aliases = codegen.generate(backend, plan, record.inputs,
-                                                           record.output_structure, name)
+        source, gfn, constants, aliases = codegen.generate(backend, plan, plan.inputs, plan.output_structure,
+                                                           name)
         if options.return_backend_traced_fn:
             gfn = backend.compile(gfn, plan)
         return source, gfn, constants, aliases
 
-    graph = Graph(name=name, build=build, key=key, signature=signature, original=fn, plan=plan,
-                  backend=backend, extra=extra, state=state)
-    return graph, real
+    return Graph(name=name, build=build, key=key, signature=signature, original=original, plan=plan,
+                 backend=backend, extra=extra, state=state)

@@ -1,0 +1,150 @@
+"""The persistent graph cache: graphs traced in one process replay in the next without tracing.
+
+    lazy = lazytrace.trace_graph(fn, cache=True)       # or LAZYTRACE_CACHE=1 in the environment
+
+A stored file is a safetensors file: the graphs' arrays, and in its metadata a JSON
+description of the graphs (`codec`) with the full key it was stored under (`identity`).
+Loading reads JSON and arrays only; nothing is unpickled or executed. A file that does not
+decode, or whose key differs from the one asked for, is skipped with a `CacheWarning` naming it
+and the function is traced again (the new trace replaces the file).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+
+from . import codec, identity
+from .codec import CorruptEntry, NotStorable
+from .store import GraphStore, StoredFile, default_directory, store_for
+
+log = logging.getLogger("lazytrace")
+
+__all__ = ["PersistentCache", "GraphStore", "StoredFile", "CacheWarning", "NotStorable", "CorruptEntry",
+           "default_directory", "store_for", "read_file"]
+
+#: variants (guard outcomes) of one signature kept in one file
+MAX_STORED_VARIANTS = 4
+#: largest JSON header a stored file may have (a bound against damaged length fields)
+_MAX_HEADER = 64 * 2**20
+
+
+class CacheWarning(UserWarning):
+    """A stored graph file was skipped (damaged, tampered, or stored under another key)."""
+
+
+class PersistentCache:
+    """Loads and stores the graphs of one function (one LazyGraph)."""
+
+    def __init__(self, store: GraphStore, fn, options, signature):
+        self.store = store
+        self.reason: str | None = None          # why nothing of this function is stored, if so
+        self._function = None
+        try:
+            if options.stateful or signature.stateful_argnums or signature.stateful_argnames:
+                raise NotStorable("stateful objects are read live by its graphs")
+            self._function = identity.function_identity(fn)
+        except NotStorable as exc:
+            self.reason = str(exc)
+        self._options = [options.include_generators, options.array_caching, options.to,
+                         options.return_backend_traced_fn,
+                         sorted(signature.static_argnums), sorted(signature.static_argnames)]
+
+    def _locate(self, key, backends):
+        if self.reason is not None:
+            raise NotStorable(self.reason)
+        if len(backends) != 1:
+            raise NotStorable("the call's arrays are of several frameworks, or none")
+        backend = backends[0]
+        ident = {**identity.environment(backend), **self._function, "options": self._options,
+                 "signature": identity.key_text(key, backend)}
+        module, _, function = self._function["function"].partition(":")
+        return backend, ident, self.store.path(module, function, identity.digest(ident))
+
+    def load(self, key, backends) -> tuple:
+        """(backend, [plans]) stored for this key; (None, []) when there are none."""
+        try:
+            backend, ident, path = self._locate(key, backends)
+        except NotStorable:
+            return None, []
+        data = self.store.read(path)
+        if data is None:
+            return backend, []
+        try:
+            plans = read_file(backend, data, ident)
+        except CorruptEntry as exc:
+            warnings.warn(f"lazytrace: skipped the cache file {path}: {exc}; the function is traced again",
+                          CacheWarning, stacklevel=2)
+            self.store.remove(path)
+            return backend, []
+        return backend, plans
+
+    def save(self, key, backends, plans: list) -> None:
+        """Store these plans (the variants of one signature), merged with those already stored
+        by other processes. NotStorable says why a graph cannot be."""
+        backend, ident, path = self._locate(key, backends)
+        docs = [codec.encode(backend, plan) for plan in plans]
+
+        def merge(current):
+            existing = []
+            if current is not None:
+                try:
+                    existing = [codec.encode(backend, p) for p in read_file(backend, current, ident)]
+                except CorruptEntry:
+                    existing = []      # replaced by ours
+            texts = {json.dumps(doc, sort_keys=True) for doc, _ in existing}
+            new = [d for d in docs if json.dumps(d[0], sort_keys=True) not in texts]
+            if not new:
+                return None
+            return _pack(backend, ident, (existing + new)[:MAX_STORED_VARIANTS])
+
+        self.store.update(path, merge)
+
+
+def _pack(backend, ident: dict, docs: list) -> bytes:
+    arrays = {}
+    for g, (_, named) in enumerate(docs):
+        arrays.update({f"g{g}.{name}": array for name, array in named.items()})
+    text = json.dumps({"key": ident, "graphs": [doc for doc, _ in docs]}, sort_keys=True)
+    return backend.save_arrays(arrays, {"lazytrace": text})
+
+
+def read_file(backend, data: bytes, ident: dict | None) -> list:
+    """The plans stored in a file's bytes; CorruptEntry if it is damaged or was stored under
+    another key than `ident` (None: any key)."""
+    content, metadata = read_description(data)
+    if ident is not None and content.get("key") != ident:
+        raise CorruptEntry("it was stored under another key (renamed or tampered with)")
+    try:
+        arrays = backend.load_arrays(data, metadata)
+    except Exception as exc:      # safetensors reports damage with its own error types
+        raise CorruptEntry(f"its arrays do not load: {exc}") from None
+    plans = []
+    graphs = content.get("graphs")
+    if type(graphs) is not list or not 1 <= len(graphs) <= MAX_STORED_VARIANTS:
+        raise CorruptEntry("it holds no list of graphs")
+    for g, doc in enumerate(graphs):
+        prefix = f"g{g}."
+        named = {name[len(prefix):]: a for name, a in arrays.items() if name.startswith(prefix)}
+        if type(doc) is not dict:
+            raise CorruptEntry("malformed graph description")
+        plans.append(codec.decode(backend, doc, named))
+    return plans
+
+
+def read_description(data: bytes) -> tuple[dict, dict]:
+    """(stored description, safetensors metadata) from a file's header: JSON only."""
+    if len(data) < 8:
+        raise CorruptEntry("truncated (no header)")
+    size = int.from_bytes(data[:8], "little")
+    if size > len(data) - 8 or size > _MAX_HEADER:
+        raise CorruptEntry("truncated (header longer than the file)")
+    try:
+        header = json.loads(data[8:8 + size])
+        metadata = header["__metadata__"]
+        content = json.loads(metadata["lazytrace"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptEntry(f"not a lazytrace graph file ({type(exc).__name__}: {exc})") from None
+    if type(content) is not dict or type(metadata) is not dict:
+        raise CorruptEntry("not a lazytrace graph file")
+    return content, metadata

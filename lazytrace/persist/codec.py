@@ -1,0 +1,279 @@
+"""A graph's plan as data, and back: what the persistent cache stores.
+
+Nothing is pickled and nothing stored is executed. A call is stored as a name
+('torch.nn.functional:pad', 'torch:Tensor.add') that is resolved at load only by
+reading attributes of the framework's own modules (the backend's `persist_roots`)
+and only to objects the backend allows (calls its interceptor could have recorded).
+Python literals are tagged JSON, framework constants (dtypes, devices) are encoded
+by the backend, arrays go to the safetensors part of the file under a name. Source
+is generated again from the rebuilt plan by `codegen`, as after a trace.
+
+A graph that holds anything else (arrays the function reached by itself,
+stateful objects, namedtuples, enums ...) is not stored: `NotStorable` says why.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from types import ModuleType, SimpleNamespace
+
+from ..graph.ir import Kind, Node, Source, Value
+from ..graph.passes import Plan
+
+
+class NotStorable(Exception):
+    """This graph (or key) cannot be stored as data; the message says why."""
+
+
+class CorruptEntry(ValueError):
+    """A stored graph that does not decode to a valid plan (damaged or tampered)."""
+
+
+_STORED_KINDS = (Kind.OP, Kind.GENERATOR, Kind.GUARD, Kind.STATE)
+
+
+# ---- calls by name ------------------------------------------------------------------------
+
+def resolve(backend, ref):
+    """The callable a stored name stands for, found only by attribute reads from the backend's
+    own modules; anything else is refused (CorruptEntry)."""
+    if not isinstance(ref, str) or ref.count(":") != 1:
+        raise CorruptEntry(f"malformed call name {ref!r}")
+    root, path = ref.split(":")
+    if root not in backend.persist_roots:
+        raise CorruptEntry(f"call {ref!r} is outside the {backend.name} modules a stored graph may use")
+    names = path.split(".")
+    if not 1 <= len(names) <= 3 or not all(n.isidentifier() for n in names):
+        raise CorruptEntry(f"malformed call name {ref!r}")
+    obj = importlib.import_module(root)
+    for name in names:
+        obj = getattr(obj, name, None)
+        if obj is None or isinstance(obj, ModuleType):
+            raise CorruptEntry(f"call {ref!r} does not name a {backend.name} function")
+    if not backend.allowed_target(obj):
+        raise CorruptEntry(f"call {ref!r} is not one a graph may make")
+    return obj
+
+
+def _ref(backend, func) -> str:
+    ref = backend.target_ref(func)
+    if ref is None:
+        raise NotStorable(f"the call {_name(func)} has no name in {backend.name}'s own modules")
+    try:
+        found = resolve(backend, ref)
+    except CorruptEntry:
+        found = None
+    if found is not func and found != func:
+        raise NotStorable(f"the call {_name(func)} cannot be found again by its name {ref!r}")
+    return ref
+
+
+def _name(func) -> str:
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+# ---- values and literals --------------------------------------------------------------------
+
+class _Encoder:
+    def __init__(self, backend, refs: dict):
+        self.backend = backend
+        self.refs = refs              # id(Value) -> its reference
+        self.arrays: dict = {}        # name -> array
+
+    def value(self, v: Value):
+        ref = self.refs.get(id(v))
+        if ref is None:
+            raise NotStorable("a value the stored graph would not define")
+        return ref
+
+    def __call__(self, obj):
+        tp = type(obj)
+        if isinstance(obj, Value):
+            return {"v": self.value(obj)}
+        if obj is None or tp in (bool, int, str):
+            return obj
+        if tp is float:
+            return {"f": repr(obj)}
+        if tp is complex:
+            return {"j": [repr(obj.real), repr(obj.imag)]}
+        if tp is bytes:
+            return {"b": obj.hex()}
+        if obj is Ellipsis:
+            return {"e": 0}
+        if tp is tuple:
+            return {"t": [self(x) for x in obj]}
+        if tp is list:
+            return [self(x) for x in obj]
+        if tp is dict:
+            return {"d": [[self(k), self(v)] for k, v in obj.items()]}
+        if tp is slice:
+            return {"s": [self(obj.start), self(obj.stop), self(obj.step)]}
+        if isinstance(obj, self.backend.array_types):
+            name = f"k{len(self.arrays)}"
+            self.arrays[name] = obj
+            return {"a": name}
+        static = self.backend.encode_static(obj)
+        if static is not None:
+            return {"x": static}
+        raise NotStorable(f"a {tp.__module__}.{tp.__qualname__} in the graph cannot be stored as data")
+
+
+class _Decoder:
+    def __init__(self, backend, values: dict, arrays: dict):
+        self.backend = backend
+        self.values = values          # reference -> Value
+        self.arrays = arrays
+
+    def value(self, ref) -> Value:
+        try:
+            return self.values[tuple(ref)]
+        except (KeyError, TypeError):
+            raise CorruptEntry(f"reference to an undefined value {ref!r}") from None
+
+    def __call__(self, data):
+        if data is None or type(data) in (bool, int, str):
+            return data
+        if type(data) is list:
+            return [self(x) for x in data]
+        if type(data) is not dict or len(data) != 1:
+            raise CorruptEntry(f"malformed literal {data!r:.80}")
+        (tag, body), = data.items()
+        try:
+            if tag == "v":
+                return self.value(body)
+            if tag == "f":
+                return _float(body)
+            if tag == "j":
+                return complex(_float(body[0]), _float(body[1]))
+            if tag == "b":
+                return bytes.fromhex(body)
+            if tag == "e":
+                return Ellipsis
+            if tag == "t":
+                return tuple(self(x) for x in _list(body))
+            if tag == "d":
+                return {_hashable(self(k)): self(v) for k, v in _list(body)}
+            if tag == "s":
+                return slice(*(self(x) for x in _list(body, 3)))
+            if tag == "a":
+                return self.arrays[body]
+            if tag == "x":
+                return self.backend.decode_static(body)
+        except CorruptEntry:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptEntry(f"malformed literal {data!r:.80}: {exc}") from None
+        raise CorruptEntry(f"unknown literal tag {tag!r}")
+
+
+def _float(text) -> float:
+    if not isinstance(text, str):
+        raise CorruptEntry(f"malformed float {text!r}")
+    value = float(text)
+    if repr(value) != text and not math.isnan(value):
+        raise CorruptEntry(f"malformed float {text!r}")
+    return value
+
+
+def _list(body, length=None) -> list:
+    if type(body) is not list or (length is not None and len(body) != length):
+        raise CorruptEntry(f"malformed list {body!r:.80}")
+    return body
+
+
+def _hashable(key):
+    try:
+        hash(key)
+    except TypeError:
+        raise CorruptEntry(f"unhashable dict key {key!r:.80}") from None
+    return key
+
+
+# ---- plans --------------------------------------------------------------------------------
+
+def encode(backend, plan: Plan) -> tuple[dict, dict]:
+    """(JSON-able description, {name: array}) of a plan; NotStorable if it holds anything but
+    framework calls, literals and arrays computed from no input."""
+    inputs, output_structure = plan.inputs, plan.output_structure
+    refs: dict[int, list] = {id(v): ["i", i] for i, v in enumerate(inputs)}
+    enc = _Encoder(backend, refs)
+    constants = []
+    for i, v in enumerate(plan.constants):
+        if v.source is not Source.NODE or not v.foldable:
+            raise NotStorable("the function reads an array it reached by itself (a global, a closure "
+                              "variable, a module parameter): a stored copy would not follow its changes")
+        refs[id(v)] = ["c", i]
+        constants.append(f"c{i}")
+        enc.arrays[f"c{i}"] = backend.unwrap(v.obj)
+    nodes = []
+    for n, node in enumerate(plan.nodes):
+        if node.kind not in _STORED_KINDS:
+            raise NotStorable(f"the graph reads or writes attributes of stateful objects ({node.kind.value})")
+        for j, out in enumerate(node.outputs):
+            refs[id(out)] = ["n", n, j]
+        nodes.append({"kind": node.kind.value, "call": _ref(backend, node.target),
+                      "args": [enc(a) for a in node.args],
+                      "kwargs": [[k, enc(v)] for k, v in node.kwargs.items()],
+                      "inputs": [enc.value(v) for v in node.inputs],
+                      "outputs": [out.index for out in node.outputs],
+                      "structure": node.result_structure,
+                      "expected": enc(node.expected) if node.kind is Kind.GUARD else None})
+    doc = {"inputs": len(inputs), "constants": constants, "nodes": nodes,
+           "outputs": enc(output_structure),
+           "cloned": [enc.value(v) for v in plan.cloned_outputs],
+           "folded": plan.folded, "pruned": [_name(n.target) for n in plan.pruned],
+           "visible_effects": plan.visible_effects}
+    return doc, enc.arrays
+
+
+def decode(backend, doc: dict, arrays: dict) -> Plan:
+    """The plan `encode` described; CorruptEntry if the description is not a valid one."""
+    try:
+        return _decode(backend, doc, arrays)
+    except CorruptEntry:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise CorruptEntry(f"malformed graph description: {type(exc).__name__}: {exc}") from None
+
+
+def _decode(backend, doc, arrays):
+    count = doc["inputs"]
+    if type(count) is not int or not 0 <= count < 100000:
+        raise CorruptEntry(f"malformed input count {count!r}")
+    inputs = [Value(Source.INPUT) for _ in range(count)]
+    values = {("i", i): v for i, v in enumerate(inputs)}
+    constants = []
+    for i, name in enumerate(_list(doc["constants"])):
+        v = Value(Source.NODE, foldable=True, obj=arrays[name])
+        values[("c", i)] = v
+        constants.append(v)
+    dec = _Decoder(backend, values, arrays)
+    nodes = []
+    for n, data in enumerate(_list(doc["nodes"])):
+        kind = Kind(data["kind"])
+        if kind not in _STORED_KINDS:
+            raise CorruptEntry(f"node kind {kind.value!r} is never stored")
+        kwargs = {}
+        for name, value in _list(data["kwargs"]):
+            if not isinstance(name, str) or not name.isidentifier():
+                raise CorruptEntry(f"malformed keyword argument name {name!r:.80}")
+            kwargs[name] = dec(value)
+        structure = data["structure"]
+        if structure not in (None, "single") and (type(structure) is not int or structure < 0):
+            raise CorruptEntry(f"malformed result structure {structure!r}")
+        node = Node(n, kind, resolve(backend, data["call"]), tuple(dec(a) for a in _list(data["args"])),
+                    kwargs, [dec.value(r) for r in _list(data["inputs"])], [], result_structure=structure,
+                    expected=dec(data["expected"]) if kind is Kind.GUARD else None)
+        for j, index in enumerate(_list(data["outputs"])):
+            if not (index is None and structure == "single") and not (
+                    type(index) is int and type(structure) is int and 0 <= index < structure):
+                raise CorruptEntry(f"malformed output index {index!r}")
+            out = Value(Source.NODE, node, index)
+            node.outputs.append(out)
+            values[("n", n, j)] = out
+        nodes.append(node)
+    plan = Plan(nodes, constants, {dec.value(r) for r in _list(doc["cloned"])},
+                folded=int(doc["folded"]),
+                pruned=[SimpleNamespace(target=SimpleNamespace(__qualname__=str(p))) for p in _list(doc["pruned"])],
+                visible_effects=bool(doc["visible_effects"]), inputs=inputs, output_structure=dec(doc["outputs"]))
+    return plan

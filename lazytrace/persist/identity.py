@@ -1,0 +1,138 @@
+"""What a stored graph's key is made of: everything that could make it wrong.
+
+The function (module, qualified name, hash of its source), the files of its
+package and of lazytrace (sizes and modification times: an edit anywhere in the
+library or in lazytrace misses), the versions of the library's distribution and
+of the framework (importlib-metadata), the format version, the Python version,
+the trace options and the call's signature key written as stable text. Any
+difference gives another digest: a miss, never a wrong graph.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import inspect
+import json
+import os
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import importlib_metadata
+
+from .codec import NotStorable
+
+#: bumped whenever the stored description of a graph changes meaning
+FORMAT_VERSION = 1
+
+
+def function_identity(fn) -> dict:
+    """The parts of the key that name the code a graph was traced from."""
+    if not inspect.isfunction(fn):
+        raise NotStorable(f"only plain functions are stored, not a {type(fn).__name__}")
+    if fn.__closure__ or "<locals>" in fn.__qualname__:
+        raise NotStorable("a nested function: the values it captured are baked into its graphs "
+                          "but are not part of a stored key")
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        raise NotStorable(f"the source of {fn.__qualname__} is not available") from None
+    package = fn.__module__.partition(".")[0]
+    return {"function": f"{fn.__module__}:{fn.__qualname__}",
+            "source": hashlib.sha256(source.encode()).hexdigest(),
+            "package": package_fingerprint(package),
+            "distributions": distribution_versions(package)}
+
+
+def environment(backend) -> dict:
+    """The parts of the key that describe the running software."""
+    return {"format": FORMAT_VERSION, "python": sys.implementation.cache_tag + " " + sys.version,
+            "lazytrace": package_fingerprint("lazytrace"),
+            "framework": [backend.name, _version(backend.distribution)]}
+
+
+@lru_cache(maxsize=None)
+def package_fingerprint(package: str) -> str:
+    """A hash of the path, size and modification time of every Python file of a top-level
+    package (or of a single-file module), taken once per process."""
+    module = sys.modules.get(package)
+    paths = list(getattr(module, "__path__", None) or [])
+    files = []
+    if paths:
+        for root in paths:
+            for folder, dirs, names in os.walk(root):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                files += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".py")]
+    elif getattr(module, "__file__", None):
+        files = [module.__file__]
+    else:
+        raise NotStorable(f"module {package!r} has no files to fingerprint")
+    digest = hashlib.sha256()
+    for path in files:
+        stat = os.stat(path)
+        digest.update(f"{Path(path).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def distribution_versions(package: str) -> list:
+    """[[distribution, version]] of the installed distributions providing `package`."""
+    names = importlib_metadata.packages_distributions().get(package, [])
+    return sorted([name, _version(name)] for name in set(names))
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib_metadata.version(distribution)
+    except importlib_metadata.PackageNotFoundError:
+        return None
+
+
+def clear_caches() -> None:
+    """Forget fingerprints and versions taken in this process (after files changed)."""
+    package_fingerprint.cache_clear()
+    distribution_versions.cache_clear()
+
+
+# ---- the signature key as text ------------------------------------------------------------
+
+def key_text(key, backend) -> str:
+    """A text that is equal for two keys exactly when they are equal, the same in every process;
+    NotStorable for keys holding objects without such a form (static arguments of user types)."""
+    out: list[str] = []
+    _write(key, backend, out)
+    return "".join(out)
+
+
+def _write(obj, backend, out):
+    tp = type(obj)
+    if tp is tuple or tp is list:
+        out.append("(" if tp is tuple else "[")
+        for x in obj:
+            _write(x, backend, out)
+            out.append(",")
+        out.append(")" if tp is tuple else "]")
+    elif obj is None or tp in (bool, int, float, complex, str, bytes, range) or obj is Ellipsis:
+        out.append(f"{tp.__name__}:{obj!r}")
+    elif tp is type or isinstance(obj, type):
+        out.append(f"type:{_type_name(obj)}")
+    elif isinstance(obj, enum.Enum):
+        out.append(f"enum:{_type_name(tp)}.{obj.name}")
+    elif isinstance(obj, tuple):                      # torch.Size and other tuples of values
+        out.append(f"{_type_name(tp)}")
+        _write(tuple(obj), backend, out)
+    elif isinstance(obj, backend.static_types):
+        out.append(f"{_type_name(tp)}:{obj!r}")
+    else:
+        raise NotStorable(f"the call's key holds a {_type_name(tp)}, which has no stable text form")
+
+
+def _type_name(tp: type) -> str:
+    name = f"{tp.__module__}.{tp.__qualname__}"
+    if "<locals>" in name or tp.__module__ == "__main__":
+        raise NotStorable(f"the call's key holds the local type {name}")
+    return name
+
+
+def digest(identity: dict) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,188 @@
+"""The cache directory: one file per (function, signature), grouped by top-level module.
+
+Writes go to a temporary file in the same directory, then `os.replace`: a reader sees the old
+file or the new one, never a part. Read-modify-write of one file (adding a variant) holds a
+lock on its module folder (filelock), so concurrent writers lose nothing. Reading a file
+updates its modification time; when the directory grows past its size bound the least
+recently used files are deleted.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+ENV_ENABLE = "LAZYTRACE_CACHE"        # 1/true: graphs are stored and loaded by default
+ENV_DIR = "LAZYTRACE_CACHE_DIR"       # where (default: the per-user cache directory)
+ENV_MAX_MB = "LAZYTRACE_CACHE_MAX_MB"  # size bound in MiB (default 1024)
+SUFFIX = ".lzt"
+_TMP_PREFIX = ".tmp-"
+_DEFAULT_MAX_BYTES = 1024 * 2**20
+
+
+def default_directory() -> Path:
+    """$LAZYTRACE_CACHE_DIR, else the per-user cache directory of lazytrace (platformdirs)."""
+    configured = os.environ.get(ENV_DIR)
+    if configured:
+        return Path(configured).expanduser()
+    import platformdirs
+    return platformdirs.user_cache_path("lazytrace") / "graphs"
+
+
+def enabled_by_env() -> bool:
+    return os.environ.get(ENV_ENABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _max_bytes_from_env() -> int:
+    text = os.environ.get(ENV_MAX_MB)
+    if not text:
+        return _DEFAULT_MAX_BYTES
+    try:
+        return int(float(text) * 2**20)
+    except ValueError:
+        raise ValueError(f"{ENV_MAX_MB}={text!r}: expected a size in MiB such as 512") from None
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    path: Path
+    module: str        # top-level module of the function
+    function: str      # qualified name (as in the file name)
+    size: int
+    last_used: float   # modification time: updated by each read
+
+
+class GraphStore:
+    """Files of stored graphs under `directory`, at most `max_bytes` in all."""
+
+    def __init__(self, directory, max_bytes: int | None = None):
+        self.directory = Path(directory).expanduser()
+        self.max_bytes = _max_bytes_from_env() if max_bytes is None else int(max_bytes)
+        if self.max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, got {self.max_bytes}")
+
+    def path(self, module: str, function: str, digest: str) -> Path:
+        safe = re.sub(r"[^\w.]", "_", function)[:100]
+        return self.directory / _safe_module(module) / f"{safe}-{digest[:40]}{SUFFIX}"
+
+    def read(self, path: Path) -> bytes | None:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            os.utime(path)                 # least recently used goes first
+        except OSError:
+            pass
+        return data
+
+    def update(self, path: Path, change) -> None:
+        """Write change(current bytes or None) -> new bytes (or None: leave as is) atomically,
+        holding the module folder's lock."""
+        from filelock import FileLock
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path.parent / ".lock")):
+            current = path.read_bytes() if path.exists() else None
+            data = change(current)
+            if data is None:
+                return
+            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                _remove(Path(tmp))
+                raise
+        if self.size() > self.max_bytes:
+            self.evict()
+
+    def remove(self, path: Path) -> None:
+        _remove(path)
+
+    # ---- inspection and pruning --------------------------------------------------------------
+    def files(self, module: str | None = None) -> list[StoredFile]:
+        """Stored files (least recently used first), of one top-level module or all."""
+        folders = [self.directory / _safe_module(module)] if module else \
+            [p for p in self.directory.iterdir() if p.is_dir()] if self.directory.is_dir() else []
+        out = []
+        for folder in folders:
+            if not folder.is_dir():
+                continue
+            for path in folder.glob(f"*{SUFFIX}"):
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:
+                    continue
+                out.append(StoredFile(path, folder.name, path.name.rsplit("-", 1)[0], stat.st_size,
+                                      stat.st_mtime))
+        return sorted(out, key=lambda f: f.last_used)
+
+    def size(self) -> int:
+        return sum(f.size for f in self.files())
+
+    def evict(self) -> list[StoredFile]:
+        """Delete least recently used files until the directory is within its bound; also
+        temporary files left by killed writers (older than an hour)."""
+        files = self.files()
+        total = sum(f.size for f in files)
+        removed = []
+        for f in files:
+            if total <= self.max_bytes:
+                break
+            _remove(f.path)
+            total -= f.size
+            removed.append(f)
+        for tmp in self.directory.glob(f"*/{_TMP_PREFIX}*"):
+            try:
+                if tmp.stat().st_mtime < time.time() - 3600:
+                    _remove(tmp)
+            except FileNotFoundError:
+                pass
+        return removed
+
+    def clear(self, module: str | None = None) -> int:
+        """Delete the stored files of one top-level module (or all); return how many."""
+        files = self.files(module)
+        for f in files:
+            _remove(f.path)
+        return len(files)
+
+
+def _safe_module(module: str) -> str:
+    name = module.partition(".")[0]
+    if not name.isidentifier():
+        raise ValueError(f"not a module name: {module!r}")
+    return name
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+@lru_cache(maxsize=None)
+def _store_at(directory: Path, max_bytes: int) -> GraphStore:
+    return GraphStore(directory, max_bytes)
+
+
+def store_for(setting) -> GraphStore | None:
+    """The store a `cache=` setting asks for: None follows $LAZYTRACE_CACHE; True: the default
+    directory; False: none; a path: that directory; a GraphStore: itself."""
+    if isinstance(setting, GraphStore):
+        return setting
+    if setting is None:
+        setting = enabled_by_env()
+    if setting is False:
+        return None
+    if setting is True:
+        return _store_at(default_directory(), _max_bytes_from_env())
+    if isinstance(setting, (str, os.PathLike)):
+        return _store_at(Path(setting).expanduser(), _max_bytes_from_env())
+    raise TypeError(f"cache= takes True, False, None or a directory, got {type(setting).__name__}")
