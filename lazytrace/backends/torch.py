@@ -343,6 +343,8 @@ class TorchBackend(Backend):
         return f"{module}:{short}" if module in self.persist_roots else None
 
     def allowed_target(self, obj) -> bool:
+        if _func_name(obj) in _ESCAPE:
+            return False
         if self._persistable is None:
             from torch.overrides import get_overridable_functions
             allowed = {f for funcs in get_overridable_functions().values() for f in funcs}

@@ -1,0 +1,356 @@
+"""The persistent graph cache: a fresh process replays stored graphs without tracing; anything
+that could make a stored graph wrong misses; damaged or hostile files are refused."""
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import uuid
+import warnings
+
+import pytest
+import torch
+from safetensors.torch import load as st_load, save as st_save
+
+import lazytrace
+from lazytrace.persist import CacheWarning, CorruptEntry, GraphStore, codec, identity, read_description
+
+LIBRARY = '''
+import torch
+
+def blur(x, sigma):
+    k = torch.arange(5, dtype=torch.float32) - 2
+    k = torch.exp(-(k * k) / (2 * sigma * sigma))
+    k = (k / k.sum()).reshape(1, 1, 1, 5).repeat(x.shape[1], 1, 1, 1)
+    y = torch.nn.functional.pad(x, (2, 2, 0, 0), mode="reflect")
+    return torch.conv2d(y, k, groups=x.shape[1])
+
+def branchy(x):
+    if x.sum() > 0:
+        return x * 2, x.shape
+    return x - 1, x.shape
+
+def shifted(x, y):
+    return (x + y).T.contiguous()
+
+SCALE = torch.ones(3)
+
+def uses_global(x):
+    return x * SCALE
+'''
+
+
+@pytest.fixture
+def lib(tmp_path, monkeypatch):
+    """A fresh library module (unique name) in its own folder on sys.path."""
+    name = f"ltp_{uuid.uuid4().hex[:10]}"
+    folder = tmp_path / "lib"
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(LIBRARY)
+    monkeypatch.syspath_prepend(str(folder))
+    identity.clear_caches()
+    __import__(name)
+    yield sys.modules[name]
+    sys.modules.pop(name, None)
+    identity.clear_caches()
+
+
+def run_fresh(lib, cache_dir, code: str) -> dict:
+    """Run `code` in a new Python process that has the library as `lib` and `cache` set; return
+    the JSON it prints last."""
+    prelude = f"""
+        import json, sys, torch, lazytrace
+        sys.path.insert(0, {os.path.dirname(lib.__file__)!r})
+        import {lib.__name__} as lib
+        cache = {str(cache_dir)!r}
+    """
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(code)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def stored_files(cache_dir):
+    return sorted(cache_dir.glob("*/*.lzt"))
+
+
+def test_fresh_process_replays_stored_graphs_without_tracing(lib, tmp_path):
+    cache = tmp_path / "cache"
+    blur = lazytrace.trace_graph(lib.blur, cache=cache)
+    x = torch.rand(1, 3, 8, 8)
+    assert torch.equal(blur(x, 1.5), lib.blur(x, 1.5))
+    blur(torch.rand(2, 3, 16, 16), 0.7)
+    assert blur.stats.traces == 2 and blur.stats.stored == 2
+    assert len(stored_files(cache)) == 2
+
+    result = run_fresh(lib, cache, """
+        blur = lazytrace.trace_graph(lib.blur, cache=cache)
+        ok = []
+        for shape, sigma in (((1, 3, 8, 8), 1.5), ((2, 3, 16, 16), 0.7), ((1, 3, 8, 8), 1.5)):
+            x = torch.rand(*shape)                  # new inputs, never seen by the first process
+            ok.append(torch.equal(blur(x, sigma), lib.blur(x, sigma)))
+        print(json.dumps({"ok": ok, **blur.stats.as_dict()}))
+    """)
+    assert result["ok"] == [True, True, True]
+    assert result["traces"] == 0 and result["loaded"] == 2 and result["hits"] == 3
+
+
+def test_other_signature_in_fresh_process_traces(lib, tmp_path):
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.blur, cache=cache)(torch.rand(1, 3, 8, 8), 1.5)
+    result = run_fresh(lib, cache, """
+        blur = lazytrace.trace_graph(lib.blur, cache=cache)
+        x = torch.rand(1, 3, 8, 8)
+        same = torch.equal(blur(x, 1.25), lib.blur(x, 1.25))     # sigma is keyed by value
+        print(json.dumps({"same": same, **blur.stats.as_dict()}))
+    """)
+    assert result["same"] and result["traces"] == 1 and result["loaded"] == 0
+
+
+def test_guard_variants_of_one_signature_are_merged_and_replayed(lib, tmp_path):
+    cache = tmp_path / "cache"
+    pos, neg = torch.rand(4) + 0.1, -torch.rand(4) - 0.1
+    first = lazytrace.trace_graph(lib.branchy, cache=cache)     # two processes, one branch each
+    second = lazytrace.trace_graph(lib.branchy, cache=cache)
+    first(pos)
+    second(neg)
+    files = stored_files(cache)
+    assert len(files) == 1
+    content, _ = read_description(files[0].read_bytes())
+    assert len(content["graphs"]) == 2
+
+    third = lazytrace.trace_graph(lib.branchy, cache=cache)
+    for x in (neg * 3, pos * 3, neg):
+        out, shape = third(x)
+        assert torch.equal(out, lib.branchy(x)[0]) and shape == x.shape
+    assert third.stats.traces == 0 and third.stats.loaded == 2
+
+
+def test_versions_and_edits_miss(lib, tmp_path):
+    cache = tmp_path / "cache"
+    folder = os.path.dirname(lib.__file__)
+    dist = os.path.join(folder, f"{lib.__name__}-1.0.dist-info")
+    os.mkdir(dist)
+    with open(os.path.join(dist, "METADATA"), "w") as f:
+        f.write(f"Metadata-Version: 2.1\nName: {lib.__name__}\nVersion: 1.0\n")
+    with open(os.path.join(dist, "top_level.txt"), "w") as f:
+        f.write(lib.__name__ + "\n")
+    identity.clear_caches()
+    assert identity.distribution_versions(lib.__name__) == [[lib.__name__, "1.0"]]
+    lazytrace.trace_graph(lib.shifted, cache=cache)(torch.rand(3, 4), torch.rand(3, 4))
+    code = """
+        f = lazytrace.trace_graph(lib.shifted, cache=cache)
+        x, y = torch.rand(3, 4), torch.rand(3, 4)
+        same = torch.equal(f(x, y), lib.shifted(x, y))
+        print(json.dumps({"same": same, **f.stats.as_dict()}))
+    """
+    assert run_fresh(lib, cache, code)["loaded"] == 1            # unchanged: a hit
+
+    with open(os.path.join(dist, "METADATA"), "w") as f:        # a new release of the library
+        f.write(f"Metadata-Version: 2.1\nName: {lib.__name__}\nVersion: 1.1\n")
+    result = run_fresh(lib, cache, code)
+    assert result["same"] and result["loaded"] == 0 and result["traces"] == 1
+
+    source = open(lib.__file__).read()                           # an edit of the function
+    with open(lib.__file__, "w") as f:
+        f.write(source.replace("return (x + y).T.contiguous()", "return (x - y).T.contiguous()"))
+    result = run_fresh(lib, cache, code)
+    assert result["same"] and result["loaded"] == 0 and result["traces"] == 1
+
+
+def test_framework_version_is_part_of_the_key(lib, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    x, y = torch.rand(3, 4), torch.rand(3, 4)
+    lazytrace.trace_graph(lib.shifted, cache=cache)(x, y)
+    again = lazytrace.trace_graph(lib.shifted, cache=cache)
+    again(x, y)
+    assert again.stats.loaded == 1
+    real = identity._version
+    monkeypatch.setattr(identity, "_version", lambda d: "99.0" if d == "torch" else real(d))
+    upgraded = lazytrace.trace_graph(lib.shifted, cache=cache)
+    assert torch.equal(upgraded(x, y), lib.shifted(x, y))
+    assert upgraded.stats.loaded == 0 and upgraded.stats.traces == 1
+
+
+# ---- damaged and hostile files ------------------------------------------------------------------
+
+def _stored(lib, cache):
+    x = torch.rand(1, 3, 8, 8)
+    lazytrace.trace_graph(lib.blur, cache=cache)(x, 1.5)
+    (path,) = stored_files(cache)
+    return path, x
+
+
+def _retraced_safely(lib, cache, path, x):
+    fresh = lazytrace.trace_graph(lib.blur, cache=cache)
+    with pytest.warns(CacheWarning, match=str(path.name)):
+        out = fresh(x, 1.5)
+    assert torch.equal(out, lib.blur(x, 1.5))
+    assert fresh.stats.loaded == 0 and fresh.stats.traces == 1
+    fresh(x, 1.5)
+    return fresh
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "header_only"])
+def test_corrupt_files_are_skipped_with_a_warning_and_retraced(lib, tmp_path, damage):
+    cache = tmp_path / "cache"
+    path, x = _stored(lib, cache)
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[: len(data) - 40], "garbage": os.urandom(len(data)), "empty": b"",
+                      "header_only": data[:8]}[damage])
+    _retraced_safely(lib, cache, path, x)
+    again = lazytrace.trace_graph(lib.blur, cache=cache)      # the new trace replaced the file
+    again(x, 1.5)
+    assert again.stats.loaded == 1
+
+
+class Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _rewrite(path, change):
+    """Rewrite a stored file's description with change(content) (arrays kept)."""
+    data = path.read_bytes()
+    content, metadata = read_description(data)
+    change(content)
+    arrays = st_load(data)
+    path.write_bytes(st_save(arrays, metadata={**metadata, "lazytrace": json.dumps(content)}))
+
+
+def test_a_pickle_in_place_of_a_graph_file_is_never_unpickled(lib, tmp_path):
+    cache = tmp_path / "cache"
+    path, x = _stored(lib, cache)
+    marker = tmp_path / "pwned"
+    path.write_bytes(pickle.dumps(Evil(str(marker))))
+    _retraced_safely(lib, cache, path, x)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("attack", ["call_outside", "module_walk", "file_reader", "kwarg_injection",
+                                    "pickled_literal", "unknown_tag", "bad_reference"])
+def test_tampered_descriptions_are_refused(lib, tmp_path, attack):
+    cache = tmp_path / "cache"
+    path, x = _stored(lib, cache)
+    marker = tmp_path / "pwned"
+
+    def change(content):
+        node = content["graphs"][0]["nodes"][0]
+        if attack == "call_outside":
+            node["call"] = "builtins:exec"
+        elif attack == "module_walk":
+            node["call"] = "torch:os.system"
+        elif attack == "file_reader":
+            node["call"] = "torch:load"
+        elif attack == "kwarg_injection":
+            node["kwargs"].append([f"x=open({str(marker)!r}, 'w'), y", 1])
+        elif attack == "pickled_literal":
+            node["args"].append({"p": pickle.dumps(Evil(str(marker))).hex()})
+        elif attack == "unknown_tag":
+            node["args"][0] = {"code": f"open({str(marker)!r}, 'w')"}
+        else:
+            node["args"][0] = {"v": ["n", 99, 0]}
+    _rewrite(path, change)
+    _retraced_safely(lib, cache, path, x)
+    assert not marker.exists()
+
+
+def test_a_file_copied_under_another_key_is_refused(lib, tmp_path):
+    cache = tmp_path / "cache"
+    path, x = _stored(lib, cache)
+    lazytrace.trace_graph(lib.blur, cache=cache)(torch.rand(1, 3, 16, 16), 1.5)
+    other = next(p for p in stored_files(cache) if p != path)
+    other.write_bytes(path.read_bytes())            # a graph for 8x8 under the 16x16 name
+    fresh = lazytrace.trace_graph(lib.blur, cache=cache)
+    y = torch.rand(1, 3, 16, 16)
+    with pytest.warns(CacheWarning, match="another key"):
+        assert torch.equal(fresh(y, 1.5), lib.blur(y, 1.5))
+    assert fresh.stats.traces == 1
+
+
+def test_resolution_only_reaches_framework_calls():
+    backend = lazytrace.backends.get_backend("torch")
+    assert codec.resolve(backend, "torch.nn.functional:pad") is torch.nn.functional.pad
+    assert codec.resolve(backend, "torch:Tensor.add") is torch.Tensor.add
+    for ref in ("builtins:eval", "os:system", "torch:load", "torch:save", "torch:os.system", "torch:hub.load",
+                "torch:Tensor.__reduce_ex__", "torch:_C._nn.os", "torch:nn.modules.module.torch.load", "torch"):
+        with pytest.raises(CorruptEntry):
+            codec.resolve(backend, ref)
+
+
+# ---- what is not stored ---------------------------------------------------------------------
+
+def test_graphs_that_cannot_be_data_are_not_stored(lib, tmp_path):
+    cache = tmp_path / "cache"
+    x = torch.rand(3)
+    g = lazytrace.trace_graph(lib.uses_global, cache=cache)
+    assert torch.equal(g(x), x * lib.SCALE)
+    assert g.stats.stored == 0 and any("reached by itself" in r for r in g.stats.not_stored)
+
+    nested = lazytrace.trace_graph(lambda t: t * 3.0 + 1.0, cache=cache)
+    nested(x)
+    assert nested.stats.stored == 0 and any("nested function" in r for r in nested.stats.not_stored)
+    assert stored_files(cache) == []
+
+
+def test_environment_variable_opts_in(lib, tmp_path, monkeypatch):
+    cache = tmp_path / "from-env"
+    monkeypatch.setenv("LAZYTRACE_CACHE", "1")
+    monkeypatch.setenv("LAZYTRACE_CACHE_DIR", str(cache))
+    f = lazytrace.trace_graph(lib.shifted)
+    f(torch.rand(2, 2), torch.rand(2, 2))
+    assert f.stats.stored == 1 and len(stored_files(cache)) == 1
+    off = lazytrace.trace_graph(lib.shifted, cache=False)       # an explicit False wins
+    off(torch.rand(2, 2), torch.rand(2, 2))
+    assert off.stats.loaded == 0 and off.stats.stored == 0
+
+
+def test_bad_cache_setting_is_a_clear_error(lib):
+    with pytest.raises(TypeError, match="cache="):
+        lazytrace.trace_graph(lib.shifted, cache=3)(torch.rand(2), torch.rand(2))
+
+
+# ---- the store ------------------------------------------------------------------------------
+
+def test_eviction_removes_least_recently_used(tmp_path):
+    store = GraphStore(tmp_path, max_bytes=3500)
+    paths = [store.path("m", f"f{i}", f"{i:040d}") for i in range(3)]
+    for i, p in enumerate(paths):
+        store.update(p, lambda current: b"x" * 1000)
+        os.utime(p, (1000 + i, 1000 + i))
+    store.read(paths[0])                                 # used now: the most recent
+    fourth = store.path("m", "f3", "3" * 40)
+    store.update(fourth, lambda current: b"y" * 1000)   # 4000 bytes > 3500: one must go
+    assert [p.exists() for p in paths] == [True, False, True] and fourth.exists()
+    assert store.size() <= 3500
+
+
+def test_concurrent_writers_lose_nothing(lib, tmp_path):
+    cache = tmp_path / "cache"
+    code = """
+        f = lazytrace.trace_graph(lib.shifted, cache=cache)
+        for n in range(2, 10):
+            f(torch.rand(n, 3), torch.rand(n, 3))
+        print(json.dumps(f.stats.as_dict()))
+    """
+    prelude = f"import json, sys, torch, lazytrace; sys.path.insert(0, {os.path.dirname(lib.__file__)!r}); " \
+              f"import {lib.__name__} as lib; cache = {str(cache)!r}\n"
+    procs = [subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(code)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["stored"] >= 0
+    assert len(stored_files(cache)) == 8
+    assert not list(cache.glob("*/.tmp-*"))
+    fresh = lazytrace.trace_graph(lib.shifted, cache=cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        for n in range(2, 10):
+            x, y = torch.rand(n, 3), torch.rand(n, 3)
+            assert torch.equal(fresh(x, y), lib.shifted(x, y))
+    assert fresh.stats.traces == 0 and fresh.stats.loaded == 8
