@@ -17,7 +17,14 @@ import lazytrace
 from lazytrace.persist import CacheWarning, CorruptEntry, GraphStore, codec, identity, read_description
 
 LIBRARY = '''
+import numpy as np
 import torch
+
+def np_features(x, n):
+    k = x[0] * 0 + np.float32(1.5)
+    y = np.sum(x * k, axis=1) + np.float32(0.5)
+    z = np.exp(x).astype(np.float64)[:, :n]
+    return y, np.add.reduce(z, axis=0), x.mean(axis=0), x[..., None]
 
 def blur(x, sigma):
     k = torch.arange(5, dtype=torch.float32) - 2
@@ -125,6 +132,20 @@ def test_guard_variants_of_one_signature_are_merged_and_replayed(lib, tmp_path):
         out, shape = third(x)
         assert torch.equal(out, lib.branchy(x)[0]) and shape == x.shape
     assert third.stats.traces == 0 and third.stats.loaded == 2
+
+
+def test_numpy_graphs_are_stored_and_replayed(lib, tmp_path):
+    import numpy as np
+    cache = tmp_path / "cache"
+    x = np.random.rand(3, 4).astype(np.float32)
+    first = lazytrace.trace_graph(lib.np_features, cache=cache)
+    first(x, 2)
+    assert first.stats.stored == 1
+    again = lazytrace.trace_graph(lib.np_features, cache=cache)
+    y = np.random.rand(3, 4).astype(np.float32)
+    for got, want in zip(again(y, 2), lib.np_features(y, 2)):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert again.stats.loaded == 1 and again.stats.traces == 0 and again.stats.hits == 1
 
 
 def test_versions_and_edits_miss(lib, tmp_path):

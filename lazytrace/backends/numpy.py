@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import re
 import warnings
 
 import numpy as np
@@ -42,6 +43,13 @@ _DYNAMIC = {np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.c
 _MUTATING_METHODS = {"sort", "fill", "put", "partition", "resize", "itemset", "setfield", "byteswap"}
 _MUTATING_FUNCTIONS = {np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis,
                        operator.setitem}
+#: calls a stored graph never makes: files, pickles, raw memory
+_NOT_STORED = {"save", "savez", "savez_compressed", "savetxt", "load", "loadtxt", "genfromtxt", "fromfile",
+               "tofile", "memmap", "dump", "dumps", "fromregex", "frombuffer", "__reduce__", "__reduce_ex__",
+               "__setstate__", "ctypes"}
+_DTYPE_CODE = re.compile(r"^[<>|=][bBiufc]\d{1,2}$")
+_PYTHON_TYPES_BY_NAME = {"float": float, "int": int, "bool": bool, "complex": complex}
+_PYTHON_TYPES = frozenset(_PYTHON_TYPES_BY_NAME.values())
 _RNG_CLASSES = ("Generator.", "RandomState.")
 _ARRAY_ATTRIBUTES = {"T", "mT", "real", "imag"}
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "size", "itemsize", "nbytes"}
@@ -291,6 +299,67 @@ class NumpyBackend(Backend):
                 name = f"{func.__module__}.{short}"
             self._names[id(func)] = name
         return name
+
+    # ---- persistent cache ----------------------------------------------------------
+    distribution = "numpy"
+    persist_roots = ("numpy", "numpy.linalg", "numpy.fft", "operator", "builtins")
+
+    def target_ref(self, func):
+        owner = getattr(func, "__self__", None)
+        if isinstance(owner, np.ufunc):
+            return f"numpy:{owner.__name__}.{func.__name__}"
+        if isinstance(func, np.ufunc):
+            return f"numpy:{func.__name__}"
+        if getattr(func, "__objclass__", None) is np.ndarray:
+            return f"numpy:ndarray.{func.__name__}"
+        if func in _READBACK or func in (operator.getitem, operator.setitem):
+            return f"{'builtins' if isinstance(func, type) else 'operator'}:{func.__name__}"
+        module, _, short = self._qualified_name(func).rpartition(".")
+        return f"{module}:{short}" if module in self.persist_roots else None
+
+    def allowed_target(self, obj) -> bool:
+        name = getattr(obj, "__name__", "")
+        if name in _NOT_STORED:
+            return False
+        owner = getattr(obj, "__self__", None)
+        return (isinstance(obj, np.ufunc) or isinstance(owner, np.ufunc) or obj in _READBACK
+                or obj in (operator.getitem, operator.setitem)
+                or getattr(obj, "__objclass__", None) is np.ndarray
+                or hasattr(obj, "_implementation"))            # dispatched through __array_function__
+
+    def encode_static(self, obj):
+        if isinstance(obj, np.dtype) and obj.names is None and obj.subdtype is None:
+            return ["dtype", obj.str]
+        if isinstance(obj, (np.bool_, np.integer, np.floating)):
+            return ["scalar", obj.dtype.str, repr(obj.item())]
+        if isinstance(obj, type) and obj in _PYTHON_TYPES:
+            return ["type", obj.__name__]
+        if isinstance(obj, type) and issubclass(obj, (np.bool_, np.integer, np.floating, np.complexfloating)):
+            return ["type", np.dtype(obj).str]
+        return None
+
+    def decode_static(self, data):
+        kind, code, *value = data
+        if kind == "type" and code in _PYTHON_TYPES_BY_NAME:
+            return _PYTHON_TYPES_BY_NAME[code]
+        if not isinstance(code, str) or not _DTYPE_CODE.match(code) or kind not in ("dtype", "scalar", "type"):
+            raise ValueError(f"not a stored numpy dtype or scalar: {data!r}")
+        dtype = np.dtype(code)
+        if kind == "dtype":
+            return dtype
+        if kind == "type":
+            return dtype.type
+        text = value[0]
+        number = text == "True" if dtype.kind == "b" else int(text) if dtype.kind in "iu" else float(text)
+        return dtype.type(number)
+
+    def save_arrays(self, arrays, metadata):
+        from safetensors.numpy import save
+        return save({name: np.ascontiguousarray(a) for name, a in arrays.items()}, metadata=metadata)
+
+    def load_arrays(self, data, metadata):
+        from safetensors.numpy import load
+        return load(data)
 
     def namespace(self):
         return {"numpy": np}
