@@ -155,14 +155,15 @@ class TracedLibrary:
         with self._lock:
             entries = list(self._stats)
         out = {"functions": 0, "calls": 0, "hits": 0, "traces": 0, "eager": 0, "guard_failures": 0,
-               "reasons": {}, "skipped": dict(self.skipped)}
+               "loaded": 0, "stored": 0, "reasons": {}, "not_stored": {}, "skipped": dict(self.skipped)}
         for name, stats in entries:
             out["functions"] += stats.calls > 0
-            for field in ("calls", "hits", "traces", "eager", "guard_failures"):
+            for field in ("calls", "hits", "traces", "eager", "guard_failures", "loaded", "stored"):
                 out[field] += getattr(stats, field)
-            for reason, count in stats.reasons.items():
-                per = out["reasons"].setdefault(reason, {})
-                per[name] = per.get(name, 0) + count
+            for group, reasons in (("reasons", stats.reasons), ("not_stored", stats.not_stored)):
+                for reason, count in reasons.items():
+                    per = out[group].setdefault(reason, {})
+                    per[name] = per.get(name, 0) + count
         return out
 
 
