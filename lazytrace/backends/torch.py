@@ -330,7 +330,7 @@ class TorchBackend(Backend):
     # ---- persistent cache ----------------------------------------------------------
     distribution = "torch"
     persist_roots = ("torch", "torch._C", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special",
-                     "torch.functional")
+                     "torch.functional", "torch._C._nn", "torch._C._linalg", "torch._C._fft", "torch._C._special")
 
     def target_ref(self, func):
         name = _func_name(func)

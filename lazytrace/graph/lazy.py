@@ -252,8 +252,9 @@ class LazyGraph:
     def _persistent(self):
         if self._persist is _UNSET:
             from ..persist import PersistentCache, store_for
-            store = store_for(self._options.cache) if self._extra is None else None
-            self._persist = PersistentCache(store, self._fn, self._options, self._signature) if store else None
+            store = store_for(self._options.cache)
+            self._persist = PersistentCache(store, self._fn, self._options, self._signature,
+                                            self._extra) if store else None
         return self._persist
 
     def _load(self, key, backends, leaves, args, kwargs):

@@ -36,11 +36,13 @@ class CacheWarning(UserWarning):
 class PersistentCache:
     """Loads and stores the graphs of one function (one LazyGraph)."""
 
-    def __init__(self, store: GraphStore, fn, options, signature):
+    def __init__(self, store: GraphStore, fn, options, signature, extra=None):
         self.store = store
         self.reason: str | None = None          # why nothing of this function is stored, if so
         self._function = None
         try:
+            if extra is not None:
+                raise NotStorable("a module's method: its graphs take the module's parameters live")
             if options.stateful or signature.stateful_argnums or signature.stateful_argnames:
                 raise NotStorable("stateful objects are read live by its graphs")
             self._function = identity.function_identity(fn)
