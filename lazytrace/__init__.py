@@ -4,6 +4,8 @@
     lazy = lazytrace.trace_graph(fn)                # trace per signature on first call
     traced = lazytrace.trace_graph(kornia)          # a proxy module: every function lazily traced
     with lazytrace.enable("kornia"): import kornia  # the same, through imports
+    lazytrace.trace_graph(fn, cache=True)           # graphs also stored on disk for later processes
+    lazytrace.warmup("kornia")                      # trace and store kornia's common calls once
 
 Importing lazytrace imports no array framework.
 """
@@ -13,7 +15,8 @@ from .graph.ir import Graph, SignatureMismatch
 from .graph.lazy import LazyGraph, RetraceWarning, stats
 from .graph.signature import Unkeyable
 from .importhook import disable, enable
+from .warmups import warmup
 
-__all__ = ["trace_graph", "enable", "disable", "Graph", "LazyGraph", "stats", "TraceError", "SignatureMismatch",
-           "RetraceWarning", "GuardFailed", "Unkeyable"]
+__all__ = ["trace_graph", "enable", "disable", "warmup", "Graph", "LazyGraph", "stats", "TraceError",
+           "SignatureMismatch", "RetraceWarning", "GuardFailed", "Unkeyable"]
 __version__ = "0.1.0"

@@ -180,6 +180,81 @@ def _short(value, backend) -> str:
     return repr(value)
 
 
+# ---- lazytrace warmup / lazytrace cache -------------------------------------------------------------
+
+def _add_cache_dir(p, default=None):
+    p.add_argument("--cache-dir", metavar="DIR", default=default, help="the persistent cache directory (default: "
+                                                      "$LAZYTRACE_CACHE_DIR, else the per-user cache directory)")
+
+
+def add_warmup(subparsers):
+    p = subparsers.add_parser(
+        "warmup", help="run a library's warm-up script and store its graphs in the persistent cache",
+        description="Run the warm-up script of MODULE with it traced and the persistent cache on, so that "
+                    "later processes replay its calls without tracing. The script is --script FILE, else "
+                    "the entry point named MODULE in the 'lazytrace.warmups' group of an installed "
+                    "distribution, else lazytrace's own examples/warmup_MODULE.py.")
+    p.add_argument("module", help="top-level module to warm, e.g. kornia")
+    p.add_argument("--script", metavar="FILE", help="a warm-up script (plain Python calling the library)")
+    _add_cache_dir(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run_warmup)
+
+
+def run_warmup(ns, out=None) -> int:
+    from .warmups import WarmupError, warmup
+    try:
+        report = warmup(ns.module, script=ns.script, cache=ns.cache_dir or True, progress=not ns.no_progress)
+    except WarmupError as exc:
+        raise UsageError(str(exc)) from None
+    print(report.format(), file=out or sys.stdout)
+    return 0
+
+
+def add_cache(subparsers):
+    p = subparsers.add_parser("cache", help="inspect or prune the persistent graph cache",
+                              description="Inspect or prune the persistent graph cache.")
+    _add_cache_dir(p)
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for name, text in (("ls", "list stored graphs (least recently used first)"),
+                       ("info", "directory, size and bound, files per module"),
+                       ("clear", "delete stored graphs")):
+        sub = actions.add_parser(name, help=text, description=text)
+        sub.add_argument("module", nargs="?", help="only this top-level module (e.g. kornia)")
+        _add_cache_dir(sub, default=argparse.SUPPRESS)     # given before or after the action
+    p.set_defaults(run=run_cache)
+
+
+def run_cache(ns, out=None) -> int:
+    from .persist import GraphStore, default_directory
+    out = out or sys.stdout
+    store = GraphStore(ns.cache_dir or default_directory())
+    try:
+        files = store.files(ns.module)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if ns.action == "clear":
+        print(f"removed {store.clear(ns.module)} files from {store.directory}", file=out)
+        return 0
+    if ns.action == "info":
+        total = sum(f.size for f in files)
+        print(f"directory: {store.directory}\nsize:      {_mib(total)} in {len(files)} files "
+              f"(bound {_mib(store.max_bytes)}, least recently used evicted first)", file=out)
+        for module, count in sorted(Counter(f.module for f in files).items()):
+            print(f"  {module:24} {count:6} files {_mib(sum(f.size for f in files if f.module == module)):>12}",
+                  file=out)
+        return 0
+    for f in files:
+        used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(f.last_used))
+        print(f"{used}  {f.size:>9} B  {f.module}  {f.function}  {f.path.name}", file=out)
+    print(f"{len(files)} files in {store.directory}", file=out)
+    return 0
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.2f} MiB"
+
+
 # ---- entry point ---------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "simplified, cached graphs of framework calls.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_show(subparsers)
+    add_warmup(subparsers)
+    add_cache(subparsers)
     return parser
 
 

@@ -13,6 +13,7 @@ import enum
 import hashlib
 import inspect
 import json
+import linecache
 import os
 import sys
 from functools import lru_cache
@@ -33,15 +34,30 @@ def function_identity(fn) -> dict:
     if fn.__closure__ or "<locals>" in fn.__qualname__:
         raise NotStorable("a nested function: the values it captured are baked into its graphs "
                           "but are not part of a stored key")
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        raise NotStorable(f"the source of {fn.__qualname__} is not available") from None
+    source = _source(fn.__code__)
+    if not source:
+        raise NotStorable(f"the source of {fn.__qualname__} is not available")
     package = fn.__module__.partition(".")[0]
     return {"function": f"{fn.__module__}:{fn.__qualname__}",
             "source": hashlib.sha256(source.encode()).hexdigest(),
             "package": package_fingerprint(package),
             "distributions": distribution_versions(package)}
+
+
+def _source(code) -> str:
+    """The source lines of a function: from its first line to the last line of its code or of any
+    code nested in it (line tables, no tokenizing: this runs at every process's first load)."""
+    lines = linecache.getlines(code.co_filename)
+    last = _last_line(code)
+    if not lines or last > len(lines):
+        return ""
+    return "".join(lines[code.co_firstlineno - 1:last])
+
+
+def _last_line(code) -> int:
+    last = max((line for _, _, line in code.co_lines() if line is not None), default=code.co_firstlineno)
+    nested = [_last_line(c) for c in code.co_consts if hasattr(c, "co_lines")]
+    return max([last, *nested])
 
 
 def environment(backend) -> dict:
@@ -81,6 +97,7 @@ def distribution_versions(package: str) -> list:
     return sorted([name, _version(name)] for name in set(names))
 
 
+@lru_cache(maxsize=None)
 def _version(distribution: str) -> str | None:
     try:
         return importlib_metadata.version(distribution)
@@ -92,6 +109,7 @@ def clear_caches() -> None:
     """Forget fingerprints and versions taken in this process (after files changed)."""
     package_fingerprint.cache_clear()
     distribution_versions.cache_clear()
+    _version.cache_clear()
 
 
 # ---- the signature key as text ------------------------------------------------------------
