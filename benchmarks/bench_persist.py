@@ -24,6 +24,7 @@ CHILD = r"""
 import json, statistics, sys, time, warnings
 sys.path.insert(0, {tests!r})
 import torch, lazytrace
+torch.set_num_threads(1)
 from kornia_cases import CASES
 warnings.simplefilter("ignore")
 mode, cache, only = sys.argv[1], sys.argv[2], set(sys.argv[3:])

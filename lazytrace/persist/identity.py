@@ -92,9 +92,24 @@ def package_fingerprint(package: str) -> str:
 
 @lru_cache(maxsize=None)
 def distribution_versions(package: str) -> list:
-    """[[distribution, version]] of the installed distributions providing `package`."""
+    """[[distribution, version]] of the installed distributions providing `package`: the
+    distribution of the same name if it provides it (fast), else from all distributions' files."""
+    try:
+        dist = importlib_metadata.distribution(package)
+    except importlib_metadata.PackageNotFoundError:
+        dist = None
+    if dist is not None and _provides(dist, package):
+        return [[dist.metadata["Name"], dist.version]]
     names = importlib_metadata.packages_distributions().get(package, [])
     return sorted([name, _version(name)] for name in set(names))
+
+
+def _provides(dist, package: str) -> bool:
+    top_level = dist.read_text("top_level.txt")
+    if top_level is not None:
+        return package in top_level.split()
+    record = dist.read_text("RECORD") or ""
+    return any(line.startswith((f"{package}/", f"{package}.py,")) for line in record.splitlines())
 
 
 @lru_cache(maxsize=None)
