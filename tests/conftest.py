@@ -1,3 +1,6 @@
+import sys
+import uuid
+
 import numpy as np
 import pytest
 import torch
@@ -35,6 +38,29 @@ def fw(request):
 @pytest.fixture
 def torch_fw():
     return Framework("torch")
+
+
+@pytest.fixture
+def temp_library(tmp_path, monkeypatch):
+    """make(source) -> (name, folder): a fresh single-file library with a unique name, importable
+    from its own folder; forgotten (with the persistent cache's fingerprints) afterwards."""
+    from lazytrace.persist import identity
+    made = []
+
+    def make(source: str):
+        name = f"ltlib_{uuid.uuid4().hex[:10]}"
+        folder = tmp_path / "lib"
+        folder.mkdir(exist_ok=True)
+        (folder / f"{name}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(folder))
+        identity.clear_caches()
+        made.append(name)
+        return name, folder
+
+    yield make
+    for name in made:
+        sys.modules.pop(name, None)
+    identity.clear_caches()
 
 
 pytest_plugins = ["pytester"]

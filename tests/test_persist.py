@@ -6,7 +6,6 @@ import pickle
 import subprocess
 import sys
 import textwrap
-import uuid
 import warnings
 
 import pytest
@@ -49,18 +48,9 @@ def uses_global(x):
 
 
 @pytest.fixture
-def lib(tmp_path, monkeypatch):
-    """A fresh library module (unique name) in its own folder on sys.path."""
-    name = f"ltp_{uuid.uuid4().hex[:10]}"
-    folder = tmp_path / "lib"
-    folder.mkdir()
-    (folder / f"{name}.py").write_text(LIBRARY)
-    monkeypatch.syspath_prepend(str(folder))
-    identity.clear_caches()
-    __import__(name)
-    yield sys.modules[name]
-    sys.modules.pop(name, None)
-    identity.clear_caches()
+def lib(temp_library):
+    name, _ = temp_library(LIBRARY)
+    return __import__(name)
 
 
 def run_fresh(lib, cache_dir, code: str) -> dict:
@@ -187,8 +177,9 @@ def test_framework_version_is_part_of_the_key(lib, tmp_path, monkeypatch):
     again = lazytrace.trace_graph(lib.shifted, cache=cache)
     again(x, y)
     assert again.stats.loaded == 1
-    real = identity._version
-    monkeypatch.setattr(identity, "_version", lambda d: "99.0" if d == "torch" else real(d))
+    real = identity.importlib_metadata.version
+    monkeypatch.setattr(identity.importlib_metadata, "version", lambda d: "99.0" if d == "torch" else real(d))
+    identity.clear_caches()
     upgraded = lazytrace.trace_graph(lib.shifted, cache=cache)
     assert torch.equal(upgraded(x, y), lib.shifted(x, y))
     assert upgraded.stats.loaded == 0 and upgraded.stats.traces == 1

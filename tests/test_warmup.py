@@ -4,14 +4,12 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
 
 import pytest
 import torch
 
 import lazytrace
 from lazytrace import cli
-from lazytrace.persist import identity
 from lazytrace.warmups import WarmupError, find_script
 
 LIBRARY = '''
@@ -47,17 +45,10 @@ for size in [(1, 3, 8, 8), (2, 3, 16, 16)]:
 
 
 @pytest.fixture
-def lib(tmp_path, monkeypatch):
-    name = f"ltw_{uuid.uuid4().hex[:10]}"
-    folder = tmp_path / "lib"
-    folder.mkdir()
-    (folder / f"{name}.py").write_text(LIBRARY)
+def lib(temp_library, tmp_path):
+    name, folder = temp_library(LIBRARY)
     (tmp_path / "warm.py").write_text(SCRIPT.format(name=name))
-    monkeypatch.syspath_prepend(str(folder))
-    identity.clear_caches()
-    yield name, folder, tmp_path / "warm.py"
-    sys.modules.pop(name, None)
-    identity.clear_caches()
+    return name, folder, tmp_path / "warm.py"
 
 
 def python(folder, *args, code=None):
