@@ -366,3 +366,32 @@ def test_concurrent_writers_lose_nothing(lib, tmp_path):
             x, y = torch.rand(n, 3), torch.rand(n, 3)
             assert torch.equal(fresh(x, y), lib.shifted(x, y))
     assert fresh.stats.traces == 0 and fresh.stats.loaded == 8
+
+
+def test_walking_a_plan_gives_what_its_generated_code_gives():
+    """A graph loaded from disk runs its first call by walking the plan (no code generation)."""
+    pytest.importorskip("kornia")
+    from kornia_cases import CASES
+    from lazytrace.graph import interpret
+    compared = 0
+    for name, fn, make in CASES:
+        lazy = lazytrace.trace_graph(fn)
+        lazy(*make(0))
+        args = make(1)
+        graph = lazy.graph_for(*args)
+        if graph is None:
+            continue
+        leaves = lazy._signature.key(args, {})[1]
+        walked, generated = (_outcome(lambda: interpret.run(graph._plan, leaves, graph.backend)),
+                             _outcome(lambda: graph.fn(*leaves)))
+        for a, b in zip(*(torch.utils._pytree.tree_leaves(x) for x in (walked, generated))):
+            assert type(a) is type(b) and (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b), name
+        compared += 1
+    assert compared >= 40
+
+
+def _outcome(call):
+    try:
+        return call()
+    except lazytrace.GuardFailed as exc:       # a guard fails alike in both (data-dependent checks)
+        return ("guard failed", exc.args)

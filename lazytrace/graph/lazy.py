@@ -19,7 +19,7 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from types import MethodType
 
-from . import explain
+from . import explain, interpret
 from .codegen import GuardFailed
 from .guards import MISS, compile_dispatch
 from .signature import Signature, Unkeyable
@@ -271,8 +271,8 @@ class LazyGraph:
                                              original=self._fn, options=self._options, state=state))
         self.stats.loaded += len(plans)
         for graph in self._cache[key].graphs:
-            try:
-                out = graph.fn(*leaves)
+            try:      # this call walks the plan; source is generated on the next (as after a trace)
+                out = graph.fn(*leaves) if graph._generated else interpret.run(graph._plan, leaves, backend)
             except GuardFailed:
                 self.stats.guard_failures += 1
                 if graph.has_state_changes:

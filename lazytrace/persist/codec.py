@@ -30,6 +30,7 @@ class CorruptEntry(ValueError):
 
 
 _STORED_KINDS = (Kind.OP, Kind.GENERATOR, Kind.GUARD, Kind.STATE)
+_KIND_OF = {k.value: k for k in _STORED_KINDS}
 
 
 # ---- calls by name ------------------------------------------------------------------------
@@ -249,10 +250,15 @@ def _decode(backend, doc, arrays):
         constants.append(v)
     dec = _Decoder(backend, values, arrays)
     nodes = []
+    targets: dict = {}          # call name -> callable, resolved once per graph
     for n, data in enumerate(_list(doc["nodes"])):
-        kind = Kind(data["kind"])
-        if kind not in _STORED_KINDS:
-            raise CorruptEntry(f"node kind {kind.value!r} is never stored")
+        kind = _KIND_OF.get(data["kind"])
+        if kind is None:
+            raise CorruptEntry(f"node kind {data['kind']!r} is never stored")
+        ref = data["call"]
+        target = targets.get(ref) if type(ref) is str else None
+        if target is None:
+            target = targets[ref] = resolve(backend, ref)
         kwargs = {}
         for name, value in _list(data["kwargs"]):
             if not isinstance(name, str) or not name.isidentifier():
@@ -261,7 +267,7 @@ def _decode(backend, doc, arrays):
         structure = data["structure"]
         if structure not in (None, "single") and (type(structure) is not int or structure < 0):
             raise CorruptEntry(f"malformed result structure {structure!r}")
-        node = Node(n, kind, resolve(backend, data["call"]), tuple(dec(a) for a in _list(data["args"])),
+        node = Node(n, kind, target, tuple(dec(a) for a in _list(data["args"])),
                     kwargs, [dec.value(r) for r in _list(data["inputs"])], [], result_structure=structure,
                     expected=dec(data["expected"]) if kind is Kind.GUARD else None)
         for j, index in enumerate(_list(data["outputs"])):
