@@ -395,3 +395,16 @@ def _outcome(call):
         return call()
     except lazytrace.GuardFailed as exc:       # a guard fails alike in both (data-dependent checks)
         return ("guard failed", exc.args)
+
+
+def test_an_unusable_cache_directory_never_fails_the_call(lib, tmp_path):
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the cache directory should be")
+    f = lazytrace.trace_graph(lib.shifted, cache=blocked)
+    x, y = torch.rand(3, 4), torch.rand(3, 4)
+    with pytest.warns(CacheWarning) as record:
+        assert torch.equal(f(x, y), lib.shifted(x, y))
+    messages = " | ".join(str(w.message) for w in record)
+    assert "skipped the cache file" in messages and "graph not stored" in messages
+    assert f.stats.stored == 0 and f.stats.traces == 1 and f.stats.not_stored
+    assert torch.equal(f(x, y), lib.shifted(x, y)) and f.stats.hits == 1

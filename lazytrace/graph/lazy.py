@@ -288,16 +288,17 @@ class LazyGraph:
         persist = self._persistent()
         if persist is None:
             return
-        from ..persist import NotStorable
+        from ..persist import CacheWarning, NotStorable
         entry = self._cache.get(key)
         try:
             persist.save(key, backends, [g._plan for g in entry.graphs] if entry else [])
         except NotStorable as exc:
             self.stats.not_stored[str(exc)] += 1
             log.info("lazytrace: %s: graph not stored: %s", self._name, exc)
-        except OSError as exc:
-            self.stats.not_stored[f"cache directory: {exc}"] += 1
-            log.warning("lazytrace: %s: graph not stored: %s", self._name, exc)
+        except Exception as exc:      # the cache must never fail the call itself
+            reason = f"{type(exc).__name__}: {exc}"
+            self.stats.not_stored[reason] += 1
+            warnings.warn(f"lazytrace: {self._name}: graph not stored: {reason}", CacheWarning, stacklevel=5)
         else:
             self.stats.stored += 1
 

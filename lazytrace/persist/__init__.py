@@ -69,17 +69,17 @@ class PersistentCache:
             backend, ident, path = self._locate(key, backends)
         except NotStorable:
             return None, []
-        data = self.store.read(path)
-        if data is None:
-            return backend, []
         try:
-            plans = read_file(backend, data, ident)
-        except CorruptEntry as exc:
+            data = self.store.read(path)
+            if data is None:
+                return backend, []
+            return backend, read_file(backend, data, ident)
+        except (CorruptEntry, OSError) as exc:
             warnings.warn(f"lazytrace: skipped the cache file {path}: {exc}; the function is traced again",
                           CacheWarning, stacklevel=2)
-            self.store.remove(path)
+            if isinstance(exc, CorruptEntry):
+                self.store.remove(path)
             return backend, []
-        return backend, plans
 
     def save(self, key, backends, plans: list) -> None:
         """Store these plans (the variants of one signature), merged with those already stored
