@@ -238,7 +238,10 @@ class NumpyBackend(Backend):
     def clone(self, a):
         return np.copy(a)
 
-    def rng_token(self):
+    def rng_sources(self, func, args, kwargs) -> list:
+        return [None]       # the global state; Generator draws go through RandomProxy nodes
+
+    def rng_token(self, source=None):
         state = np.random.get_state()
         return (state[1].tobytes(), state[2], state[3], state[4])
 
