@@ -170,6 +170,10 @@ class ModuleProxy(wrapt.ObjectProxy):
     """A module of a traced library. Each proxy has its own subclass, on which the traced
     attributes already handed out are remembered (as staticmethods, so they are not bound)."""
 
+    # Plain attribute lookup first (remembered names, wrapt's own descriptors such as __doc__ and
+    # __wrapped__), __getattr__ below for the rest: CPython takes its fast path for this pair.
+    __getattribute__ = object.__getattribute__
+
     def __init__(self, module, library: TracedLibrary):
         super().__init__(module)
         self._self_library = library
