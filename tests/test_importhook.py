@@ -89,6 +89,12 @@ def test_disable_and_nested_enables():
     import fakelib as plain
     assert plain is fakelib and outer.active == set()
     assert_restored(before)
+    with lazytrace.enable("fakelib", "json", include_generators=False):
+        import fakelib as lib
+        import json
+    assert isinstance(json, ModuleProxy) and json.dumps([1]) == "[1]"
+    assert lib.double._options.include_generators is False and json.dumps._options.include_generators is False
+    assert_restored(before)
 
 
 def test_enable_rejects_bad_arguments():

@@ -64,7 +64,9 @@ class TracedLibrary:
         elif isinstance(obj, (type, FunctionType)):
             wanted = self.owns(getattr(obj, "__module__", None))
         else:
-            wanted = False
+            if callable(obj) and self.owns(getattr(obj, "__module__", None)):
+                self.skipped.setdefault(path, f"not a Python function ({type(obj).__name__}): used as is")
+            return obj
         if not wanted:
             return obj
         with self._lock:
