@@ -332,6 +332,21 @@ def test_folded_constant_returned_is_a_fresh_copy(torch_fw):
     assert torch.equal(lazy(x)[1], torch.ones(3))
 
 
+def test_changes_to_list_and_dict_arguments_happen_on_every_call(fw):
+    def collect(x, acc, named):
+        acc.append(x * 2)
+        named["last"] = x
+        return x + 1
+
+    lazy = lazytrace.trace_graph(collect)
+    x = fw.rand(2, seed=0)
+    for _ in range(3):
+        acc, named = [], {}
+        out = lazy(x, acc, named)
+        assert fw.equal(out, x + 1) and len(acc) == 1 and fw.equal(acc[0], x * 2) and named["last"] is x
+    assert lazy.stats.hits == 0 and "lists or dicts" in lazy.eager_signatures[0]
+
+
 def test_escapes_run_eagerly_with_a_reason(fw):
     if fw.name == "numpy":
         def fn(x):

@@ -166,6 +166,14 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     return source, em.namespace[fn_name], em.constants, em.aliases
 
 
+def node_lines(backend, plan: Plan, inputs: list[Value]) -> list[str]:
+    """The line of generated source each node of `plan` became (for views; run after `generate`,
+    which names the values)."""
+    em = _Emitter(backend, plan, inputs)
+    return [_guard_line(em.call(n), n.expected, em, i) if n.kind is Kind.GUARD else _assign(n, em.call(n))
+            for i, n in enumerate(plan.nodes)]
+
+
 def _guard_line(call: str, expected, em, index: int) -> str:
     if expected is True:
         test = f"not ({call})"

@@ -34,6 +34,8 @@ class Plan:
     pruned: list = field(default_factory=list)    # calls dropped as dead code
     untraceable: str | None = None
     visible_effects: bool = False                 # random draws, attribute writes, writes to inputs
+    inputs: list = field(default_factory=list)    # the trace's input Values (for views)
+    output_structure: object = None               # the result with Values in place of arrays
 
 
 def plan(trace: TraceResult, final_versions: dict) -> Plan:
@@ -54,7 +56,8 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
         elif v.source is Source.EXTERNAL:
             constants.setdefault(id(v), v)
     result = Plan(kept, list(constants.values()), cloned,
-                  folded=sum(1 for n in nodes if n.foldable), pruned=pruned)
+                  folded=sum(1 for n in nodes if n.foldable), pruned=pruned,
+                  inputs=trace.inputs, output_structure=trace.output_structure)
     unsafe, result.visible_effects = _effects(kept, trace.inputs)
     result.untraceable = trace.untraceable or unsafe
     return result
