@@ -16,7 +16,8 @@ package, it receives the proxy (`lazytrace.importhook.proxy`) instead. So `impor
 `import kornia.color as kc`, `from kornia.filters import gaussian_blur2d` and
 `importlib.import_module("kornia.geometry")` give traced objects, while kornia's own imports
 (absolute or relative) see the real modules. `sys.modules` and `sys.meta_path` are never
-touched, whether the library was imported before or not.
+touched, whether the library was imported before or not (modules first imported while
+enabled stay imported afterwards, as real modules: unloading torch is not possible).
 
 Limits: code that took a reference before enable() (`from importlib import import_module`,
 an already imported module object) keeps the real thing; an import hook installed by
