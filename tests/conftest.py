@@ -35,3 +35,6 @@ def fw(request):
 @pytest.fixture
 def torch_fw():
     return Framework("torch")
+
+
+pytest_plugins = ["pytester"]

@@ -195,6 +195,10 @@ class LazyGraph:
         except NotTraceable as exc:    # decided before running: run eagerly, remember
             self._store(key, entry, exc)
             return self._eager(exc.reason, args, kwargs)
+        except Exception as exc:       # the original raised: it reaches the caller, nothing is cached
+            stats.eager += 1
+            stats.reasons[f"the function raised {type(exc).__name__}"] += 1
+            raise
         stats.traces += 1
         self._store(key, entry, graph)
         if isinstance(graph, NotTraceable):
