@@ -9,8 +9,10 @@ or listed in SKIP with a reason.
 from __future__ import annotations
 
 import importlib
+import functools
 import inspect
 import math
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +22,12 @@ import lazytrace
 MODULES = ["kornia.color", "kornia.filters", "kornia.enhance", "kornia.geometry.transform",
            "kornia.morphology", "kornia.losses", "kornia.metrics"]
 H = W = 16
+
+
+def real_module(name: str):
+    """The kornia module itself, also inside enable("kornia") (the hook never touches sys.modules)."""
+    importlib.import_module(name)
+    return sys.modules[name]
 
 
 class Rand:
@@ -142,7 +150,7 @@ def _map_average_precision(r):
 OVERRIDES = {
     # color: value ranges and channel counts
     "color.apply_colormap": lambda r: ((r.int(64, 1, 1, H, W).float(),
-                                        importlib.import_module("kornia.color").ColorMap("viridis")), {}),
+                                        real_module("kornia.color").ColorMap("viridis")), {}),
     "color.bgr_to_rgba": lambda r: ((r.img(), 1.0), {}),
     "color.rgb_to_rgba": lambda r: ((r.img(), 1.0), {}),
     "color.grayscale_to_rgb": lambda r: ((r.img(1),), {}),
@@ -155,9 +163,9 @@ OVERRIDES = {
     "color.normals_to_rgb255": lambda r: ((r.img() * 2 - 1,), {}),
     "color.rgb255_to_normals": lambda r: ((r.img() * 255,), {}),
     "color.rgb255_to_rgb": lambda r: ((r.img() * 255,), {}),
-    "color.raw_to_rgb": lambda r: ((r.img(1), importlib.import_module("kornia.color").CFA.BG), {}),
-    "color.raw_to_rgb_2x2_downscaled": lambda r: ((r.img(1), importlib.import_module("kornia.color").CFA.BG), {}),
-    "color.rgb_to_raw": lambda r: ((r.img(), importlib.import_module("kornia.color").CFA.BG), {}),
+    "color.raw_to_rgb": lambda r: ((r.img(1), real_module("kornia.color").CFA.BG), {}),
+    "color.raw_to_rgb_2x2_downscaled": lambda r: ((r.img(1), real_module("kornia.color").CFA.BG), {}),
+    "color.rgb_to_raw": lambda r: ((r.img(), real_module("kornia.color").CFA.BG), {}),
     "color.rgba_to_bgr": lambda r: ((r.img(4),), {}),
     "color.rgba_to_rgb": lambda r: ((r.img(4),), {}),
     "color.yuv420_to_rgb": lambda r: ((r.img(1), r.u(1, 2, H // 2, W // 2, lo=-0.4, hi=0.4)), {}),
@@ -329,7 +337,7 @@ class Case:
 def public_functions(module_name: str) -> list[tuple[str, object]]:
     """(name, function) for each public function of a kornia submodule: `__all__` if it has one,
     else the public functions defined inside kornia; classes are left to the augmentation part."""
-    module = importlib.import_module(module_name)
+    module = real_module(module_name)
     names = getattr(module, "__all__", None)
     if names is None:
         names = [n for n in dir(module) if not n.startswith("_")]
@@ -413,7 +421,7 @@ AUGMENTATIONS = {
 
 
 def augmentation_cases() -> list[Case]:
-    K = importlib.import_module("kornia.augmentation")
+    K = real_module("kornia.augmentation")
     return [Case(f"augmentation.{name}", _aug_input, fn=getattr(K, name), module_args=ctor)
             for name, ctor in AUGMENTATIONS.items()]
 
@@ -431,23 +439,50 @@ class Result:
     gradient: str = ""            # "", "equal", "differs: ...", "eager has none"
 
 
-class TraceProvider:
-    """Turns an eager kornia callable into its traced counterpart.
+class EnabledKornia:
+    """kornia as a user of `with lazytrace.enable("kornia"): import kornia` gets it, for the
+    duration of a `with EnabledKornia() as provider:` block: functions are the proxy's LazyGraphs,
+    augmentation classes its traced classes."""
 
-    Today: lazytrace.trace_graph(fn) per function, trace_graph(instance) per augmentation module.
-    """
+    def __enter__(self):
+        self._layer = lazytrace.enable("kornia")
+        self._layer.__enter__()
+        import kornia                   # noqa: F401 - the proxy, through the import hook
+        import kornia.augmentation      # noqa: F401
+        import kornia.geometry.transform  # noqa: F401
+        self.kornia = kornia
+        return self
+
+    def __exit__(self, *exc):
+        self._layer.__exit__(*exc)
+
+    def _traced(self, case: Case):
+        *path, attr = case.name.split(".")
+        return getattr(functools.reduce(getattr, path, self.kornia), attr)
 
     def function(self, case: Case):
-        return lazytrace.trace_graph(case.fn)
+        return self._traced(case)
 
     def module(self, case: Case):
         args, kwargs = case.module_args
-        return lazytrace.trace_graph(case.fn(*args, **kwargs))
+        return self._traced(case)(*args, **kwargs)
 
-    @staticmethod
-    def stats(traced):
+    def stats(self, traced):
+        """The Stats of the LazyGraph behind `traced`, or None when the proxy left it untraced."""
         lazy = traced.forward if isinstance(traced, torch.nn.Module) else traced
-        return lazy.stats
+        return lazy.stats if isinstance(lazy, lazytrace.LazyGraph) else None
+
+    def skipped_reason(self, case: Case) -> str:
+        summary = self._layer.summary().get("kornia", {})
+        for name, reason in summary.get("skipped", {}).items():
+            if name.rsplit(".", 1)[-1] == case.name.rsplit(".", 1)[-1]:
+                return f"left untraced by enable(): {reason}"
+        return "left untraced by enable()"
+
+
+def _snapshot(provider, traced) -> tuple:
+    stats = provider.stats(traced)
+    return (0, 0, {}) if stats is None else (stats.hits, stats.traces, dict(stats.reasons))
 
 
 def _eager_callable(case: Case):
@@ -462,7 +497,7 @@ def assert_same(actual, expected):
     torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
 
 
-def run_case(case: Case, provider: TraceProvider, gradients: bool = True) -> Result:
+def run_case(case: Case, provider, gradients: bool = True) -> Result:
     """Eager and traced on SEEDS[0] (the trace), then on SEEDS[1] (should replay a graph);
     then, where the output is differentiable, the same with gradients."""
     eager = _eager_callable(case)
@@ -471,6 +506,7 @@ def run_case(case: Case, provider: TraceProvider, gradients: bool = True) -> Res
     except Exception as exc:  # noqa: BLE001 - reported, the test fails on it
         return Result(case.name, "error", f"provider: {type(exc).__name__}: {exc}")
     for i, seed in enumerate(SEEDS):
+        before = _snapshot(provider, traced)
         try:
             expected = _call(eager, case, seed)
         except Exception as exc:  # noqa: BLE001
@@ -483,14 +519,7 @@ def run_case(case: Case, provider: TraceProvider, gradients: bool = True) -> Res
             assert_same(actual, expected)
         except AssertionError as exc:
             return Result(case.name, "wrong", f"call {i + 1} differs from eager: {exc}"[:500])
-    stats = provider.stats(traced)
-    if stats.traces == 1 and stats.hits == 1:
-        result = Result(case.name, "graph")
-    else:
-        reasons = sorted(stats.reasons)
-        if not reasons and stats.guard_failures:
-            reasons = ["a value read back from an array changed (guard failed; traced again)"]
-        result = Result(case.name, "fallback", f"traces={stats.traces} hits={stats.hits}", reasons=reasons)
+    result = _classify(case, provider, traced, before)
     if gradients:
         result.gradient = compare_gradients(case, provider)
         if result.gradient.startswith("differs"):
@@ -498,8 +527,21 @@ def run_case(case: Case, provider: TraceProvider, gradients: bool = True) -> Res
     return result
 
 
-def _traced_callable(case: Case, provider: TraceProvider):
+def _traced_callable(case: Case, provider):
     return provider.function(case) if case.module_args is None else provider.module(case)
+
+
+def _classify(case: Case, provider, traced, before: tuple) -> Result:
+    """From the stats before and after the last call: was it served from a graph, and if not, why."""
+    if provider.stats(traced) is None:
+        return Result(case.name, "fallback", reasons=[provider.skipped_reason(case)])
+    hits, traces, reasons = _snapshot(provider, traced)
+    if hits == before[0] + 1:
+        return Result(case.name, "graph")
+    new = sorted(r for r in reasons if reasons[r] > before[2].get(r, 0))
+    if not new and traces > before[1]:
+        new = ["traced again: a value read back from an array changed (a guard failed)"]
+    return Result(case.name, "fallback", f"last call: {traces - before[1]} traces", reasons=new)
 
 
 def _call(fn, case: Case, seed: int, requires_grad: bool = False):
@@ -543,10 +585,12 @@ def _gradients(fn, case: Case, seed: int):
     return out, torch.autograd.grad(loss, leaves, allow_unused=True)
 
 
-def compare_gradients(case: Case, provider: TraceProvider) -> str:
-    """"equal" (traced gradients equal eager's on both seeds), "differs: ...", or why not compared."""
+def compare_gradients(case: Case, provider) -> str:
+    """"equal" (traced gradients equal eager's on both seeds; the last call served from a graph),
+    "equal (last call eager)", "differs: ...", or why they were not compared."""
     eager, traced = _eager_callable(case), _traced_callable(case, provider)
     for seed in SEEDS:
+        before = _snapshot(provider, traced)
         try:
             expected = _gradients(eager, case, seed)
         except Exception as exc:  # noqa: BLE001
@@ -558,21 +602,22 @@ def compare_gradients(case: Case, provider: TraceProvider) -> str:
             assert_same(actual, expected)
         except Exception as exc:  # noqa: BLE001
             return f"differs on seed {seed}: {type(exc).__name__}: {exc}"[:400]
-    stats = provider.stats(traced)
-    return "equal" if stats.hits >= 1 else "equal (eager: no graph)"
+    served = _snapshot(provider, traced)[0] == before[0] + 1
+    return "equal" if served else "equal (last call eager)"
 
 
-def run_all(provider: TraceProvider | None = None):
-    """Results of every function and augmentation case, and the skipped functions.
+def run_all():
+    """Results of every function and augmentation case (through enable("kornia")), and the
+    skipped functions.
 
     Runs with one intra-op thread: on 16x16 inputs a second thread only adds contention (on a
     loaded 2-core machine a 16x16 conv2d took 3 ms with 2 threads, 0.1 ms with 1)."""
-    provider = provider or TraceProvider()
     cases, skipped = function_cases()
     cases += augmentation_cases()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return [run_case(case, provider) for case in cases], skipped
+        with EnabledKornia() as provider:
+            return [run_case(case, provider) for case in cases], skipped
     finally:
         torch.set_num_threads(threads)

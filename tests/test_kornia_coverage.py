@@ -20,6 +20,12 @@ def coverage():
     return {r.name: r for r in results}, skipped
 
 
+@pytest.fixture
+def enabled():
+    with kc.EnabledKornia() as provider:
+        yield provider
+
+
 def _functions(results):
     return [r for r in results.values() if not r.name.startswith("augmentation.")]
 
@@ -69,11 +75,11 @@ def test_every_fallback_has_a_reason(coverage):
     assert all(r.reasons for r in results.values() if r.status == "fallback")
 
 
-def test_served_augmentations_replay_random_draws_under_the_same_seed(coverage):
+def test_served_augmentations_replay_random_draws_under_the_same_seed(coverage, enabled):
     """A graph replays the draws (same seed, same result as eager); it does not bake them in:
     on one input, seeds that change eager's output change the graph's output alike."""
     results, _ = coverage
-    provider = kc.TraceProvider()
+    provider = enabled
     random_ones = 0
     for case in kc.augmentation_cases():
         if results[case.name].status != "graph":
@@ -83,13 +89,13 @@ def test_served_augmentations_replay_random_draws_under_the_same_seed(coverage):
         outs = {seed: kc._call(eager, fixed, seed) for seed in range(1, 6)}
         for seed in (1, 2, 3, 4, 5, 1):
             kc.assert_same(kc._call(traced, fixed, seed), outs[seed])
-        assert provider.stats(traced).hits == 5
+        assert provider.stats(traced).hits == 5, case.name
         random_ones += any(not torch.equal(outs[1], outs[s]) for s in range(2, 6))
     assert random_ones >= 8
 
 
-class _OffByOne(kc.TraceProvider):
-    """Serves a graph whose output is wrong on the second call."""
+class _OffByOne(kc.EnabledKornia):
+    """Serves a graph whose output is wrong once it replays."""
 
     def function(self, case):
         lazy = super().function(case)
@@ -100,12 +106,16 @@ class _OffByOne(kc.TraceProvider):
         traced.stats = lazy.stats
         return traced
 
+    def stats(self, traced):
+        return traced.stats
 
-def test_the_harness_catches_wrong_results_and_fallbacks():
+
+def test_the_harness_catches_wrong_results_and_fallbacks(enabled):
     cases, _ = kc.function_cases()
     blur = next(c for c in cases if c.name == "filters.gaussian_blur2d")
-    assert kc.run_case(blur, kc.TraceProvider()).status == "graph"
-    assert kc.run_case(blur, _OffByOne(), gradients=False).status == "wrong"
+    assert kc.run_case(blur, enabled).status == "graph"
+    with _OffByOne() as off_by_one:
+        assert kc.run_case(blur, off_by_one, gradients=False).status == "wrong"
     laplacian = next(c for c in cases if c.name == "filters.laplacian")
-    result = kc.run_case(laplacian, kc.TraceProvider(), gradients=False)
+    result = kc.run_case(laplacian, enabled, gradients=False)
     assert result.status == "fallback" and result.reasons
