@@ -277,3 +277,18 @@ def test_compiled_graphs_match_eager_and_keep_autograd():
     inplace(b), inplace(b)
     assert torch.equal(b, torch.full((3,), 2.0))          # the write happened once per call
     assert inplace.graph_for(b).fn.choice == "torch.compile" and not inplace.graph_for(b).fn.repeatable
+
+
+def test_read_back_after_a_random_draw_names_the_property_read():
+    """The eager reason names the property (`shape`), not the descriptor machinery behind it."""
+    def fn(x):
+        kept = torch.nonzero(torch.rand(4) > 0.5)
+        return x * kept.shape[0]
+
+    lazy = lazytrace.trace_graph(fn)
+    torch.manual_seed(0)
+    expected = fn(torch.ones(2))
+    torch.manual_seed(0)
+    assert torch.equal(lazy(torch.ones(2)), expected)
+    (reason,) = lazy.stats.reasons
+    assert "TensorBase.shape" in reason and "random numbers" in reason

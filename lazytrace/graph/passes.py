@@ -139,4 +139,8 @@ def _effects(kept: list[Node], inputs) -> tuple[str | None, bool]:
 
 
 def _describe(node: Node) -> str:
-    return getattr(node.target, "__qualname__", None) or getattr(node.target, "__name__", repr(node.target))
+    target = node.target
+    descriptor = getattr(target, "__self__", None)
+    if getattr(target, "__name__", None) == "__get__" and hasattr(descriptor, "__objclass__"):
+        return f"{descriptor.__objclass__.__name__}.{descriptor.__name__}"     # a property read: x.shape
+    return getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
