@@ -41,6 +41,7 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     _demote_mutated_constants(nodes, final_versions)
     outputs = output_values(trace.output_structure)
     kept, pruned = _eliminate_dead_code(nodes, outputs, trace.inputs)
+    kept = _hoist_external_guards(kept)
     constants: dict[int, Value] = {}
     for n in kept:
         for v in n.inputs:
@@ -113,6 +114,22 @@ def _eliminate_dead_code(nodes, outputs, inputs):
     kept.reverse()
     pruned.reverse()
     return kept, pruned
+
+
+def _hoist_external_guards(kept: list[Node]) -> list[Node]:
+    """Guards that read only arrays the function reached by itself (globals, closures, module
+    attributes), unwritten by the graph before them, check the same thing at the start of the
+    graph: moved there, they fail before any random draw or write (kornia's augmentations read
+    the dtype of tensors they hold after drawing their parameters)."""
+    hoisted, rest, written = [], [], set()
+    for n in kept:
+        if (n.kind is Kind.GUARD and n.inputs and all(v.source is Source.EXTERNAL for v in n.inputs)
+                and not any(v.storage in written for v in n.inputs)):
+            hoisted.append(n)
+        else:
+            rest.append(n)
+        written.update(m.storage for m in n.mutated)
+    return hoisted + rest
 
 
 def _visible_effect(node: Node, visible: set) -> str | None:
