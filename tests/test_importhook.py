@@ -62,6 +62,14 @@ def test_the_library_own_imports_see_real_modules():
     assert seen[5] is ops.double
 
 
+def test_lazytrace_itself_sees_real_modules():
+    with lazytrace.enable("fakelib") as enabled:
+        hook = enabled._hook
+        assert hook.traced(fakelib, "lazytrace.backends.torch") is fakelib
+        assert isinstance(hook.traced(fakelib, "user.code"), ModuleProxy)
+    assert hook.traced(fakelib, "user.code") is fakelib
+
+
 def test_star_import_gives_traced_objects():
     namespace = {"__name__": "user_module"}
     with lazytrace.enable("fakelib"):
@@ -86,6 +94,8 @@ def test_disable_and_nested_enables():
 def test_enable_rejects_bad_arguments():
     with pytest.raises(ValueError, match="top-level package"):
         lazytrace.enable("fakelib.ops")
+    with pytest.raises(ValueError, match="top-level package"):
+        lazytrace.enable("lazytrace")
     with pytest.raises(TypeError, match="unexpected options"):
         lazytrace.enable("fakelib", args=(1,))
     with pytest.raises(TypeError, match="needs the names"):

@@ -193,7 +193,10 @@ def test_plain_class_methods_are_traced_with_self_as_stateful(traced, torch_fw):
     s.factor = 3.0                                   # an attribute read by the graph is guarded
     assert torch.equal(s.apply(y), y * 3.0)
     assert torch.equal(s(y), y * 3.0 + 1)
-    assert pickle.loads(pickle.dumps(s)).factor == 3.0
+    s.apply_current(y), s.apply_current(y)
+    s.factor = 4.0                                   # read inside a method the traced one calls
+    assert torch.equal(s.apply_current(y), y * 4.0)
+    assert pickle.loads(pickle.dumps(s)).factor == 4.0
 
 
 def test_user_subclass_of_a_traced_class(traced, torch_fw):

@@ -17,6 +17,7 @@ import warnings
 import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+from types import MethodType
 
 from .codegen import GuardFailed
 from .guards import MISS, compile_dispatch
@@ -264,7 +265,7 @@ class LazyGraph:
                            self._name, self.max_signatures, self._extra))
 
     def __get__(self, instance, owner):
-        return self if instance is None else functools.partial(self, instance)
+        return self if instance is None else MethodType(self, instance)
 
     def __repr__(self):
         return f"<lazytrace.LazyGraph {self._name}: {len(self._cache)} signatures>"

@@ -120,8 +120,9 @@ class ImportHook:
         if not active or not isinstance(name, str):
             return module
         library = active.get(name.partition(".")[0])
-        if library is None or (importer or "").partition(".")[0] in active:
-            return module
+        top = (importer or "").partition(".")[0]
+        if library is None or top in active or top == "lazytrace":    # libraries, and lazytrace itself,
+            return module                                              # see the real modules
         return library.proxy(module)
 
     def _make_import(self, original):
@@ -176,7 +177,7 @@ def enable(*packages: str, include=None, exclude=None, **options) -> Enabled:
     if not packages:
         raise TypeError("enable() needs the names of the packages to trace, e.g. enable('kornia')")
     for name in packages:
-        if not isinstance(name, str) or not name.isidentifier():
+        if not isinstance(name, str) or not name.isidentifier() or name == "lazytrace":
             raise ValueError(f"enable() takes top-level package names such as 'kornia', got {name!r}")
     bad = {"args", "kwargs"} & options.keys()
     unknown = set(options) - set(trace_graph.__kwdefaults__) | bad

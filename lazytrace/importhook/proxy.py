@@ -7,7 +7,7 @@ wraps the library's object on first access, so the cost does not grow with the l
 - a module of the package -> its proxy;
 - a public function defined in the package -> a LazyGraph, one per original function (a
   function re-exported in several modules is one LazyGraph with one cache);
-- a class defined in the package -> a traced subclass (see `traced_class`);
+- a class defined in the package -> a traced subclass (see `TracedLibrary._traced_class`);
 - anything else (constants, enums, private names, objects of other libraries) -> itself.
 
 What was wrapped is remembered on the proxy's own class, so a later read is a plain attribute
@@ -25,7 +25,7 @@ from types import FunctionType, ModuleType
 
 import wrapt
 
-from ..backends import available, get_backend
+from ..backends import available, backend_for_type, get_backend
 from ..graph.lazy import LazyGraph, Stats
 
 
@@ -118,8 +118,8 @@ class TracedLibrary:
         backend binds, e.g. forward). A class with nothing to trace, an enum or an exception
         passes through unchanged."""
         name = f"{cls.__module__}.{cls.__qualname__}"
-        if issubclass(cls, (enum.Enum, BaseException)):
-            return cls
+        if issubclass(cls, (enum.Enum, BaseException)) or backend_for_type(cls) is not None:
+            return cls                  # enums, exceptions, array subclasses: used as they are
         namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
                      "__lazytrace_original__": cls, "__lazytrace_library__": self,
                      "__reduce_ex__": _reduce_ex}
@@ -169,6 +169,10 @@ class TracedLibrary:
 class ModuleProxy(wrapt.ObjectProxy):
     """A module of a traced library. Each proxy has its own subclass, on which the traced
     attributes already handed out are remembered (as staticmethods, so they are not bound)."""
+
+    # Plain attribute lookup first (remembered names, wrapt's own descriptors such as __doc__ and
+    # __wrapped__), __getattr__ below for the rest: CPython takes its fast path for this pair.
+    __getattribute__ = object.__getattribute__
 
     def __init__(self, module, library: TracedLibrary):
         super().__init__(module)

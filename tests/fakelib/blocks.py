@@ -36,5 +36,11 @@ class Scaler:
     def apply(self, x):
         return x * self.factor
 
+    def current(self):
+        return self.factor
+
+    def apply_current(self, x):
+        return x * self.current()
+
     def __call__(self, x):
         return self.apply(x) + 1
