@@ -2,6 +2,7 @@
 """Print the kornia coverage table (issue 3) as markdown, for the README.
 
     python benchmarks/kornia_coverage_report.py
+    python benchmarks/kornia_coverage_report.py --to torch    # enable("kornia", to="torch")
 
 Runs tests/kornia_coverage.py: every public function of the listed kornia submodules and a set
 of augmentation classes, through `with lazytrace.enable("kornia"): import kornia`, each called
@@ -69,9 +70,11 @@ def fallbacks(results, skipped) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
+    parser.add_argument("--to", choices=["torch"], help='pass to= to enable("kornia"): functions without '
+                                                         'array arguments are traced against that framework')
+    args = parser.parse_args()
     warnings.simplefilter("ignore")       # retrace warnings of the fallbacks are expected here
-    results, skipped = kc.run_all()
+    results, skipped = kc.run_all(**({"to": args.to} if args.to else {}))
     print(table(results, skipped))
     print()
     print(fallbacks(results, skipped))

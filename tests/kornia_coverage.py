@@ -444,8 +444,11 @@ class EnabledKornia:
     duration of a `with EnabledKornia() as provider:` block: functions are the proxy's LazyGraphs,
     augmentation classes its traced classes."""
 
+    def __init__(self, **options):
+        self.options = options          # enable()'s trace_graph options, e.g. to="torch"
+
     def __enter__(self):
-        self._layer = lazytrace.enable("kornia")
+        self._layer = lazytrace.enable("kornia", **self.options)
         self._layer.__enter__()
         import kornia                   # noqa: F401 - the proxy, through the import hook
         import kornia.augmentation      # noqa: F401
@@ -606,9 +609,9 @@ def compare_gradients(case: Case, provider) -> str:
     return "equal" if served else "equal (last call eager)"
 
 
-def run_all():
-    """Results of every function and augmentation case (through enable("kornia")), and the
-    skipped functions.
+def run_all(**options):
+    """Results of every function and augmentation case (through enable("kornia", **options)),
+    and the skipped functions.
 
     Runs with one intra-op thread: on 16x16 inputs a second thread only adds contention (on a
     loaded 2-core machine a 16x16 conv2d took 3 ms with 2 threads, 0.1 ms with 1)."""
@@ -617,7 +620,7 @@ def run_all():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with EnabledKornia() as provider:
+        with EnabledKornia(**options) as provider:
             return [run_case(case, provider) for case in cases], skipped
     finally:
         torch.set_num_threads(threads)

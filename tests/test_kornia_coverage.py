@@ -119,3 +119,19 @@ def test_the_harness_catches_wrong_results_and_fallbacks(enabled):
     laplacian = next(c for c in cases if c.name == "filters.laplacian")
     result = kc.run_case(laplacian, enabled, gradients=False)
     assert result.status == "fallback" and result.reasons
+
+
+def test_functions_without_array_arguments_are_served_with_to_torch(coverage):
+    """enable("kornia", to="torch") names the framework, so kernel builders taking Python ints
+    become graphs (a constant); each call returns its own copy."""
+    results, _ = coverage
+    cases = [c for c in kc.function_cases()[0]
+             if results[c.name].reasons == ["no array arguments: nothing to trace against"]]
+    assert len(cases) >= 10
+    with kc.EnabledKornia(to="torch") as provider:
+        for case in cases:
+            assert kc.run_case(case, provider, gradients=False).status == "graph", case.name
+            traced = provider.function(case)
+            args, kwargs = case.make(kc.Rand(0))
+            traced(*args, **kwargs).add_(1.0)           # the caller writes into its result
+            kc.assert_same(traced(*args, **kwargs), case.fn(*args, **kwargs))
