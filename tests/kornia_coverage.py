@@ -436,7 +436,7 @@ class Result:
     status: str                   # "graph" (2nd call served from a graph), "fallback", "wrong", "error"
     detail: str = ""
     reasons: list = field(default_factory=list)
-    gradient: str = ""            # "", "equal", "differs: ...", "eager has none"
+    gradient: str = ""            # see compare_gradients: "equal", "differs ...", "not differentiable"...
 
 
 class EnabledKornia:
