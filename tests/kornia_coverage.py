@@ -2,9 +2,9 @@
 augmentation classes, called eagerly and traced on two different random inputs of one signature.
 
 Used by tests/test_kornia_coverage.py (asserts) and benchmarks/kornia_coverage_report.py (README table).
-Inputs: a few per-function overrides (OVERRIDES) on top of rules by parameter name (NAME_RULES); only
-parameters without a default are filled unless an override says otherwise. A function is either called
-or listed in SKIP with a reason.
+Inputs: per-function overrides (OVERRIDES) on top of rules by parameter name (NAME_RULES), then by
+annotation (ANNOTATION_RULES); only parameters without a default are filled unless an override says
+otherwise. A function is either called or listed in SKIP with a reason.
 """
 from __future__ import annotations
 
@@ -353,16 +353,29 @@ def short(module_name: str) -> str:
     return module_name.removeprefix("kornia.")
 
 
+#: a required parameter no name rule knows gets a value by its annotation (kornia's are strings)
+ANNOTATION_RULES = {"torch.Tensor": _image, "Tensor": _image, "float": lambda r: 0.5, "int": lambda r: 3}
+
+
+def _rule(param: inspect.Parameter):
+    if param.name in NAME_RULES:
+        return NAME_RULES[param.name]
+    annotation = param.annotation
+    if isinstance(annotation, type):
+        annotation = annotation.__name__
+    return ANNOTATION_RULES.get(annotation)
+
+
 def make_by_rules(qualname: str, fn):
-    """make(Rand) for a function, from OVERRIDES or else the name rules; None when a required
-    parameter has no rule."""
+    """make(Rand) for a function, from OVERRIDES or else the rules by parameter name, then by
+    annotation; None when a required parameter has no rule."""
     if qualname in OVERRIDES:
         return OVERRIDES[qualname]
     params = [p for p in inspect.signature(fn).parameters.values()
               if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if any(p.name not in NAME_RULES for p in params):
+    rules = [_rule(p) for p in params]
+    if None in rules:
         return None
-    rules = [NAME_RULES[p.name] for p in params]
     return lambda r: (tuple(rule(r) for rule in rules), {})
 
 

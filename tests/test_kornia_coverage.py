@@ -135,3 +135,14 @@ def test_functions_without_array_arguments_are_served_with_to_torch(coverage):
             args, kwargs = case.make(kc.Rand(0))
             traced(*args, **kwargs).add_(1.0)           # the caller writes into its result
             kc.assert_same(traced(*args, **kwargs), case.fn(*args, **kwargs))
+
+
+def test_inputs_by_name_then_annotation():
+    def fn(image, mystery: "torch.Tensor", amount: float, count: int, opaque: "ColorMap", kernel_size=(5, 5)):
+        pass
+
+    assert kc.make_by_rules("x.fn", fn) is None            # `opaque` has no rule: the case is skipped
+    fn.__annotations__["opaque"] = torch.Tensor
+    (image, mystery, amount, count, opaque), kwargs = kc.make_by_rules("x.fn", fn)(kc.Rand(0))
+    assert image.shape == mystery.shape == opaque.shape == (1, 3, kc.H, kc.W)
+    assert (amount, count, kwargs) == (0.5, 3, {})
