@@ -93,3 +93,12 @@ def test_module_state_changes_are_named(torch_fw):
     assert second.changes == (Change("self.0.weight", "3x3 float32 grad", "3x3 float32"),)
     assert {c.path for c in third.changes} == {"self.training", "self.0.training", "self.1.training"}
     assert torch.equal(model(x), model[0](x))          # eval: dropout is the identity
+
+
+def test_autocast_and_default_dtype_changes_are_named(torch_fw):
+    lazy = lazytrace.trace_graph(lambda x: x @ x)
+    x = torch_fw.rand(4, 4)
+    lazy(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lazy(x)
+    assert lazy.traces[1].changes == (Change("autocast", "off", "cpu bfloat16"),)

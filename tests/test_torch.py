@@ -393,3 +393,43 @@ def test_compiled_graphs_match_eager_and_keep_autograd():
     inplace(b), inplace(b)
     assert torch.equal(b, torch.full((3,), 2.0))          # the write happened once per call
     assert inplace.graph_for(b).fn.choice == "torch.compile" and not inplace.graph_for(b).fn.repeatable
+
+
+def test_read_back_after_a_random_draw_names_the_property_read():
+    """The eager reason names the property (`shape`), not the descriptor machinery behind it."""
+    def fn(x):
+        kept = torch.nonzero(torch.rand(4) > 0.5)
+        return x * kept.shape[0]
+
+    lazy = lazytrace.trace_graph(fn)
+    torch.manual_seed(0)
+    expected = fn(torch.ones(2))
+    torch.manual_seed(0)
+    assert torch.equal(lazy(torch.ones(2)), expected)
+    (reason,) = lazy.stats.reasons
+    assert "TensorBase.shape" in reason and "random numbers" in reason
+
+
+def test_guards_on_arrays_the_function_holds_run_before_its_random_draws():
+    """kornia's augmentations read the dtype of tensors they hold after drawing their parameters:
+    such a guard is checked at the start of the graph, so the signature still replays."""
+    held = torch.ones(2)
+
+    def fn(x):
+        r = torch.rand(x.shape[0])
+        return x * r * held.shape[0]
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.rand(3)
+    for seed in (0, 1, 2):
+        torch.manual_seed(seed)
+        expected = fn(x)
+        torch.manual_seed(seed)
+        assert torch.equal(lazy(x), expected)
+    assert lazy.stats.hits == 2 and not lazy.stats.reasons
+    held.resize_(4)                      # the guard fails before anything is drawn: traced again
+    torch.manual_seed(3)
+    expected = fn(x)
+    torch.manual_seed(3)
+    assert torch.equal(lazy(x), expected)
+    assert lazy.stats.guard_failures == 1

@@ -323,9 +323,11 @@ class TorchBackend(Backend):
         return torch.randint(0, 10, shape, generator=g, dtype=dt)
 
     def describe_global_state(self, state):
-        names = ("torch.is_grad_enabled()", "torch.get_default_dtype()",
-                 "torch.is_inference_mode_enabled()", "autocast enabled")
-        return dict(zip(names, (repr(x) for x in state)))
+        grad, (dtype, inference, autocast) = state
+        autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \
+            if autocast else "off"
+        return {"torch.is_grad_enabled()": repr(grad), "torch.get_default_dtype()": repr(dtype),
+                "torch.is_inference_mode_enabled()": repr(inference), "autocast": autocast}
 
     # ---- persistent cache ----------------------------------------------------------
     distribution = "torch"

@@ -157,6 +157,8 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
 
     ret = _output_expr(em, output_structure, plan.cloned_outputs)
     body.append(f"return {ret}")
+    while fn_name in em.namespace:      # `def one_hot` must not rebind the one_hot it calls
+        fn_name = f"{fn_name}_graph"
     header = [f"# {alias} = {qual}" for alias, qual in em.aliases.items() if alias != qual]
     params = ", ".join(v.name for v in inputs)
     source = "\n".join(header + [f"def {fn_name}({params}):"] + [f"    {line}" for line in body]) + "\n"
