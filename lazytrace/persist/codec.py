@@ -280,6 +280,7 @@ def _decode(backend, doc, arrays):
         nodes.append(node)
     plan = Plan(nodes, constants, {dec.value(r) for r in _list(doc["cloned"])},
                 folded=int(doc["folded"]),
-                pruned=[SimpleNamespace(target=SimpleNamespace(__qualname__=str(p))) for p in _list(doc["pruned"])],
+                pruned=[SimpleNamespace(target=SimpleNamespace(__qualname__=str(name)))
+                        for name in _list(doc["pruned"])],
                 visible_effects=bool(doc["visible_effects"]), inputs=inputs, output_structure=dec(doc["outputs"]))
     return plan
