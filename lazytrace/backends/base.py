@@ -44,6 +44,10 @@ class Backend:
     #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
     knows_dynamic_shapes: bool = True
 
+    #: exceptions that tracing itself may cause where an eager call would not (JAX asking a
+    #: tracer for a concrete value): the call then runs eagerly instead
+    trace_errors: tuple = ()
+
     def bind(self, obj):
         """For a framework object with its own tracing rules (torch.nn.Module):
         (function to trace, extra live inputs, install); else None."""

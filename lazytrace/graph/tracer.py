@@ -39,6 +39,7 @@ class TraceSession:
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
+        self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array") -> Any:
@@ -375,7 +376,10 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             session.add_stateful(obj)
             stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))
         stack.enter_context(session.activate())
-        result = fn(*targs, **tkwargs)
+        try:
+            result = fn(*targs, **tkwargs)
+        except backend.trace_errors as exc:
+            raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
     if plan.untraceable:
