@@ -142,6 +142,12 @@ class LazyTrace(core.Trace):
     def process_primitive(self, primitive, tracers, params):
         return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {})
 
+    def stage_value(self, val):
+        """jnp.asarray of host data: made under the outer trace; the tracer sees it as a
+        constant when it is used."""
+        with core.set_current_trace(self.parent):
+            return self.parent.stage_value(val)
+
     def _inline(self, fun, tracers):
         with core.set_current_trace(self):
             return fun.call_wrapped(*tracers)
@@ -173,7 +179,8 @@ class JaxBackend(Backend):
     sees_creation = True          # jnp.zeros / arange bind primitives under the current trace too
     knows_dynamic_shapes = True   # jax shapes never depend on data (see to_concrete_value)
 
-    trace_errors = (jax.errors.ConcretizationTypeError,)
+    trace_errors = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
+                    jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
 
     def __init__(self):
         self._names: dict = {}         # id(callable) -> (callable, display name)
