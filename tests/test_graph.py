@@ -243,7 +243,7 @@ def test_first_call_returns_exactly_what_the_original_returns(fw):
 
 def test_value_branches_are_guarded(fw):
     def fn(x):
-        if x.sum() > 0:
+        if fw.sum(x) > 0:
             return x * 2
         return x - 1
 
@@ -258,7 +258,7 @@ def test_value_branches_are_guarded(fw):
 
 def test_values_read_back_that_keep_changing_run_eagerly(fw):
     def fn(x):
-        scale = float(x.max())
+        scale = float(x.max() if fw.name != "tensorflow" else fw.xp.reduce_max(x))
         return x / scale
 
     lazy = lazytrace.trace_graph(fn)

@@ -44,10 +44,6 @@ class Backend:
     #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
     knows_dynamic_shapes: bool = True
 
-    #: exceptions that tracing itself may cause where an eager call would not (JAX asking a
-    #: tracer for a concrete value): the call then runs eagerly instead
-    trace_errors: tuple = ()
-
     def bind(self, obj):
         """For a framework object with its own tracing rules (torch.nn.Module):
         (function to trace, extra live inputs, install); else None."""
@@ -80,6 +76,12 @@ class Backend:
         """Put back settings a graph may have changed before it raised."""
 
     # --- tracing ---------------------------------------------------------
+    def caused_by_tracing(self, exc: BaseException) -> bool:
+        """True for an exception the trace itself caused where an eager call would not (JAX
+        asking a tracer for a concrete value, TensorFlow failing to convert a tracer): the call
+        then runs eagerly instead."""
+        return False
+
     def intercept(self, session) -> AbstractContextManager:
         """Route this thread's framework calls to `session.on_call` while active."""
         raise NotImplementedError

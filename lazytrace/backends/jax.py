@@ -31,7 +31,7 @@ Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that needs a concrete value to decide a shape
 (`jnp.nonzero` without `size=`, boolean masks) raises JAX's
 ConcretizationTypeError under the trace, as under `jax.jit`: the call then
-runs eagerly (`trace_errors`), with the reason recorded. `jax.random` keys
+runs eagerly (`caused_by_tracing`), with the reason recorded. `jax.random` keys
 passed in are inputs like any array; a key made inside from a constant seed
 is a constant (JAX's random numbers are a pure function of the key).
 """
@@ -51,6 +51,8 @@ from jax._src.random.prng import PRNGKeyArray
 from .base import Backend, CallKind
 
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
+_TRACE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
+                 jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
 _READBACK = {bool, int, float, complex, operator.index}
 
 
@@ -179,8 +181,6 @@ class JaxBackend(Backend):
     sees_creation = True          # jnp.zeros / arange bind primitives under the current trace too
     knows_dynamic_shapes = True   # jax shapes never depend on data (see to_concrete_value)
 
-    trace_errors = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
-                    jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
 
     def __init__(self):
         self._names: dict = {}         # id(callable) -> (callable, display name)
@@ -223,6 +223,9 @@ class JaxBackend(Backend):
                 yield
         finally:
             trace.invalidate()
+
+    def caused_by_tracing(self, exc):
+        return isinstance(exc, _TRACE_ERRORS)
 
     def primitive_callable(self, primitive, params):
         """The callable eager JAX dispatches `primitive` with `params` to (see module docstring)."""

@@ -378,7 +378,9 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         stack.enter_context(session.activate())
         try:
             result = fn(*targs, **tkwargs)
-        except backend.trace_errors as exc:
+        except Exception as exc:
+            if not backend.caused_by_tracing(exc):
+                raise
             raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)

@@ -1,0 +1,360 @@
+"""TensorFlow backend.
+
+Interception: TensorFlow's op dispatch. Input tensors and `tf.Variable`s are
+handed to the function as `TfTracer` objects, which TensorFlow cannot convert
+to tensors; every public op (tf.*, tf.math, tf.image, tf.nn, tf.random ...) is
+decorated with `add_dispatch_support`, and when an op's arguments fail to
+convert it asks the registered global dispatchers (`GlobalOpDispatcher`) to
+handle the call. Ours records it (for tracers only: other calls are declined
+at once) and runs the op on the real tensors. Operators, indexing and tensor
+methods go through the tracer itself, like the NumPy backend. A composite op
+such as `tf.image.adjust_contrast` is one recorded call.
+
+What dispatch cannot see is watched by an eager op callback, which TensorFlow
+keeps per thread: a stateful random op run outside a recorded call (e.g.
+`tf.random.normal([3])`, whose arguments hold no tracer) makes the signature
+eager instead of being baked as a constant. Tensors made by calls with no
+tracer argument (`tf.zeros`, `tf.constant`) are constants, as for NumPy.
+
+`tf.Variable` inputs are read live: the graph receives the variable, and the
+ops reading it run at every call, so a `tf.GradientTape` around the call
+records the same reads and ops as eager. A call TensorFlow cannot dispatch
+(a raw op given a tracer) fails conversion with a TypeError naming the
+tracer; that call then runs eagerly (`caused_by_tracing`).
+
+Alternative measured: tracing into a `tf.function` FuncGraph replays as one
+graph call (see benchmarks/bench_frameworks.py: `tf.function` column), but
+cannot read values back into Python, which the tracer here guards; it is
+what `return_backend_traced_fn=True` does (`jit_compile` optional).
+"""
+from __future__ import annotations
+
+import functools
+import operator
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager import context
+from tensorflow.python.util import dispatch, tf_export
+
+from .base import Backend, CallKind
+
+_OPERATORS = {
+    "__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/", "__floordiv__": "//",
+    "__mod__": "%", "__pow__": "**", "__matmul__": "@", "__and__": "&", "__or__": "|", "__xor__": "^",
+    "__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">=",
+}
+_ROPERATORS = {"__r" + k[2:]: v for k, v in _OPERATORS.items() if k not in ("__lt__", "__le__", "__gt__", "__ge__")}
+_UNARY = {"__neg__": "-", "__invert__": "~", "__abs__": "abs"}
+_METHOD_OPS = {getattr(tf.Tensor, name): name for name in
+               list(_OPERATORS) + list(_ROPERATORS) + list(_UNARY) + ["__getitem__", "__eq__", "__ne__"]
+               if hasattr(tf.Tensor, name)}
+_READBACK = {bool, int, float, complex, operator.index}
+_METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "device", "name", "trainable"}
+_ATTRGETTERS = {name: operator.attrgetter(name) for name in _METADATA_ATTRIBUTES}
+_METADATA = {len} | set(_ATTRGETTERS.values())
+_MUTATING_METHODS = {"assign", "assign_add", "assign_sub", "scatter_add", "scatter_sub", "scatter_update",
+                     "scatter_nd_update", "scatter_nd_add", "scatter_nd_sub", "scatter_max", "scatter_min"}
+#: stateful random ops of the runtime (their draws advance hidden state)
+_RANDOM_OPS = {b"RandomStandardNormal", b"RandomUniform", b"RandomUniformInt", b"TruncatedNormal",
+               b"Multinomial", b"RandomShuffle", b"RandomGamma", b"RandomPoisson", b"RandomPoissonV2",
+               b"RandomCrop", b"StatefulUniform", b"StatefulUniformInt", b"StatefulUniformFullInt",
+               b"StatefulStandardNormalV2", b"StatefulTruncatedNormal", b"RngReadAndSkip",
+               b"RngSkip", b"ParameterizedTruncatedNormal"}
+
+
+class TfTracer:
+    """Stands in for a tf.Tensor or tf.Variable during a trace; every operation is reported."""
+
+    __slots__ = ("_lt_array", "_lt_session")
+    __hash__ = None
+
+    def __init__(self, array, session):
+        self._lt_array = array
+        self._lt_session = session
+
+    def _lt_call(self, func, args, kwargs=None):
+        return self._lt_session.on_call(func, args, kwargs or {})
+
+    def __bool__(self):
+        return self._lt_call(bool, (self,))
+
+    def __float__(self):
+        return self._lt_call(float, (self,))
+
+    def __int__(self):
+        return self._lt_call(int, (self,))
+
+    def __complex__(self):
+        return self._lt_call(complex, (self,))
+
+    def __index__(self):
+        return self._lt_call(operator.index, (self,))
+
+    def __len__(self):
+        return self._lt_call(len, (self,))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __array__(self, dtype=None, copy=None):
+        # TensorFlow's own conversion tries this first: refusing it makes TensorFlow dispatch
+        # the op to us; np.asarray(x) in user code fails too, and the call runs eagerly
+        raise TypeError("a TfTracer cannot become a NumPy array inside a trace")
+
+    def numpy(self):
+        return self._lt_call(np.asarray, (self,))
+
+    def __repr__(self):
+        return f"TfTracer({self._lt_array!r})"
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in _ATTRGETTERS:
+            if sys._getframe(1).f_globals.get("__name__", "").startswith("tensorflow."):
+                # TensorFlow's own API code looking at an argument before it dispatches the
+                # call to us: the whole call is recorded and replayed, reads included
+                return getattr(self._lt_array, name)
+            return self._lt_call(_ATTRGETTERS[name], (self,))
+        method = getattr(type(self._lt_array), name, None)
+        if callable(method):
+            return functools.partial(_call_method, self, method)
+        self._lt_session.fail(f"tensor attribute {name!r} is not something lazytrace can follow")
+        return getattr(self._lt_array, name)
+
+
+def _operator(name):
+    method = getattr(tf.Tensor, name)
+
+    def op(self, *args):
+        return self._lt_call(method, (self,) + args)
+    op.__name__ = name
+    return op
+
+
+for _name in _METHOD_OPS.values():
+    setattr(TfTracer, _name, _operator(_name))
+
+
+def _call_method(tracer, method, *args, **kwargs):
+    return tracer._lt_call(method, (tracer,) + args, kwargs)
+
+
+def _unwrap(obj):
+    tp = type(obj)
+    if tp is TfTracer:
+        return obj._lt_array
+    if tp is tuple or tp is list:
+        return tp([_unwrap(x) for x in obj])
+    if tp is dict:
+        return {k: _unwrap(v) for k, v in obj.items()}
+    return obj
+
+
+def _first_tracer(obj, kwargs=None):
+    """The first tracer in (nested lists/tuples/dicts of) call arguments, or None."""
+    if kwargs:
+        found = _first_tracer(obj)
+        return found if found is not None else _first_tracer(list(kwargs.values()))
+    tp = type(obj)
+    if tp is TfTracer:
+        return obj
+    if tp is tuple or tp is list:
+        for x in obj:
+            found = _first_tracer(x)
+            if found is not None:
+                return found
+    elif tp is dict:
+        return _first_tracer(list(obj.values()))
+    return None
+
+
+class _Dispatcher(dispatch.GlobalOpDispatcher):
+    """Handles TensorFlow API calls given tracers (TensorFlow asks after conversion failed)."""
+
+    def handle(self, op, args, kwargs):
+        tracer = _first_tracer(args, kwargs)
+        if tracer is None:
+            return self.NOT_SUPPORTED
+        return tracer._lt_session.on_call(op, args, kwargs or {})
+
+
+class _RandomWatch:
+    """Eager op callback: a stateful random op run by a call the trace did not record."""
+
+    def __init__(self, session):
+        self.session = session
+        self.depth = 0          # > 0 while a recorded call runs
+
+    def __call__(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        if self.depth == 0 and op_type in _RANDOM_OPS:
+            self.session.fail("random numbers were drawn by calls lazytrace did not see")
+        return None
+
+
+class TensorflowBackend(Backend):
+    name = "tensorflow"
+    array_types = (tf.Tensor, tf.Variable)
+    tracked_types = (TfTracer, tf.Tensor, tf.Variable)
+    static_types = (tf.dtypes.DType, tf.TensorShape)
+    live_types = (tf.random.Generator,)
+    sees_creation = False          # tf.zeros(3): no tracer argument, not dispatched
+    knows_dynamic_shapes = False   # tf.where(c), tf.boolean_mask, tf.unique: no tags to tell
+
+    def __init__(self):
+        self._names: dict = {}
+        self._watch = None
+        _Dispatcher().register()   # declines every call that holds no tracer
+
+    # ---- signature ------------------------------------------------------------
+    def describe(self, t):
+        if isinstance(t, tf.Variable):
+            return (type(t), tuple(t.shape), t.dtype, t.trainable)
+        return (type(t), tuple(t.shape), t.dtype, t.device)
+
+    def guard_conditions(self, expr, t, const):
+        return [f"tuple({expr}.shape) == {const(tuple(t.shape))}", f"{expr}.dtype == {const(t.dtype)}"]
+
+    # ---- tracing ----------------------------------------------------------------
+    def wrap_input(self, array, session):
+        return TfTracer(array, session)
+
+    def unwrap(self, obj):
+        return obj._lt_array if type(obj) is TfTracer else obj
+
+    def wrap_live(self, obj, session):
+        from ..graph.stateful import SessionProxy
+
+        class GeneratorProxy(SessionProxy):
+            def _self_attribute(self, name):
+                method = getattr(type(self.__wrapped__), name, None)
+                if callable(method) and not name.startswith("_"):
+                    return functools.partial(_call_method, self, method)
+                return getattr(self.__wrapped__, name)
+        proxy = GeneratorProxy(obj, session)
+        proxy._self_session = session
+        return proxy
+
+    @contextmanager
+    def intercept(self, session):
+        watch = session.backend_state = _RandomWatch(session)
+        ctx = context.context()
+        ctx.add_op_callback(watch)
+        try:
+            yield
+        finally:
+            ctx.remove_op_callback(watch)
+
+    def caused_by_tracing(self, exc) -> bool:
+        return isinstance(exc, (TypeError, ValueError)) and "TfTracer" in str(exc)
+
+    def classify(self, func, args, kwargs) -> CallKind:
+        try:
+            if func is np.asarray:
+                return CallKind.ESCAPE
+            if func in _READBACK:
+                return CallKind.READBACK
+            if func in _METADATA:
+                return CallKind.METADATA
+            if func in _METHOD_OPS:
+                return CallKind.OP
+        except TypeError:
+            return CallKind.UNKNOWN
+        name = self._public_name(func)
+        if (name.startswith(("random.", "image.random_", "nn.dropout", "Generator."))
+                and "stateless" not in name):
+            return CallKind.GENERATOR
+        return CallKind.UNKNOWN
+
+    def run(self, func, args, kwargs):
+        tracer = _first_tracer(args, kwargs)
+        watch = tracer._lt_session.backend_state if tracer is not None else None
+        if watch is not None:
+            watch.depth += 1
+        try:
+            result = func(*_unwrap(args), **_unwrap(kwargs))
+        finally:
+            if watch is not None:
+                watch.depth -= 1
+        mutated = []
+        if getattr(func, "__name__", "") in _MUTATING_METHODS and args:
+            mutated.append(args[0])
+        if tracer is None:
+            return result, mutated
+        by_array = {id(self.unwrap(m)): m for m in mutated}
+        return self._wrap(result, tracer._lt_session, by_array), mutated
+
+    def _wrap(self, result, session, by_array):
+        if isinstance(result, (tf.Tensor, tf.Variable)):
+            known = by_array.get(id(result))
+            return known if known is not None else TfTracer(result, session)
+        if type(result) in (tuple, list):
+            return type(result)(self._wrap(x, session, by_array) for x in result)
+        return result
+
+    def storage_key(self, t):
+        return id(self.unwrap(t))
+
+    def clone(self, t):
+        return t            # tensors are immutable
+
+    def rng_token(self):
+        return None         # unseen draws are caught by the op callback instead
+
+    def meta(self, t) -> str:
+        t = self.unwrap(t)
+        shape = "x".join(str(d) for d in t.shape) or "scalar"
+        return f"{shape} {t.dtype.name}"
+
+    # ---- code generation ----------------------------------------------------------
+    def call_syntax(self, func):
+        name = _METHOD_OPS.get(func) if type(func) is not functools.partial else None
+        if name is not None:
+            if name in _OPERATORS or name in ("__eq__", "__ne__"):
+                return ("operator", _OPERATORS.get(name, "==" if name == "__eq__" else "!="))
+            if name in _ROPERATORS:
+                return ("roperator", _ROPERATORS[name])
+            if name in _UNARY:
+                return ("unary", _UNARY[name])
+            if name == "__getitem__":
+                return ("getitem", "")
+        if func in _ATTRGETTERS.values():
+            return ("attribute", next(k for k, v in _ATTRGETTERS.items() if v is func))
+        qualname = getattr(func, "__qualname__", "")
+        if qualname.startswith(("Variable.", "ResourceVariable.", "BaseResourceVariable.", "Tensor.",
+                                "_EagerTensorBase.", "Generator.")):
+            return ("method", func.__name__)
+        return ("function", "tf." + self._public_name(func))
+
+    def _public_name(self, func) -> str:
+        entry = self._names.get(id(func))
+        if entry is None or entry[0] is not func:
+            name = None
+            try:
+                name = tf_export.get_canonical_name_for_symbol(func)
+            except Exception:       # not every callable is a TensorFlow symbol
+                pass
+            entry = self._names[id(func)] = (func, name or getattr(func, "__qualname__", "fn"))
+        return entry[1]
+
+    def literal(self, obj):
+        if isinstance(obj, tf.dtypes.DType):
+            return f"tf.{obj.name}"
+        return None
+
+    def namespace(self):
+        return {"tf": tf}
+
+    def compile(self, fn, graph, jit_compile=None):
+        """tf.function of the generated function (reduce_retracing: the graph's signature is
+        fixed already). A graph with guards reads values back into Python: kept as is."""
+        from ..graph.ir import Kind
+        if any(node.kind is Kind.GUARD for node in graph.nodes):
+            return fn
+        return tf.function(fn, jit_compile=jit_compile, autograph=False)
+
+
+BACKEND_CLASS = TensorflowBackend
