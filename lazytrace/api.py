@@ -46,11 +46,15 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
     `LazyGraph` that traces on its first call, one graph per input signature.
     A torch.nn.Module has its forward traced and is returned itself.
     Several objects give a tuple of results, in order.
+    `return_backend_traced_fn` may be a dict of options for the framework's compiler, e.g.
+    {"jit_compile": True} for tf.function.
     """
     if not objs:
         raise TypeError("trace_graph() needs at least one callable")
     if to is not None:
         get_backend(to)   # unknown names fail here, clearly
+    if isinstance(return_backend_traced_fn, dict):     # options for the framework's compiler
+        return_backend_traced_fn = tuple(sorted(return_backend_traced_fn.items()))
     options = TraceOptions(include_generators=include_generators, array_caching=array_caching, to=to,
                            return_backend_traced_fn=return_backend_traced_fn, stateful=tuple(stateful or ()))
     results = [_trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,

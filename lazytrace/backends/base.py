@@ -152,6 +152,7 @@ class Backend:
         """Names generated code may use (e.g. {'torch': torch})."""
         return {}
 
-    def compile(self, fn: Callable, graph) -> Callable:
-        """Hand a generated function to the framework's own compiler."""
+    def compile(self, fn: Callable, graph, **options) -> Callable:
+        """Hand a generated function to the framework's own compiler; `options` are the user's
+        (return_backend_traced_fn={...}), e.g. jit_compile for tf.function."""
         return fn

@@ -281,14 +281,14 @@ class JaxBackend(Backend):
             return ("function", entry[1])
         return ("function", getattr(func, "__name__", "fn"))
 
-    def compile(self, fn, graph):
+    def compile(self, fn, graph, **options):
         """jax.jit of the generated function: static arguments are already baked into each
         signature's graph, so the graph's array leaves are all jit needs. A graph with guards
         reads values back into Python, which jit cannot: it stays plain replay."""
         from ..graph.ir import Kind
         if any(node.kind is Kind.GUARD for node in graph.nodes):
             return fn
-        return jax.jit(fn)
+        return jax.jit(fn, **options)
 
 
 def _jit_callable(params):

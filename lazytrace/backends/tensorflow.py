@@ -58,11 +58,11 @@ _METADATA = {len} | set(_ATTRGETTERS.values())
 _MUTATING_METHODS = {"assign", "assign_add", "assign_sub", "scatter_add", "scatter_sub", "scatter_update",
                      "scatter_nd_update", "scatter_nd_add", "scatter_nd_sub", "scatter_max", "scatter_min"}
 #: stateful random ops of the runtime (their draws advance hidden state)
-_RANDOM_OPS = {b"RandomStandardNormal", b"RandomUniform", b"RandomUniformInt", b"TruncatedNormal",
-               b"Multinomial", b"RandomShuffle", b"RandomGamma", b"RandomPoisson", b"RandomPoissonV2",
-               b"RandomCrop", b"StatefulUniform", b"StatefulUniformInt", b"StatefulUniformFullInt",
-               b"StatefulStandardNormalV2", b"StatefulTruncatedNormal", b"RngReadAndSkip",
-               b"RngSkip", b"ParameterizedTruncatedNormal"}
+_RANDOM_OPS = {"RandomStandardNormal", "RandomUniform", "RandomUniformInt", "TruncatedNormal",
+               "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
+               "RandomCrop", "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt",
+               "StatefulStandardNormalV2", "StatefulTruncatedNormal", "RngReadAndSkip",
+               "RngSkip", "ParameterizedTruncatedNormal"}
 
 
 class TfTracer:
@@ -348,13 +348,13 @@ class TensorflowBackend(Backend):
     def namespace(self):
         return {"tf": tf}
 
-    def compile(self, fn, graph, jit_compile=None):
-        """tf.function of the generated function (reduce_retracing: the graph's signature is
-        fixed already). A graph with guards reads values back into Python: kept as is."""
+    def compile(self, fn, graph, **options):
+        """tf.function of the generated function (options such as jit_compile=True are passed
+        on). A graph with guards reads values back into Python: it is kept as is."""
         from ..graph.ir import Kind
         if any(node.kind is Kind.GUARD for node in graph.nodes):
             return fn
-        return tf.function(fn, jit_compile=jit_compile, autograph=False)
+        return tf.function(fn, autograph=False, **options)
 
 
 BACKEND_CLASS = TensorflowBackend

@@ -327,7 +327,7 @@ class TraceOptions:
     include_generators: bool = True
     array_caching: bool = True
     to: str | None = None
-    return_backend_traced_fn: bool = False
+    return_backend_traced_fn: bool | tuple = False    # or (option, value) pairs for the compiler
     stateful: tuple = ()
 
 
@@ -390,8 +390,10 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     def build():    # code generation waits for the first replay: the first call pays only the trace
         source, gfn, constants, aliases = codegen.generate(backend, plan, record.inputs,
                                                            record.output_structure, name)
-        if options.return_backend_traced_fn:
-            gfn = backend.compile(gfn, plan)
+        compiler = options.return_backend_traced_fn
+        if compiler:
+            gfn = backend.compile(gfn, plan, **dict(compiler)) if isinstance(compiler, tuple) else \
+                backend.compile(gfn, plan)
         return source, gfn, constants, aliases
 
     graph = Graph(name=name, build=build, key=key, signature=signature, original=fn, plan=plan,
