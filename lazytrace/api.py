@@ -7,6 +7,7 @@ from types import ModuleType
 from typing import Any
 
 from .backends import available, get_backend
+from .convert import Converting, convert_arguments
 from .graph.ir import Graph
 from .graph.lazy import LazyGraph
 from .graph.signature import Signature
@@ -74,13 +75,18 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
     if not callable(fn):
         raise TypeError(f"trace_graph() takes callables, got {type(obj).__name__}")
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    target = get_backend(options.to) if options.to is not None else None
     if args is None and kwargs is None:
-        lazy = LazyGraph(fn, options=options, signature=signature, name=name, extra=extra,
-                         max_signatures=max_signatures)
-        return install(lazy) if install else lazy
-    graph = eager_graph(fn, tuple(args or ()), dict(kwargs or {}), options=options, signature=signature,
-                        name=name, extra=extra)
-    return install(graph) if install else graph
+        traced = LazyGraph(fn, options=options, signature=signature, name=name, extra=extra,
+                           max_signatures=max_signatures)
+    else:
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        if target is not None:
+            args, kwargs = convert_arguments(args, kwargs, signature, target)
+        traced = eager_graph(fn, args, kwargs, options=options, signature=signature, name=name, extra=extra)
+    if target is not None:
+        traced = Converting(traced, signature, target)
+    return install(traced) if install else traced
 
 
 def eager_graph(fn, args: tuple, kwargs: dict, *, options, signature, name, extra=None) -> Graph:

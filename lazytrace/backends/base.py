@@ -78,9 +78,10 @@ class Backend:
     # --- tracing ---------------------------------------------------------
     def caused_by_tracing(self, exc: BaseException) -> bool:
         """True for an exception the trace itself caused where an eager call would not (JAX
-        asking a tracer for a concrete value, TensorFlow failing to convert a tracer): the call
-        then runs eagerly instead."""
-        return False
+        asking a tracer for a concrete value, a library refusing a tracer type it does not
+        know, e.g. "Tensor type unknown ... NumpyTracer"): the call then runs eagerly instead."""
+        names = [tp.__name__ for tp in self.tracked_types if tp not in self.array_types]
+        return any(name in str(exc) for name in names)
 
     def intercept(self, session) -> AbstractContextManager:
         """Route this thread's framework calls to `session.on_call` while active."""
@@ -128,6 +129,15 @@ class Backend:
         return False
 
     def clone(self, array):
+        raise NotImplementedError
+
+    def to_numpy(self, array):
+        """A NumPy copy or view of an array of this framework (for to= conversion)."""
+        import numpy as np
+        return np.asarray(array)
+
+    def from_numpy(self, data):
+        """An array of this framework holding `data` (a NumPy array), for to= conversion."""
         raise NotImplementedError
 
     def rng_token(self) -> Any:

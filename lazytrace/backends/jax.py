@@ -225,7 +225,7 @@ class JaxBackend(Backend):
             trace.invalidate()
 
     def caused_by_tracing(self, exc):
-        return isinstance(exc, _TRACE_ERRORS)
+        return isinstance(exc, _TRACE_ERRORS) or super().caused_by_tracing(exc)
 
     def primitive_callable(self, primitive, params):
         """The callable eager JAX dispatches `primitive` with `params` to (see module docstring)."""
@@ -268,6 +268,9 @@ class JaxBackend(Backend):
 
     def clone(self, a):
         return a                     # immutable: a constant can be handed out as is
+
+    def from_numpy(self, data):
+        return jax.numpy.asarray(data)
 
     def meta(self, a) -> str:
         a = self.unwrap(a)

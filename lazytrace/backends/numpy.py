@@ -71,6 +71,9 @@ class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
     def __array_function__(self, func, types, args, kwargs):
         return self._lt_call(func, args, kwargs)
 
+    def __array_namespace__(self, api_version=None):
+        return np          # the array API standard's way to find a namespace: calls come back here
+
     def __array__(self, dtype=None, copy=None):
         array = _unwrap(self._lt_call(asarray, (self,)))
         return array if dtype is None else array.astype(dtype, copy=False)
@@ -237,6 +240,9 @@ class NumpyBackend(Backend):
 
     def clone(self, a):
         return np.copy(a)
+
+    def from_numpy(self, data):
+        return data
 
     def rng_token(self):
         state = np.random.get_state()

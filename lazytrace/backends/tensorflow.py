@@ -20,7 +20,7 @@ tracer argument (`tf.zeros`, `tf.constant`) are constants, as for NumPy.
 ops reading it run at every call, so a `tf.GradientTape` around the call
 records the same reads and ops as eager. A call TensorFlow cannot dispatch
 (a raw op given a tracer) fails conversion with a TypeError naming the
-tracer; that call then runs eagerly (`caused_by_tracing`).
+tracer; that call then runs eagerly (`Backend.caused_by_tracing`).
 
 Alternative measured: tracing into a `tf.function` FuncGraph replays as one
 graph call (see benchmarks/bench_frameworks.py: `tf.function` column), but
@@ -248,9 +248,6 @@ class TensorflowBackend(Backend):
         finally:
             ctx.remove_op_callback(watch)
 
-    def caused_by_tracing(self, exc) -> bool:
-        return isinstance(exc, (TypeError, ValueError)) and "TfTracer" in str(exc)
-
     def classify(self, func, args, kwargs) -> CallKind:
         try:
             if func is np.asarray:
@@ -300,6 +297,12 @@ class TensorflowBackend(Backend):
 
     def clone(self, t):
         return t            # tensors are immutable
+
+    def to_numpy(self, t):
+        return t.numpy()
+
+    def from_numpy(self, data):
+        return tf.convert_to_tensor(data)
 
     def rng_token(self):
         return None         # unseen draws are caught by the op callback instead

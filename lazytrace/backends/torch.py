@@ -237,6 +237,12 @@ class TorchBackend(Backend):
     def clone(self, t):
         return t.clone()
 
+    def to_numpy(self, t):
+        return t.detach().cpu().numpy()
+
+    def from_numpy(self, data):
+        return torch.from_numpy(data.copy() if not data.flags.writeable else data)
+
     def reads_metadata_only(self, func) -> bool:
         name = _func_name(func)
         return name.endswith("_like") or name in _METADATA_ONLY
