@@ -388,3 +388,40 @@ def test_stats_report_every_lazygraph():
     lazy(np.zeros(2)), lazy(np.zeros(2))
     entry = lazytrace.stats()["test_stats_report_every_lazygraph.<locals>.my_traced_function"]
     assert entry["calls"] == 2 and entry["hits"] == 1 and entry["traces"] == 1
+
+
+def test_python_len_and_shapes_of_inputs_are_keyed(fw):
+    def fn(x):
+        return x * len(x) + x.shape[-1]
+
+    lazy = lazytrace.trace_graph(fn)
+    for n in (2, 3, 2, 3):
+        x = fw.rand(n, 4, seed=n)
+        assert fw.equal(lazy(x), fn(x))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+
+
+def test_generators_of_every_framework_draw_fresh_values(fw):
+    if fw.name == "torch":
+        fn = lambda x: x + fw.xp.rand(x.shape)                                     # noqa: E731
+    elif fw.name == "numpy":
+        fn = lambda x, rng=None: x + rng.random(x.shape, dtype=np.float32)         # noqa: E731
+    elif fw.name == "jax":
+        import jax
+        fn = lambda x, key=None: x + jax.random.uniform(key, x.shape)              # noqa: E731
+    else:
+        fn = lambda x: fw.xp.nn.dropout(x, rate=0.5)                               # noqa: E731
+
+    def extra(seed):
+        if fw.name == "numpy":
+            return {"rng": np.random.default_rng(seed)}
+        if fw.name == "jax":
+            import jax
+            return {"key": jax.random.key(seed)}
+        return {}
+
+    lazy = lazytrace.trace_graph(fn)
+    x = fw.rand(64) + 1.0
+    outs = [fw.numpy(lazy(x, **extra(seed))) for seed in range(3)]
+    assert lazy.stats.hits == 2 and lazy.stats.eager == 0
+    assert not np.array_equal(outs[1], outs[2])                  # not baked
