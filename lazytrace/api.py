@@ -12,6 +12,7 @@ from .graph.ir import Graph
 from .graph.lazy import LazyGraph
 from .graph.signature import Signature
 from .graph.tracer import NotTraceable, TraceOptions, trace
+from .importhook.proxy import TracedLibrary
 
 
 class TraceError(RuntimeError):
@@ -40,18 +41,34 @@ def _stateful_indices(paths) -> tuple:
 def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idxs=None, to=None,
                 include_generators=True, array_caching=True, return_backend_traced_fn=False,
                 static_argnums=None, static_argnames=None, args=None, kwargs=None,
-                max_signatures: int = 64):
+                max_signatures: int = 64, include=None, exclude=None):
     """Trace callables into graphs of framework calls (names follow ivy.trace_graph).
 
     With `args`/`kwargs`: trace now and return a `Graph`. Without: return a
     `LazyGraph` that traces on its first call, one graph per input signature.
     A torch.nn.Module has its forward traced and is returned itself.
+    A module (a library) gives a proxy module whose functions and classes are
+    traced lazily, with these options; `include`/`exclude` are name patterns
+    (fnmatch, e.g. "kornia.color.*") choosing its functions.
     Several objects give a tuple of results, in order.
     `return_backend_traced_fn` may be a dict of options for the framework's compiler, e.g.
     {"jit_compile": True} for tf.function.
     """
     if not objs:
         raise TypeError("trace_graph() needs at least one callable")
+    if any(isinstance(obj, ModuleType) for obj in objs):
+        if args is not None or kwargs is not None:
+            raise TypeError("trace_graph(module) traces lazily: args=/kwargs= apply to single functions")
+        settings = dict(stateful=stateful, arg_stateful_idxs=arg_stateful_idxs,
+                        kwarg_stateful_idxs=kwarg_stateful_idxs, to=to, include_generators=include_generators,
+                        array_caching=array_caching, return_backend_traced_fn=return_backend_traced_fn,
+                        static_argnums=static_argnums, static_argnames=static_argnames,
+                        max_signatures=max_signatures)
+        results = [trace_library(obj, settings, include, exclude) if isinstance(obj, ModuleType)
+                   else trace_graph(obj, **settings) for obj in objs]
+        return results[0] if len(results) == 1 else tuple(results)
+    if include is not None or exclude is not None:
+        raise TypeError("include=/exclude= choose functions of a module: pass a module to trace_graph()")
     if to is not None:
         get_backend(to)   # unknown names fail here, clearly
     if isinstance(return_backend_traced_fn, dict):     # options for the framework's compiler
@@ -65,8 +82,6 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
 
 def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs, kwarg_stateful_idxs,
                args, kwargs, max_signatures):
-    if isinstance(obj, ModuleType):
-        raise NotImplementedError("trace_graph(module) comes with whole-library tracing (issue 3)")
     signature = Signature(static_argnums=_as_tuple(static_argnums), static_argnames=_as_tuple(static_argnames),
                           stateful_argnums=_stateful_indices(arg_stateful_idxs),
                           stateful_argnames=_as_tuple(kwarg_stateful_idxs))
@@ -87,6 +102,20 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
     if target is not None:
         traced = Converting(traced, signature, target)
     return install(traced) if install else traced
+
+
+def trace_library(module: ModuleType, settings: dict, include=None, exclude=None):
+    """A proxy of `module`: its functions and classes are traced lazily with `settings`."""
+    if to := settings.get("to"):
+        get_backend(to)
+    return TracedLibrary(module.__name__, settings, _as_patterns(include), _as_patterns(exclude)).proxy(module)
+
+
+def _as_patterns(value) -> tuple:
+    patterns = _as_tuple(value)
+    if not all(isinstance(p, str) for p in patterns):
+        raise TypeError(f"include=/exclude= take name patterns (str), got {value!r}")
+    return patterns
 
 
 def eager_graph(fn, args: tuple, kwargs: dict, *, options, signature, name, extra=None) -> Graph:

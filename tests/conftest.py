@@ -79,3 +79,6 @@ def fw(request):
 @pytest.fixture
 def torch_fw():
     return Framework("torch")
+
+
+pytest_plugins = ["pytester"]

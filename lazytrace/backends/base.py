@@ -49,6 +49,11 @@ class Backend:
         (function to trace, extra live inputs, install); else None."""
         return None
 
+    def traced_method(self, cls: type) -> str | None:
+        """For a class whose instances `bind` handles (torch.nn.Module subclasses): the name of
+        the method `bind` traces and installs on an instance ('forward'); else None."""
+        return None
+
     # --- signature -------------------------------------------------------
     def describe(self, array) -> tuple:
         """Everything about an array that a graph may bake in (not its values)."""

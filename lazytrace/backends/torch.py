@@ -105,6 +105,9 @@ class TorchBackend(Backend):
 
         return ModuleForward(obj), ModuleLiveInputs(obj), install
 
+    def traced_method(self, cls):
+        return "forward" if issubclass(cls, torch.nn.Module) else None
+
     # ---- signature ----------------------------------------------------------
     @staticmethod
     def describe(t):

@@ -17,6 +17,7 @@ import warnings
 import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+from types import MethodType
 
 from .codegen import GuardFailed
 from .guards import MISS, compile_dispatch
@@ -195,6 +196,10 @@ class LazyGraph:
         except NotTraceable as exc:    # decided before running: run eagerly, remember
             self._store(key, entry, exc)
             return self._eager(exc.reason, args, kwargs)
+        except Exception as exc:       # the original raised: it reaches the caller, nothing is cached
+            stats.eager += 1
+            stats.reasons[f"the function raised {type(exc).__name__}"] += 1
+            raise
         stats.traces += 1
         self._store(key, entry, graph)
         if isinstance(graph, NotTraceable):
@@ -260,7 +265,7 @@ class LazyGraph:
                            self._name, self.max_signatures, self._extra))
 
     def __get__(self, instance, owner):
-        return self if instance is None else functools.partial(self, instance)
+        return self if instance is None else MethodType(self, instance)
 
     def __repr__(self):
         return f"<lazytrace.LazyGraph {self._name}: {len(self._cache)} signatures>"

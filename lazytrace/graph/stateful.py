@@ -10,6 +10,7 @@ see plain attribute access.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from types import MethodType
 
 import wrapt
 
@@ -35,8 +36,11 @@ class StatefulProxy(SessionProxy):
     """Forwards everything to the object; reports attribute reads and writes."""
 
     def _self_attribute(self, name):
-        value = getattr(self.__wrapped__, name)
-        return self._self_session.on_getattr(self.__wrapped__, name, value)
+        wrapped = self.__wrapped__
+        value = getattr(wrapped, name)
+        if isinstance(value, MethodType) and value.__self__ is wrapped:
+            return MethodType(value.__func__, self)     # a method's own reads are recorded too
+        return self._self_session.on_getattr(wrapped, name, value)
 
     def __setattr__(self, name, value):
         if name.startswith("_self_") or name == "__wrapped__":

@@ -1,0 +1,304 @@
+"""Proxy modules and traced classes: a whole library, lazily traced.
+
+`TracedLibrary` is the root shared by every proxy made for one package and one set of
+trace_graph options. Nothing is made up front: reading an attribute through a `ModuleProxy`
+wraps the library's object on first access, so the cost does not grow with the library:
+
+- a module of the package -> its proxy;
+- a public function defined in the package -> a LazyGraph, one per original function (a
+  function re-exported in several modules is one LazyGraph with one cache);
+- a class defined in the package -> a traced subclass (see `traced_class`);
+- anything else (constants, enums, private names, objects of other libraries) -> itself.
+
+What was wrapped is remembered on the proxy's own class, so a later read is a plain attribute
+lookup. The original modules, functions and classes are never modified.
+"""
+from __future__ import annotations
+
+import copyreg
+import enum
+import fnmatch
+import functools
+import inspect
+import threading
+from types import FunctionType, ModuleType
+
+import wrapt
+
+from ..backends import available, backend_for_type, get_backend
+from ..graph.lazy import LazyGraph, Stats
+
+
+class TracedLibrary:
+    """Everything traced for one package under one set of options."""
+
+    def __init__(self, package: str, settings: dict, include=(), exclude=()):
+        self.package = package
+        self.settings = settings              # trace_graph() keyword arguments, for every function
+        self.include = tuple(include or ())
+        self.exclude = tuple(exclude or ())
+        self.skipped: dict[str, str] = {}     # qualified name -> why it runs as the original
+        self._made: dict[int, tuple] = {}     # id(original) -> (original, traced)
+        self._stats: list[tuple[str, Stats]] = []
+        self._lock = threading.RLock()
+
+    @property
+    def config(self) -> tuple:
+        """What rebuilds an equal library in another process (used by pickling)."""
+        return (self.package, _freeze(self.settings), self.include, self.exclude)
+
+    def owns(self, name: str | None) -> bool:
+        return bool(name) and (name == self.package or name.startswith(self.package + "."))
+
+    def proxy(self, module: ModuleType):
+        return self.wrap(module, module.__name__)
+
+    # ---- wrapping ------------------------------------------------------------------
+    def wrap(self, obj, path: str):
+        """The traced counterpart of `obj` (reached as `path`), or `obj` itself."""
+        made = self._made.get(id(obj))
+        if made is not None and made[0] is obj:
+            return made[1]
+        if isinstance(obj, ModuleType):
+            wanted = self.owns(obj.__name__)
+        elif isinstance(obj, (type, FunctionType)):
+            wanted = self.owns(getattr(obj, "__module__", None))
+        else:
+            wanted = False
+        if not wanted:
+            return obj
+        with self._lock:
+            made = self._made.get(id(obj))
+            if made is None or made[0] is not obj:
+                made = (obj, self._make(obj, path))
+                self._made[id(obj)] = made
+        return made[1]
+
+    def _make(self, obj, path):
+        if isinstance(obj, ModuleType):
+            cls = type(f"ModuleProxy[{obj.__name__}]", (ModuleProxy,), {})
+            return cls(obj, self)
+        if isinstance(obj, type):
+            return self._traced_class(obj)
+        return self._function(obj, path) or obj
+
+    def _function(self, fn, path, **extra):
+        names = (path, f"{fn.__module__}.{fn.__qualname__}")
+        if self.include and not any(fnmatch.fnmatchcase(n, p) for n in names for p in self.include):
+            reason = "not matched by include="
+        elif any(fnmatch.fnmatchcase(n, p) for n in names for p in self.exclude):
+            reason = "matched by exclude="
+        elif inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            reason = "generator function: runs as the original"
+        elif inspect.iscoroutinefunction(fn):
+            reason = "coroutine function: runs as the original"
+        else:
+            return self._lazy(fn, names[1], **extra)
+        self.skipped[names[1]] = reason
+        return None
+
+    def _lazy(self, fn, name: str, **extra) -> LazyGraph:
+        from ..api import trace_graph
+        return self._register(trace_graph(fn, **{**self.settings, **extra}), name)
+
+    def _register(self, lazy: LazyGraph, name: str) -> LazyGraph:
+        with self._lock:
+            self._stats.append((name, lazy.stats))
+        return lazy
+
+    def invalidate(self, module: ModuleType) -> None:
+        """Forget what the proxy of `module` remembered (after importlib.reload)."""
+        made = self._made.get(id(module))
+        if made is not None and made[0] is module:
+            made[1]._self_forget()
+
+    # ---- classes -------------------------------------------------------------------
+    def _traced_class(self, cls: type):
+        """A subclass of `cls` whose methods are traced (nn.Module-like classes: the method the
+        backend binds, e.g. forward). A class with nothing to trace, an enum or an exception
+        passes through unchanged."""
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if issubclass(cls, (enum.Enum, BaseException)) or backend_for_type(cls) is not None:
+            return cls                  # enums, exceptions, array subclasses: used as they are
+        namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
+                     "__lazytrace_original__": cls, "__lazytrace_library__": self,
+                     "__reduce_ex__": _reduce_ex}
+        bound = _bound_method(cls)
+        if bound is not None:
+            namespace[bound] = BoundTrace(cls, bound, self)
+        else:
+            for method, fn in _methods(cls, self):
+                lazy = self._function(fn, f"{name}.{method}", arg_stateful_idxs=[[0]])
+                if lazy is not None:
+                    namespace[method] = lazy
+            if not any(isinstance(v, LazyGraph) for v in namespace.values()):
+                return cls
+        try:
+            return _traced_meta(type(cls))(cls.__name__, (cls,), namespace)
+        except TypeError as exc:        # a class that cannot be subclassed
+            self.skipped[name] = f"class cannot be subclassed ({exc}): used as is"
+            return cls
+
+    def bind(self, instance, name: str, cls: type):
+        """The traced method `name` (of class `cls`) of an instance, installed on it by the backend."""
+        with self._lock:
+            lazy = vars(instance).get(name)
+            if not isinstance(lazy, LazyGraph):
+                from ..api import trace_graph
+                trace_graph(instance, **self.settings)      # the backend installs it on the instance
+                lazy = self._register(vars(instance)[name], f"{cls.__module__}.{cls.__qualname__}.{name}")
+        return lazy
+
+    # ---- reporting -----------------------------------------------------------------
+    def summary(self) -> dict:
+        """Totals over every LazyGraph this library made (one per function, per module instance)."""
+        with self._lock:
+            entries = list(self._stats)
+        out = {"functions": 0, "calls": 0, "hits": 0, "traces": 0, "eager": 0, "guard_failures": 0,
+               "reasons": {}, "skipped": dict(self.skipped)}
+        for name, stats in entries:
+            out["functions"] += stats.calls > 0
+            for field in ("calls", "hits", "traces", "eager", "guard_failures"):
+                out[field] += getattr(stats, field)
+            for reason, count in stats.reasons.items():
+                per = out["reasons"].setdefault(reason, {})
+                per[name] = per.get(name, 0) + count
+        return out
+
+
+class ModuleProxy(wrapt.ObjectProxy):
+    """A module of a traced library. Each proxy has its own subclass, on which the traced
+    attributes already handed out are remembered (as staticmethods, so they are not bound)."""
+
+    # Plain attribute lookup first (remembered names, wrapt's own descriptors such as __doc__ and
+    # __wrapped__), __getattr__ below for the rest: CPython takes its fast path for this pair.
+    __getattribute__ = object.__getattribute__
+
+    def __init__(self, module, library: TracedLibrary):
+        super().__init__(module)
+        self._self_library = library
+
+    def __getattr__(self, name):
+        if name.startswith("_self_") or name == "__wrapped__":
+            raise AttributeError(name)
+        value = getattr(self.__wrapped__, name)
+        if name.startswith("_"):
+            return value
+        traced = self._self_library.wrap(value, f"{self.__wrapped__.__name__}.{name}")
+        if traced is not value:
+            setattr(type(self), name, staticmethod(traced))
+        return traced
+
+    def __setattr__(self, name, value):
+        if not name.startswith("_self_") and name in vars(type(self)):
+            delattr(type(self), name)      # assigned through the proxy: the module answers again
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        if not name.startswith("_self_") and name in vars(type(self)):
+            delattr(type(self), name)
+        super().__delattr__(name)
+
+    def _self_forget(self):
+        for name in [n for n in vars(type(self)) if not n.startswith("_")]:
+            delattr(type(self), name)
+
+    def __repr__(self):
+        return f"<lazytrace proxy of {self.__wrapped__!r}>"
+
+
+class BoundTrace:
+    """The traced method of an nn.Module-like class (forward): on an instance, the backend's
+    bind() installs a LazyGraph of it (parameters and buffers read live at every call), which
+    later reads find in the instance itself. On the class, it is the original method."""
+
+    def __init__(self, original: type, name: str, library: TracedLibrary):
+        self.original, self.name, self.library = original, name, library
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return getattr(self.original, self.name)
+        return self.library.bind(instance, self.name, self.original)
+
+
+def _bound_method(cls: type) -> str | None:
+    for name in available():
+        method = get_backend(name).traced_method(cls)
+        if method:
+            return method
+    return None
+
+
+def _methods(cls: type, library: TracedLibrary):
+    """Public plain methods (and __call__) that the package itself defines, nearest first."""
+    seen = set()
+    for klass in cls.__mro__:
+        if not library.owns(klass.__module__):
+            continue
+        for name, value in vars(klass).items():
+            if name in seen:
+                continue
+            seen.add(name)
+            if isinstance(value, FunctionType) and (not name.startswith("_") or name == "__call__"):
+                yield name, value
+
+
+@functools.lru_cache(maxsize=None)
+def _traced_meta(meta: type) -> type:
+    """A metaclass for traced classes: isinstance/issubclass against a traced class also accept
+    objects and subclasses of the original (the library makes those internally)."""
+
+    def __instancecheck__(cls, obj):
+        original = cls.__dict__.get("__lazytrace_original__")
+        return meta.__instancecheck__(cls, obj) or (original is not None and isinstance(obj, original))
+
+    def __subclasscheck__(cls, sub):
+        original = cls.__dict__.get("__lazytrace_original__")
+        return meta.__subclasscheck__(cls, sub) or (original is not None and issubclass(sub, original))
+
+    traced_meta = type(f"Traced{meta.__name__}", (meta,), {"__instancecheck__": __instancecheck__,
+                                                           "__subclasscheck__": __subclasscheck__})
+    copyreg.pickle(traced_meta, _reduce_class)
+    return traced_meta
+
+
+def _reduce_ex(self, protocol):
+    """Pickle an object of a traced class as a rebuild of that class from the original one
+    (importable by reference) and the library's options. Objects of user subclasses, and of
+    classes with a reduction of their own, pickle as they would without lazytrace."""
+    cls = type(self)
+    traced = next(k for k in cls.__mro__ if "__lazytrace_original__" in vars(k))
+    original = vars(traced)["__lazytrace_original__"]
+    rv = original.__reduce_ex__(self, protocol)
+    if cls is not traced or not (isinstance(rv, tuple) and len(rv) >= 2 and rv[1] and rv[1][0] is cls):
+        return rv
+    return (_rebuild, (original, vars(cls)["__lazytrace_library__"].config, rv[0], *rv[1][1:]), *rv[2:])
+
+
+def _reduce_class(cls):
+    original = cls.__dict__.get("__lazytrace_original__")
+    if original is None:
+        return cls.__qualname__       # a user subclass: by reference, as usual
+    return _traced_class_of, (original, cls.__dict__["__lazytrace_library__"].config)
+
+
+def _rebuild(original, config, build, *args):
+    return build(_traced_class_of(original, config), *args)
+
+
+def _traced_class_of(original, config):
+    return _library_for(config).wrap(original, f"{original.__module__}.{original.__qualname__}")
+
+
+@functools.lru_cache(maxsize=64)
+def _library_for(config: tuple) -> TracedLibrary:
+    package, settings, include, exclude = config
+    return TracedLibrary(package, dict(settings), include, exclude)
+
+
+def _freeze(obj):
+    if isinstance(obj, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in obj.items()))
+    if isinstance(obj, (list, tuple)):
+        return tuple(_freeze(x) for x in obj)
+    return obj

@@ -1,0 +1,1 @@
+from .deep import halve, probe_imports
