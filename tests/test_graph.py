@@ -425,3 +425,13 @@ def test_generators_of_every_framework_draw_fresh_values(fw):
     outs = [fw.numpy(lazy(x, **extra(seed))) for seed in range(3)]
     assert lazy.stats.hits == 2 and lazy.stats.eager == 0
     assert not np.array_equal(outs[1], outs[2])                  # not baked
+
+
+def test_a_call_named_like_the_traced_function_gets_its_own_alias(fw):
+    def sum_all(x):                 # the generated function is called sum_all too
+        return fw.sum(x) * 2
+
+    sum_all.__name__ = sum_all.__qualname__ = {"jax": "_reduce_sum", "tensorflow": "reduce_sum"}.get(fw.name, "sum")
+    graph = lazytrace.trace_graph(sum_all, args=(fw.rand(3),))
+    x = fw.rand(3, seed=4)
+    assert fw.equal(graph(x), sum_all(x))

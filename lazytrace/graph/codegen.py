@@ -132,6 +132,7 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     fn_name = re.sub(r"\W", "_", name.rsplit(".", 1)[-1]).strip("_") or "graph"
     if fn_name[0].isdigit() or keyword.iskeyword(fn_name):
         fn_name = f"_{fn_name}"
+    em.namespace[fn_name] = None     # reserved: a call named like the function gets another alias
     body: list[str] = []
     outputs_needed = {id(v) for v in output_values(output_structure)}
 
