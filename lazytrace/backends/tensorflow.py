@@ -206,7 +206,7 @@ class TensorflowBackend(Backend):
 
     def __init__(self):
         self._names: dict = {}
-        self._watch = None
+        self._scalars: dict = {}
         _Dispatcher().register()   # declines every call that holds no tracer
 
     # ---- signature ------------------------------------------------------------
@@ -291,6 +291,23 @@ class TensorflowBackend(Backend):
         if type(result) in (tuple, list):
             return type(result)(self._wrap(x, session, by_array) for x in result)
         return result
+
+    def specialize_args(self, func, args, kwargs, recorded):
+        """`x * 0.9` replays with a cached tf.constant(0.9, x.dtype): the operator converts the
+        number to exactly that tensor at every call otherwise (the same Mul op either way)."""
+        if kwargs or len(args) != 2 or type(args[1]) not in (int, float) or func not in _METHOD_OPS:
+            return recorded
+        x, number = self.unwrap(args[0]), args[1]
+        if not isinstance(x, tf.Tensor) or not (x.dtype.is_floating or x.dtype.is_integer):
+            return recorded
+        key = (type(number), repr(number), x.dtype, x.device)
+        constant = self._scalars.get(key)
+        if constant is None:
+            try:
+                constant = self._scalars[key] = tf.constant(number, dtype=x.dtype)
+            except (TypeError, ValueError):
+                return recorded
+        return (recorded[0], constant)
 
     def storage_key(self, t):
         return id(self.unwrap(t))
