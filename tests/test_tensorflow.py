@@ -95,3 +95,17 @@ def test_return_backend_traced_fn_uses_tf_function_with_jit_compile_option():
         compiled = lazy.graph_for(x).fn
         assert hasattr(compiled, "get_concrete_function")
         assert compiled._jit_compile is (options is not True or None)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_number_operands_replayed_as_constants_are_bit_identical(dtype):
+    def fn(x):
+        return (x * 3 + 2) - 7 * x + (x // 2 if dtype == "int32" else 1.5 / (x + 0.25) - x ** 2)
+
+    lazy = lazytrace.trace_graph(fn)
+    lazy(tf.ones((4,), dtype=dtype))
+    for seed in range(3):
+        x = tf.cast(tf.random.uniform((4,), 0, 10, seed=seed), dtype)
+        assert np.array_equal(lazy(x), fn(x))
+    assert lazy.stats.hits == 3
+    assert "c" in lazy.graph_for(x).source or "k" in lazy.graph_for(x).source   # cached operands
