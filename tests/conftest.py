@@ -1,5 +1,3 @@
-import importlib
-
 import numpy as np
 import pytest
 import torch

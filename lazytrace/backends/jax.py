@@ -37,7 +37,6 @@ is a constant (JAX's random numbers are a pure function of the key).
 """
 from __future__ import annotations
 
-import operator
 from contextlib import contextmanager
 
 import jax
@@ -48,12 +47,11 @@ from jax._src.interpreters import pxla
 from jax._src.lib import _jax
 from jax._src.random.prng import PRNGKeyArray
 
-from .base import Backend, CallKind
+from .base import READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, unwrap_tree
 
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
 _TRACE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
                  jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
-_READBACK = {bool, int, float, complex, operator.index}
 
 
 def _readback(name):
@@ -80,34 +78,22 @@ def _escape(self, *args, **kwargs):
     return self._lt_session.on_call(np.asarray, (self,), {})
 
 
-class JaxTracer(core.Tracer):
+class JaxTracer(ReadbackMixin, core.Tracer):
     """Stands in for a jax.Array during a trace; JAX routes every primitive on it to LazyTrace."""
 
-    __slots__ = ("_lt_value", "_lt_session")
+    __slots__ = ("_lt_array", "_lt_session")
 
     def __init__(self, trace, value, session):
         self._trace = trace
-        self._lt_value = value
+        self._lt_array = value
         self._lt_session = session
         self.aval = core.typeof(value)
 
     def to_concrete_value(self):
         return None      # abstract, as under jax.jit: jax.numpy only probes for optional shortcuts
 
-    def __bool__(self):
-        return self._lt_session.on_call(bool, (self,), {})
-
-    def __int__(self):
-        return self._lt_session.on_call(int, (self,), {})
-
-    def __float__(self):
-        return self._lt_session.on_call(float, (self,), {})
-
-    def __complex__(self):
-        return self._lt_session.on_call(complex, (self,), {})
-
-    def __index__(self):
-        return self._lt_session.on_call(operator.index, (self,), {})
+    def _lt_call(self, func, args):
+        return self._lt_session.on_call(func, args, {})
 
     item = _readback("item")
     tolist = _readback("tolist")
@@ -120,14 +106,14 @@ class JaxTracer(core.Tracer):
 
     @property
     def device(self):
-        return self._lt_value.device
+        return self._lt_array.device
 
     @property
     def sharding(self):
-        return self._lt_value.sharding
+        return self._lt_array.sharding
 
     def __repr__(self):
-        return f"JaxTracer({self._lt_value!r})"
+        return f"JaxTracer({self._lt_array!r})"
 
     __str__ = __repr__
 
@@ -162,15 +148,6 @@ class LazyTrace(core.Trace):
 
     def process_call(self, primitive, fun, tracers, params):
         return self._inline(fun, tracers)
-
-
-def _unwrap(obj):
-    tp = type(obj)
-    if tp is JaxTracer:
-        return obj._lt_value
-    if tp is tuple or tp is list:
-        return tp([_unwrap(x) for x in obj])
-    return obj
 
 
 class JaxBackend(Backend):
@@ -213,7 +190,7 @@ class JaxBackend(Backend):
         return JaxTracer(self._trace(session), array, session)
 
     def unwrap(self, obj):
-        return obj._lt_value if type(obj) is JaxTracer else obj
+        return obj._lt_array if type(obj) is JaxTracer else obj
 
     @contextmanager
     def intercept(self, session):
@@ -246,13 +223,13 @@ class JaxBackend(Backend):
     def classify(self, func, args, kwargs) -> CallKind:
         if func is np.asarray:
             return CallKind.ESCAPE
-        if func in _READBACK or func in _METHOD_CALLABLES.values():
+        if func in READBACK_BUILTINS or func in _METHOD_CALLABLES.values():
             return CallKind.READBACK
         return CallKind.OP
 
     def run(self, func, args, kwargs):
         trace = next((a._trace for a in args if type(a) is JaxTracer), None)
-        values = _unwrap(args)
+        values = unwrap_tree(args, JaxTracer)
         if trace is None:
             return func(*values, **kwargs), ()
         with core.set_current_trace(trace.parent):

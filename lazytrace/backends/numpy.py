@@ -24,7 +24,7 @@ import numpy as np
 
 from ..graph.stateful import SessionProxy
 
-from .base import Backend, CallKind
+from .base import ArrayTracer, Backend, CallKind
 
 
 def asarray(array):
@@ -50,19 +50,11 @@ _ATTRIBUTE_OF = {getter: name for name, getter in _ATTRGETTERS.items()}
 _METADATA_GETTERS = {_ATTRGETTERS[name] for name in _METADATA_ATTRIBUTES}
 
 
-class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
+class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
     """Stands in for an ndarray during a trace; every operation is reported."""
 
-    __slots__ = ("_lt_array", "_lt_session")
+    __slots__ = ()
     __array_priority__ = 1000
-    __hash__ = None
-
-    def __init__(self, array, session):
-        self._lt_array = array
-        self._lt_session = session
-
-    def _lt_call(self, func, args, kwargs=None):
-        return self._lt_session.on_call(func, args, kwargs or {})
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         func = ufunc if method == "__call__" else getattr(ufunc, method)
@@ -83,21 +75,6 @@ class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __setitem__(self, index, value):
         self._lt_call(operator.setitem, (self, index, value))
-
-    def __bool__(self):
-        return self._lt_call(operator.truth, (self,))
-
-    def __float__(self):
-        return self._lt_call(float, (self,))
-
-    def __int__(self):
-        return self._lt_call(int, (self,))
-
-    def __complex__(self):
-        return self._lt_call(complex, (self,))
-
-    def __index__(self):
-        return self._lt_call(operator.index, (self,))
 
     def __contains__(self, item):
         return self._lt_call(operator.contains, (self, item))
@@ -159,6 +136,7 @@ class NumpyBackend(Backend):
     sees_creation = False
     knows_dynamic_shapes = False    # np.bincount, np.where(c), np.repeat(x, counts)... no tags to tell
     array_types = (np.ndarray,)
+    tracer_class = NumpyTracer
     tracked_types = (NumpyTracer, np.ndarray)
     static_types = (np.dtype, np.generic)
     live_types = (np.random.Generator, np.random.RandomState)
@@ -175,11 +153,6 @@ class NumpyBackend(Backend):
     def guard_conditions(self, expr, a, const):
         return [f"{expr}.shape == {const(a.shape)}", f"{expr}.dtype == {const(a.dtype)}"]
 
-    def wrap_input(self, array, session):
-        return NumpyTracer(array, session)
-
-    def unwrap(self, obj):
-        return obj._lt_array if type(obj) is NumpyTracer else obj
 
     def intercept(self, session):
         from contextlib import nullcontext

@@ -39,19 +39,12 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 from tensorflow.python.util import dispatch, tf_export
 
-from .base import Backend, CallKind
+from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer, Backend, CallKind,
+                   operator_syntax, unwrap_tree)
 
-_OPERATORS = {
-    "__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/", "__floordiv__": "//",
-    "__mod__": "%", "__pow__": "**", "__matmul__": "@", "__and__": "&", "__or__": "|", "__xor__": "^",
-    "__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">=",
-}
-_ROPERATORS = {"__r" + k[2:]: v for k, v in _OPERATORS.items() if k not in ("__lt__", "__le__", "__gt__", "__ge__")}
-_UNARY = {"__neg__": "-", "__invert__": "~", "__abs__": "abs"}
 _METHOD_OPS = {getattr(tf.Tensor, name): name for name in
-               list(_OPERATORS) + list(_ROPERATORS) + list(_UNARY) + ["__getitem__", "__eq__", "__ne__"]
+               list(OPERATORS) + list(ROPERATORS) + list(UNARY) + ["__getitem__"]
                if hasattr(tf.Tensor, name)}
-_READBACK = {bool, int, float, complex, operator.index}
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "device", "name", "trainable"}
 _ATTRGETTERS = {name: operator.attrgetter(name) for name in _METADATA_ATTRIBUTES}
 _METADATA = {len} | set(_ATTRGETTERS.values())
@@ -65,33 +58,12 @@ _RANDOM_OPS = {"RandomStandardNormal", "RandomUniform", "RandomUniformInt", "Tru
                "RngSkip", "ParameterizedTruncatedNormal"}
 
 
-class TfTracer:
+_KINDS = {np.asarray: CallKind.ESCAPE, **dict.fromkeys(READBACK_BUILTINS, CallKind.READBACK),
+          **dict.fromkeys(_METADATA, CallKind.METADATA), **dict.fromkeys(_METHOD_OPS, CallKind.OP)}
+
+
+class TfTracer(ArrayTracer):
     """Stands in for a tf.Tensor or tf.Variable during a trace; every operation is reported."""
-
-    __slots__ = ("_lt_array", "_lt_session")
-    __hash__ = None
-
-    def __init__(self, array, session):
-        self._lt_array = array
-        self._lt_session = session
-
-    def _lt_call(self, func, args, kwargs=None):
-        return self._lt_session.on_call(func, args, kwargs or {})
-
-    def __bool__(self):
-        return self._lt_call(bool, (self,))
-
-    def __float__(self):
-        return self._lt_call(float, (self,))
-
-    def __int__(self):
-        return self._lt_call(int, (self,))
-
-    def __complex__(self):
-        return self._lt_call(complex, (self,))
-
-    def __index__(self):
-        return self._lt_call(operator.index, (self,))
 
     def __len__(self):
         return self._lt_call(len, (self,))
@@ -143,17 +115,6 @@ def _call_method(tracer, method, *args, **kwargs):
     return tracer._lt_call(method, (tracer,) + args, kwargs)
 
 
-def _unwrap(obj):
-    tp = type(obj)
-    if tp is TfTracer:
-        return obj._lt_array
-    if tp is tuple or tp is list:
-        return tp([_unwrap(x) for x in obj])
-    if tp is dict:
-        return {k: _unwrap(v) for k, v in obj.items()}
-    return obj
-
-
 def _first_tracer(obj, kwargs=None):
     """The first tracer in (nested lists/tuples/dicts of) call arguments, or None."""
     if kwargs:
@@ -198,6 +159,7 @@ class _RandomWatch:
 class TensorflowBackend(Backend):
     name = "tensorflow"
     array_types = (tf.Tensor, tf.Variable)
+    tracer_class = TfTracer
     tracked_types = (TfTracer, tf.Tensor, tf.Variable)
     static_types = (tf.dtypes.DType, tf.TensorShape)
     live_types = (tf.random.Generator,)
@@ -219,12 +181,6 @@ class TensorflowBackend(Backend):
         return [f"tuple({expr}.shape) == {const(tuple(t.shape))}", f"{expr}.dtype == {const(t.dtype)}"]
 
     # ---- tracing ----------------------------------------------------------------
-    def wrap_input(self, array, session):
-        return TfTracer(array, session)
-
-    def unwrap(self, obj):
-        return obj._lt_array if type(obj) is TfTracer else obj
-
     def wrap_live(self, obj, session):
         from ..graph.stateful import SessionProxy
 
@@ -250,16 +206,11 @@ class TensorflowBackend(Backend):
 
     def classify(self, func, args, kwargs) -> CallKind:
         try:
-            if func is np.asarray:
-                return CallKind.ESCAPE
-            if func in _READBACK:
-                return CallKind.READBACK
-            if func in _METADATA:
-                return CallKind.METADATA
-            if func in _METHOD_OPS:
-                return CallKind.OP
-        except TypeError:
+            kind = _KINDS.get(func)
+        except TypeError:            # unhashable callable
             return CallKind.UNKNOWN
+        if kind is not None:
+            return kind
         name = self._public_name(func)
         if (name.startswith(("random.", "image.random_", "nn.dropout", "Generator."))
                 and "stateless" not in name):
@@ -272,7 +223,7 @@ class TensorflowBackend(Backend):
         if watch is not None:
             watch.depth += 1
         try:
-            result = func(*_unwrap(args), **_unwrap(kwargs))
+            result = func(*unwrap_tree(args, TfTracer), **unwrap_tree(kwargs, TfTracer))
         finally:
             if watch is not None:
                 watch.depth -= 1
@@ -333,14 +284,7 @@ class TensorflowBackend(Backend):
     def call_syntax(self, func):
         name = _METHOD_OPS.get(func) if type(func) is not functools.partial else None
         if name is not None:
-            if name in _OPERATORS or name in ("__eq__", "__ne__"):
-                return ("operator", _OPERATORS.get(name, "==" if name == "__eq__" else "!="))
-            if name in _ROPERATORS:
-                return ("roperator", _ROPERATORS[name])
-            if name in _UNARY:
-                return ("unary", _UNARY[name])
-            if name == "__getitem__":
-                return ("getitem", "")
+            return operator_syntax(name)
         if func in _ATTRGETTERS.values():
             return ("attribute", next(k for k, v in _ATTRGETTERS.items() if v is func))
         qualname = getattr(func, "__qualname__", "")
