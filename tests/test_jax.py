@@ -124,3 +124,18 @@ def test_a_jax_trace_records_nothing_from_other_threads():
     t.join()
     assert len(lazy.graphs[0].nodes) == 2
     assert np.array_equal(lazy(jnp.zeros(3)), jnp.full(3, 2.0))
+
+
+def test_custom_derivative_rules_survive_the_graph():
+    def fn(x):      # relu's rule gives 0 at 0 (max would give 0.5); logsumexp's is the stable one
+        return jax.nn.relu(x).sum() + jax.nn.softplus(x).sum() + jax.nn.logsumexp(x * 1000.0)
+
+    x = jnp.array([0.0, 1.0, -1.0, 50.0])
+    lazy = lazytrace.trace_graph(fn)
+    lazy(x)
+    assert np.array_equal(jax.grad(lazy)(x), jax.grad(fn)(x))
+    assert np.array_equal(jax.grad(lazy)(x + 0.0), jax.grad(fn)(x))
+    fresh = lazytrace.trace_graph(fn)                     # first traced under grad: eager, same rules
+    assert np.array_equal(jax.grad(fresh)(x), jax.grad(fn)(x))
+    assert np.array_equal(jax.grad(fresh)(x), jax.grad(fn)(x))
+    assert fresh.stats.eager == 2 and "derivative rule" in next(iter(fresh.stats.reasons))

@@ -7,13 +7,13 @@ jax.numpy, jax.lax, jax.nn, jax.random, array methods and operators bind
 reaches `process_primitive`, which reports it to the session and computes it
 eagerly on the real arrays under the trace that was current before (plain
 evaluation, or an outer `jax.grad` / `jax.vmap` / `jax.jit`). A jitted
-function called inside (most of jax.numpy is) is one `jit` primitive; custom
-JVP/VJP functions are inlined into the primitives they are made of.
+function called inside (most of jax.numpy is) is one `jit` primitive.
 
 Replay calls, per recorded primitive, the callable eager JAX itself would
-dispatch to: for `jit`, JAX's C++ `pjit` dispatcher over the same jaxpr (the
-executable compiled by the eager call is reused); for any other primitive,
-`dispatch.xla_primitive_callable`. Results are therefore bit-identical to
+dispatch to: for `jit`, JAX's C++ `pjit` dispatcher over the same jaxpr; for
+any other primitive, `dispatch.xla_primitive_callable`; a custom_jvp /
+custom_vjp function (jax.nn.relu, softplus, logsumexp ...) is staged with its
+rules into one jitted call, so `jax.grad` of a graph uses those rules. Results are therefore bit-identical to
 eager, and the Python work of jax.numpy (argument checks, dtype promotion,
 re-tracing of the jitted wrappers' arguments) is gone.
 
@@ -141,10 +141,31 @@ class LazyTrace(core.Trace):
             return fun.call_wrapped(*tracers)
 
     def process_custom_jvp_call(self, primitive, fun, jvp, tracers, *, symbolic_zeros):
-        return self._inline(fun, tracers)
+        params = dict(subfuns=(fun, jvp), symbolic_zeros=symbolic_zeros)
+        return self._custom_rule_call(primitive, params, tracers, f"custom_jvp.{_fun_name(fun)}")
 
     def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, *, out_trees, symbolic_zeros):
-        return self._inline(fun, tracers)
+        params = dict(subfuns=(fun, fwd, bwd), out_trees=out_trees, symbolic_zeros=symbolic_zeros)
+        return self._custom_rule_call(primitive, params, tracers, f"custom_vjp.{_fun_name(fun)}")
+
+    def _custom_rule_call(self, primitive, params, tracers, name):
+        """A function with its own derivative rule (jax.nn.relu, softplus, logsumexp...) is one
+        node: its call staged into a jaxpr with the rule (as jax.jit stages it) and run by
+        jax.jit, so that grad applied to the graph from outside uses that rule, as eager does.
+        Traced under an outer transformation, the rule is being used right now and cannot be
+        staged too (JAX calls either the function or its rule, once): that call is made as
+        eager makes it, and the signature runs eagerly."""
+        values = [unwrap_tree(t, JaxTracer) for t in tracers]
+        if not isinstance(self.parent, core.EvalTrace):
+            self.session.fail(f"{name} has its own derivative rule and was traced under an outer "
+                              f"transformation")
+            with core.set_current_trace(self.parent):
+                out = primitive.bind(*values, **params)
+            return [JaxTracer(self, o, self.session) for o in out]
+        closed = jax.make_jaxpr(lambda *xs: primitive.bind(*xs, **params))(*values)
+        fn = jax.jit(core.jaxpr_as_fun(closed))
+        self.backend.name_callable(fn, name)
+        return self.session.on_call(fn, tuple(tracers), {})
 
     def process_call(self, primitive, fun, tracers, params):
         return self._inline(fun, tracers)
@@ -216,9 +237,12 @@ class JaxBackend(Backend):
         else:
             fn = dispatch.xla_primitive_callable(primitive, **params)
             name = f"lax.{primitive.name}_p"
+        self.name_callable(fn, name)
+        return fn
+
+    def name_callable(self, fn, name):
         if id(fn) not in self._names:
             self._names[id(fn)] = (fn, name)
-        return fn
 
     def classify(self, func, args, kwargs) -> CallKind:
         if func is np.asarray:
@@ -269,6 +293,11 @@ class JaxBackend(Backend):
         if any(node.kind is Kind.GUARD for node in graph.nodes):
             return fn
         return jax.jit(fn, **options)
+
+
+def _fun_name(fun) -> str:
+    info = getattr(fun, "debug_info", None)
+    return getattr(info, "func_name", None) or "fn"
 
 
 def _jit_callable(params):
