@@ -109,3 +109,22 @@ def test_number_operands_replayed_as_constants_are_bit_identical(dtype):
         assert np.array_equal(lazy(x), fn(x))
     assert lazy.stats.hits == 3
     assert "c" in lazy.graph_for(x).source or "k" in lazy.graph_for(x).source   # cached operands
+
+
+def test_closure_variables_are_read_at_every_call_or_the_call_is_eager():
+    w = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
+
+    def direct(x):
+        return tf.linalg.matmul(x, w)            # used with a tracer: referenced, read live
+
+    def derived(x):
+        return x + w * 2.0                      # w * 2 holds no tracer: would be baked
+
+    x = tf.ones((2, 2))
+    lazies = [lazytrace.trace_graph(direct), lazytrace.trace_graph(derived)]
+    for lazy in lazies:
+        lazy(x)
+    w.assign([[0.0, 1.0], [1.0, 0.0]])
+    assert np.array_equal(lazies[0](x), direct(x)) and lazies[0].stats.hits == 1
+    assert np.array_equal(lazies[1](x), derived(x)) and lazies[1].stats.eager == 2
+    assert "tf.Variable" in next(iter(lazies[1].stats.reasons))

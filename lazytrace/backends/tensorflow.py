@@ -12,8 +12,11 @@ such as `tf.image.adjust_contrast` is one recorded call.
 
 What dispatch cannot see is watched by an eager op callback, which TensorFlow
 keeps per thread: a stateful random op run outside a recorded call (e.g.
-`tf.random.normal([3])`, whose arguments hold no tracer) makes the signature
-eager instead of being baked as a constant. Tensors made by calls with no
+`tf.random.normal([3])`, whose arguments hold no tracer), or a read of a
+`tf.Variable` the function reached by itself in such a call (`w * 2`), makes
+the signature eager instead of being baked as a constant. A variable used
+together with a tracer (`tf.matmul(x, w)`) is referenced by the graph and read
+at every call. Tensors made by calls with no
 tracer argument (`tf.zeros`, `tf.constant`) are constants, as for NumPy.
 
 `tf.Variable` inputs are read live: the graph receives the variable, and the
@@ -144,15 +147,20 @@ class _Dispatcher(dispatch.GlobalOpDispatcher):
 
 
 class _RandomWatch:
-    """Eager op callback: a stateful random op run by a call the trace did not record."""
+    """Eager op callback: a stateful random op, or a variable read, run by a call the trace did
+    not record (its result would otherwise become a constant)."""
 
     def __init__(self, session):
         self.session = session
         self.depth = 0          # > 0 while a recorded call runs
 
     def __call__(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
-        if self.depth == 0 and op_type in _RANDOM_OPS:
-            self.session.fail("random numbers were drawn by calls lazytrace did not see")
+        if self.depth == 0:
+            if op_type in _RANDOM_OPS:
+                self.session.fail("random numbers were drawn by calls lazytrace did not see")
+            elif op_type == "ReadVariableOp":
+                self.session.fail("a tf.Variable was read by a call lazytrace did not see (its value "
+                                  "would be baked in)")
         return None
 
 
