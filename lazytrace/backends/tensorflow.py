@@ -48,6 +48,7 @@ from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer,
 _METHOD_OPS = {getattr(tf.Tensor, name): name for name in
                list(OPERATORS) + list(ROPERATORS) + list(UNARY) + ["__getitem__"]
                if hasattr(tf.Tensor, name)}
+_ARITHMETIC = set(OPERATORS) | set(ROPERATORS)        # operators whose number operand may be cached
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "device", "name", "trainable"}
 _ATTRGETTERS = {name: operator.attrgetter(name) for name in _METADATA_ATTRIBUTES}
 _METADATA = {len} | set(_ATTRGETTERS.values())
@@ -254,7 +255,8 @@ class TensorflowBackend(Backend):
     def specialize_args(self, func, args, kwargs, recorded):
         """`x * 0.9` replays with a cached tf.constant(0.9, x.dtype): the operator converts the
         number to exactly that tensor at every call otherwise (the same Mul op either way)."""
-        if kwargs or len(args) != 2 or type(args[1]) not in (int, float) or func not in _METHOD_OPS:
+        if kwargs or len(args) != 2 or type(args[1]) not in (int, float) or \
+                _METHOD_OPS.get(func) not in _ARITHMETIC:
             return recorded
         x, number = self.unwrap(args[0]), args[1]
         if not isinstance(x, tf.Tensor) or not (x.dtype.is_floating or x.dtype.is_integer):
