@@ -25,7 +25,11 @@ is slower than jax.numpy's C++ fast path); with the callables above 207 us;
 The alternative of `jax.make_jaxpr` + `eval_jaxpr` evaluates the same
 primitives through `bind` (the 512 us path) and cannot read values back into
 Python (`if x.max() > 0`), which the tracer here guards like the other
-backends do.
+backends do. benchmarks/bench_frameworks.py (six small functions on 3x32x32,
+results/frameworks_cpu.txt, a loaded machine): LazyGraph over eager 1.04x to
+8x, geomean 2.2x; jax.jit cached 2.6x to 45x; first call (trace) 6x to 230x
+an eager call (JAX's Python path for each jitted function under a trace, and
+an XLA compile the first time a process meets it).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that needs a concrete value to decide a shape

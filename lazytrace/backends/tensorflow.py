@@ -26,9 +26,16 @@ records the same reads and ops as eager. A call TensorFlow cannot dispatch
 tracer; that call then runs eagerly (`Backend.caused_by_tracing`).
 
 Alternative measured: tracing into a `tf.function` FuncGraph replays as one
-graph call (see benchmarks/bench_frameworks.py: `tf.function` column), but
-cannot read values back into Python, which the tracer here guards; it is
-what `return_backend_traced_fn=True` does (`jit_compile` optional).
+graph call, but a cached `tf.function` call costs about 400 us on the CI
+machine kind, more than eager for small functions (benchmarks/
+bench_frameworks.py, results/frameworks_cpu.txt: swish 189 us eager, 429 us
+tf.function; softmax 123 / 422 us), and it cannot read values back into
+Python, which the tracer guards. It is what `return_backend_traced_fn=True`
+does (`jit_compile` optional). The LazyGraph in the same run: 0.91x to 27x
+eager, geomean 2.1x; replay calls the same public API functions as eager, so a
+function that is nothing but one composite call (softmax) gains nothing. A
+faster replay would record the raw ops (the op callback above sees each one
+with its attributes in `execute` form) and call them directly: not done.
 """
 from __future__ import annotations
 
