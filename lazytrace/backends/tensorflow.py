@@ -33,9 +33,11 @@ tf.function; softmax 123 / 422 us), and it cannot read values back into
 Python, which the tracer guards. It is what `return_backend_traced_fn=True`
 does (`jit_compile` optional). The LazyGraph in the same run: 0.91x to 27x
 eager, geomean 2.1x; replay calls the same public API functions as eager, so a
-function that is nothing but one composite call (softmax) gains nothing. A
-faster replay would record the raw ops (the op callback above sees each one
-with its attributes in `execute` form) and call them directly: not done.
+function that is nothing but one composite call (softmax) gains nothing.
+Replaying the raw ops instead (the op callback above sees each one with its
+attributes in `execute` form) would be faster, but would bake in any Python
+decision TensorFlow's own API code makes on tensor values in eager mode
+(`bool(t)` on a real tensor inside tf.* has no hook to guard it): not done.
 """
 from __future__ import annotations
 
