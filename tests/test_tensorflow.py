@@ -129,3 +129,17 @@ def test_closure_variables_are_read_at_every_call_or_the_call_is_eager():
     assert np.array_equal(lazies[0](x), direct(x)) and lazies[0].stats.hits == 1
     assert np.array_equal(lazies[1](x), derived(x)) and lazies[1].stats.eager == 2
     assert "tf.Variable" in next(iter(lazies[1].stats.reasons))
+
+
+def test_generator_arguments_draw_fresh_values_like_eager():
+    def fn(x, gen):
+        return x + gen.normal(x.shape) * gen.uniform([])
+
+    lazy = lazytrace.trace_graph(fn)
+    x = tf.zeros(4)
+    lazy(x, tf.random.Generator.from_seed(0))
+    out = lazy(x, tf.random.Generator.from_seed(7))
+    assert lazy.stats.hits == 1
+    assert np.array_equal(out, fn(x, tf.random.Generator.from_seed(7)))
+    gen = tf.random.Generator.from_seed(1)
+    assert not np.array_equal(lazy(x, gen), lazy(x, gen))          # the generator advances

@@ -22,7 +22,7 @@ import warnings
 
 import numpy as np
 
-from ..graph.stateful import SessionProxy
+from ..graph.stateful import CallRecordingProxy
 
 from .base import ArrayTracer, Backend, CallKind
 
@@ -104,25 +104,11 @@ def _call_method(tracer, method, *args, **kwargs):
     return tracer._lt_call(method, (tracer,) + args, kwargs)
 
 
-class RandomProxy(SessionProxy):
-    """Stands in for a Generator/RandomState argument: its draws are recorded as generator nodes."""
-
-    def _self_attribute(self, name):
-        method = getattr(type(self.__wrapped__), name, None)
-        if callable(method) and not name.startswith("_"):
-            return functools.partial(_draw, self, method)
-        return getattr(self.__wrapped__, name)
-
-
-def _draw(proxy, method, *args, **kwargs):
-    return proxy._self_session.on_call(method, (proxy,) + args, kwargs)
-
-
 def _unwrap(obj):
     tp = type(obj)
     if tp is NumpyTracer:
         return obj._lt_array
-    if tp is RandomProxy:
+    if tp is CallRecordingProxy:
         return obj.__wrapped__
     if tp is tuple or tp is list:
         return tp([_unwrap(x) for x in obj])
@@ -142,7 +128,7 @@ class NumpyBackend(Backend):
     live_types = (np.random.Generator, np.random.RandomState)
 
     def wrap_live(self, obj, session):
-        return RandomProxy(obj, session)
+        return CallRecordingProxy(obj, session)
 
     def __init__(self):
         self._names: dict = {}
@@ -265,7 +251,7 @@ class NumpyBackend(Backend):
 
 def _tracers(args, kwargs):
     for a in list(args) + list(kwargs.values()):
-        if type(a) is NumpyTracer or type(a) is RandomProxy:
+        if type(a) is NumpyTracer or type(a) is CallRecordingProxy:
             yield a
         elif type(a) in (tuple, list):
             yield from (x for x in a if type(x) is NumpyTracer)

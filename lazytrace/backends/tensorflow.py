@@ -51,6 +51,8 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 from tensorflow.python.util import dispatch, tf_export
 
+from ..graph.stateful import CallRecordingProxy
+
 from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer, Backend, CallKind,
                    operator_syntax, unwrap_tree)
 
@@ -200,17 +202,7 @@ class TensorflowBackend(Backend):
 
     # ---- tracing ----------------------------------------------------------------
     def wrap_live(self, obj, session):
-        from ..graph.stateful import SessionProxy
-
-        class GeneratorProxy(SessionProxy):
-            def _self_attribute(self, name):
-                method = getattr(type(self.__wrapped__), name, None)
-                if callable(method) and not name.startswith("_"):
-                    return functools.partial(_call_method, self, method)
-                return getattr(self.__wrapped__, name)
-        proxy = GeneratorProxy(obj, session)
-        proxy._self_session = session
-        return proxy
+        return CallRecordingProxy(obj, session)
 
     @contextmanager
     def intercept(self, session):
@@ -237,21 +229,26 @@ class TensorflowBackend(Backend):
 
     def run(self, func, args, kwargs):
         tracer = _first_tracer(args, kwargs)
-        watch = tracer._lt_session.backend_state if tracer is not None else None
+        live = args[0] if args and type(args[0]) is CallRecordingProxy else None   # generator.normal(...)
+        session = tracer._lt_session if tracer is not None else live._self_session if live is not None else None
+        watch = session.backend_state if session is not None else None
+        raw_args = unwrap_tree(args, TfTracer)
+        if live is not None:
+            raw_args = (live.__wrapped__,) + tuple(raw_args[1:])
         if watch is not None:
             watch.depth += 1
         try:
-            result = func(*unwrap_tree(args, TfTracer), **unwrap_tree(kwargs, TfTracer))
+            result = func(*raw_args, **unwrap_tree(kwargs, TfTracer))
         finally:
             if watch is not None:
                 watch.depth -= 1
         mutated = []
         if getattr(func, "__name__", "") in _MUTATING_METHODS and args:
             mutated.append(args[0])
-        if tracer is None:
+        if session is None:
             return result, mutated
         by_array = {id(self.unwrap(m)): m for m in mutated}
-        return self._wrap(result, tracer._lt_session, by_array), mutated
+        return self._wrap(result, session, by_array), mutated
 
     def _wrap(self, result, session, by_array):
         if isinstance(result, (tf.Tensor, tf.Variable)):
