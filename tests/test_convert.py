@@ -46,3 +46,17 @@ def test_graph_with_args_and_to_converts_at_each_call():
     graph = lazytrace.trace_graph(lambda x: x * 2, to="torch", args=(np.ones(3, dtype=np.float32),))
     assert "torch" in graph.backend.name
     assert torch.equal(graph(np.arange(3, dtype=np.float32)), torch.tensor([0.0, 2.0, 4.0]))
+
+
+@pytest.mark.parametrize("to", ["tensorflow", "jax", "torch", "numpy"])
+def test_operator_code_converted_into_each_framework(to, fw):
+    if to in ("tensorflow", "jax"):
+        pytest.importorskip(to)
+    lazy = lazytrace.trace_graph(lambda x, y: (x * 2 + y) / 4, to=to)
+    target = lazytrace.backends.get_backend(to)
+    for seed in range(3):
+        x, y = fw.rand(3, seed=seed), fw.rand(3, seed=seed + 9)
+        out = lazy(x, y)
+        assert isinstance(out, target.array_types)
+        assert np.allclose(np.asarray(out), (fw.numpy(x) * 2 + fw.numpy(y)) / 4)
+    assert lazy.stats.hits == 2
