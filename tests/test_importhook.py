@@ -62,6 +62,14 @@ def test_the_library_own_imports_see_real_modules():
     assert seen[5] is ops.double
 
 
+def test_lazytrace_itself_sees_real_modules():
+    with lazytrace.enable("fakelib") as enabled:
+        hook = enabled._hook
+        assert hook.traced(fakelib, "lazytrace.backends.torch") is fakelib
+        assert isinstance(hook.traced(fakelib, "user.code"), ModuleProxy)
+    assert hook.traced(fakelib, "user.code") is fakelib
+
+
 def test_star_import_gives_traced_objects():
     namespace = {"__name__": "user_module"}
     with lazytrace.enable("fakelib"):
@@ -81,11 +89,19 @@ def test_disable_and_nested_enables():
     import fakelib as plain
     assert plain is fakelib and outer.active == set()
     assert_restored(before)
+    with lazytrace.enable("fakelib", "json", include_generators=False):
+        import fakelib as lib
+        import json
+    assert isinstance(json, ModuleProxy) and json.dumps([1]) == "[1]"
+    assert lib.double._options.include_generators is False and json.dumps._options.include_generators is False
+    assert_restored(before)
 
 
 def test_enable_rejects_bad_arguments():
     with pytest.raises(ValueError, match="top-level package"):
         lazytrace.enable("fakelib.ops")
+    with pytest.raises(ValueError, match="top-level package"):
+        lazytrace.enable("lazytrace")
     with pytest.raises(TypeError, match="unexpected options"):
         lazytrace.enable("fakelib", args=(1,))
     with pytest.raises(TypeError, match="needs the names"):

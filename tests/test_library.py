@@ -101,7 +101,10 @@ def test_untraceable_functions_run_eagerly_with_the_reason(traced, torch_fw):
     reasons = summary["reasons"]
     assert any("no array arguments" in r for r in reasons)
     assert any("returns a SimpleNamespace" in r for r in reasons)
+    assert traced.cached_table is ops.cached_table and traced.cached_table(3) == [0, 1, 2]
     assert summary["skipped"] == {"fakelib.ops.count_up": "generator function: runs as the original"}
+    assert traced._self_library.skipped["fakelib.cached_table"] == (
+        "not a Python function (_lru_cache_wrapper): used as is")
     assert traced.describe.stats.eager == 2 and traced.describe.stats.hits == 0
 
 

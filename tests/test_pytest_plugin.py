@@ -57,3 +57,10 @@ def test_without_the_option_nothing_is_traced(suite):
     result = suite.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)          # conftest saw the real module
     assert "lazytrace summary" not in result.stdout.str()
+
+
+def test_environment_variable_reported(suite, monkeypatch):
+    monkeypatch.setenv("LAZYTRACE_DISABLE", "1")
+    result = suite.runpytest("--lazytrace=fakelib", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)          # nothing installed: conftest saw the real module
+    result.stdout.fnmatch_lines(["*= lazytrace summary =*", "LAZYTRACE_DISABLE is set: nothing was traced*"])

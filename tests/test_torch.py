@@ -247,6 +247,122 @@ def test_metadata_only_calls_fold_only_for_keyed_metadata():
     assert lazy(x).tolist() == [8.0, 8.0]
 
 
+def test_metadata_only_arguments_are_per_position():
+    # full_like reads x's metadata but t's value: t must stay an input, never be baked
+    lazy = lazytrace.trace_graph(lambda x, t: torch.full_like(x, t) + x)
+    x = torch.zeros(2)
+    assert lazy(x, torch.tensor(2.0)).tolist() == [2.0, 2.0]
+    assert lazy(x, torch.tensor(5.0)).tolist() == [5.0, 5.0]
+    # k.to(x) reads only x's dtype and device, which are keyed: folded into a constant
+    cast = lazytrace.trace_graph(lambda x: torch.tensor([1.0, 2.0]).to(x) * x)
+    for dtype in (torch.float32, torch.float64):
+        y = torch.rand(2, dtype=dtype)
+        cast(y)
+        assert torch.equal(cast(y), torch.tensor([1.0, 2.0]).to(y) * y) and cast(y).dtype == dtype
+        assert [n.target.__name__ for n in cast.graph_for(y).nodes] == ["mul"]
+
+
+def test_state_changed_where_calls_cannot_show_it_runs_eagerly():
+    # torch.autocast / set_default_dtype inside a function never reach a TorchFunctionMode
+    def mixed(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ x
+        return y.float()
+
+    def default64(x):
+        torch.set_default_dtype(torch.float64)
+        try:
+            return torch.ones(2) + x
+        finally:
+            torch.set_default_dtype(torch.float32)
+
+    for fn, x in ((mixed, torch.rand(4, 4)), (default64, torch.rand(2, dtype=torch.float64))):
+        lazy = lazytrace.trace_graph(fn)
+        for _ in range(3):
+            y = torch.rand_like(x)
+            assert torch.equal(lazy(y), fn(y))
+        assert lazy.stats.hits == 0 and "autocast" in lazy.eager_signatures[0]
+
+
+def test_autocast_around_the_call_is_keyed_with_its_dtype():
+    lazy = lazytrace.trace_graph(lambda a: a @ a)
+    y = torch.rand(3, 3)
+    dtypes = []
+    for dtype in (torch.bfloat16, torch.float16, torch.bfloat16, None):
+        with torch.autocast("cpu", dtype=dtype or torch.float16, enabled=dtype is not None):
+            dtypes.append(lazy(y).dtype)
+    assert dtypes == [torch.bfloat16, torch.float16, torch.bfloat16, torch.float32]
+    assert lazy.stats.traces == 3
+
+
+def test_reseeding_inside_the_function_runs_eagerly():
+    def global_seed(x):
+        torch.manual_seed(0)
+        return x + torch.rand(3)
+
+    def input_seed(x, gen):
+        gen.manual_seed(5)
+        return x + torch.rand(3, generator=gen)
+
+    def seed_after(x):
+        y = x + torch.rand(3)
+        torch.manual_seed(7)
+        return y
+
+    x = torch.zeros(3)
+    for fn, extra in ((global_seed, ()), (input_seed, (torch.Generator(),)), (seed_after, ())):
+        lazy = lazytrace.trace_graph(fn)
+        outs = []
+        for _ in range(3):
+            torch.manual_seed(1)
+            outs.append((lazy(x, *extra), torch.rand(1)))
+            torch.manual_seed(1)
+            want = (fn(x, *extra), torch.rand(1))      # the RNG state after the call matters too
+            assert all(torch.equal(a, b) for a, b in zip(outs[-1], want))
+        assert lazy.stats.hits == 0 and "reseeded" in lazy.eager_signatures[0]
+
+
+def test_draws_from_an_input_generator_replay_fresh():
+    lazy = lazytrace.trace_graph(lambda x, gen: x + torch.rand(3, generator=gen))
+    gen, ref = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    x = torch.zeros(3)
+    for _ in range(3):
+        assert torch.equal(lazy(x, gen), x + torch.rand(3, generator=ref))
+    assert lazy.stats.hits == 2
+
+
+def test_a_caught_framework_exception_makes_the_signature_eager():
+    def chol(x):
+        try:
+            return torch.linalg.cholesky(x)
+        except RuntimeError:
+            return x * 0
+
+    lazy = lazytrace.trace_graph(chol)
+    lazy(-torch.eye(2))
+    good = torch.eye(2) * 4
+    assert torch.equal(lazy(good), chol(good))
+    assert lazy.stats.hits == 0 and "raised during the trace" in lazy.eager_signatures[0]
+
+
+def test_calls_that_returned_their_input_are_skipped_only_when_the_key_says_so():
+    def fn(x):
+        y = x.contiguous().to(torch.float32)
+        y.requires_grad_()            # returns self too, but changes it: kept
+        return y * 2
+
+    lazy = lazytrace.trace_graph(fn)
+    lazy(torch.rand(4, 3))            # y is x itself: x now requires grad
+    assert [n.target.__name__ for n in lazy.graph_for(torch.rand(4, 3)).nodes] == ["requires_grad_", "mul"]
+    t = torch.rand(3, 4).t()          # other strides: another signature, where contiguous copies
+    out = lazy(t)
+    assert out.is_contiguous() and torch.equal(out, fn(t.clone())) and not t.requires_grad
+    assert "contiguous" in [n.target.__name__ for n in lazy.graph_for(torch.rand(3, 4).t()).nodes]
+    y = torch.rand(4, 3)
+    out = lazy(y)
+    assert y.requires_grad and out.requires_grad and torch.equal(out, y * 2)
+
+
 def test_compiled_graphs_match_eager_and_keep_autograd():
     import kornia
 
@@ -277,3 +393,43 @@ def test_compiled_graphs_match_eager_and_keep_autograd():
     inplace(b), inplace(b)
     assert torch.equal(b, torch.full((3,), 2.0))          # the write happened once per call
     assert inplace.graph_for(b).fn.choice == "torch.compile" and not inplace.graph_for(b).fn.repeatable
+
+
+def test_read_back_after_a_random_draw_names_the_property_read():
+    """The eager reason names the property (`shape`), not the descriptor machinery behind it."""
+    def fn(x):
+        kept = torch.nonzero(torch.rand(4) > 0.5)
+        return x * kept.shape[0]
+
+    lazy = lazytrace.trace_graph(fn)
+    torch.manual_seed(0)
+    expected = fn(torch.ones(2))
+    torch.manual_seed(0)
+    assert torch.equal(lazy(torch.ones(2)), expected)
+    (reason,) = lazy.stats.reasons
+    assert "TensorBase.shape" in reason and "random numbers" in reason
+
+
+def test_guards_on_arrays_the_function_holds_run_before_its_random_draws():
+    """kornia's augmentations read the dtype of tensors they hold after drawing their parameters:
+    such a guard is checked at the start of the graph, so the signature still replays."""
+    held = torch.ones(2)
+
+    def fn(x):
+        r = torch.rand(x.shape[0])
+        return x * r * held.shape[0]
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.rand(3)
+    for seed in (0, 1, 2):
+        torch.manual_seed(seed)
+        expected = fn(x)
+        torch.manual_seed(seed)
+        assert torch.equal(lazy(x), expected)
+    assert lazy.stats.hits == 2 and not lazy.stats.reasons
+    held.resize_(4)                      # the guard fails before anything is drawn: traced again
+    torch.manual_seed(3)
+    expected = fn(x)
+    torch.manual_seed(3)
+    assert torch.equal(lazy(x), expected)
+    assert lazy.stats.guard_failures == 1

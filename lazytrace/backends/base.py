@@ -120,10 +120,22 @@ class Backend:
         from contextlib import nullcontext
         return nullcontext()
 
-    def reads_metadata_only(self, func) -> bool:
-        """True for calls like ones_like / rand_like that read only shape, dtype and device of
-        their array arguments, never their values (so their result is a constant per signature)."""
+    def unseen_state(self):
+        """A snapshot of the global state that changes results but that code can change without the
+        interceptor seeing it. The tracer compares it before every call and at the end: a change
+        inside the function makes the signature run eagerly."""
+        return None
+
+    def returned_its_input(self, func, args, result, mutated) -> bool:
+        """True when this call returned its first argument itself and did nothing else, decided by
+        what the signature key fixes (dtype, device, strides): the graph then skips the call."""
         return False
+
+    def metadata_inputs(self, func, args, kwargs) -> tuple:
+        """The arguments of this call whose values it never reads, only their shape, dtype and
+        device (`ones_like(x)`'s x, `k.to(x)`'s x): a call whose other inputs are constants is
+        then a constant per signature. Positions only: the items are returned as given."""
+        return ()
 
     def specialize_args(self, func, args, kwargs, recorded: tuple) -> tuple:
         """The arguments a recorded call should replay with (default: as recorded). `args` are
@@ -149,19 +161,51 @@ class Backend:
         """An array of this framework holding `data` (a NumPy array), for to= conversion."""
         raise NotImplementedError
 
-    def rng_token(self) -> Any:
-        """A cheap fingerprint of global RNG state, to catch unrecorded random draws."""
+    def rng_token(self, source=None) -> Any:
+        """A fingerprint of the state of an RNG (`source`: one from rng_sources, or None for the
+        global one), to catch random draws and reseeding that calls do not show."""
         return None
+
+    def rng_sources(self, func, args, kwargs) -> list:
+        """The RNGs a random call draws from (its generator argument, else the global one)."""
+        return []
 
     def meta(self, array) -> str:
         """Short description for displays: '1x3x32x32 float32'."""
+        return self.format_brief(self.brief(array))
+
+    def brief(self, array) -> tuple:
+        """A cheap record of what `meta` shows (taken for every value a trace makes)."""
+        return ()
+
+    def format_brief(self, brief: tuple) -> str:
+        """The display text of a `brief` record."""
         return ""
+
+    # --- command line and views ------------------------------------------
+    def example_array(self, shape: tuple, dtype: str, seed: int):
+        """A random array for trying a function from the command line ('float32', 'int64'...)."""
+        raise NotImplementedError(f"the {self.name} backend cannot make example arrays")
+
+    def describe_global_state(self, state: tuple) -> dict[str, str]:
+        """{name: value} for each part of global_state(), for explaining retraces."""
+        return {f"global state [{i}]": repr(x) for i, x in enumerate(state)}
 
     # --- code generation ---------------------------------------------------
     def call_syntax(self, func) -> tuple[str, str]:
         """How generated code names a call: ('function', 'torch.add'),
         ('method', 'add'), ('operator', '+'), ('getitem', ''), ('attribute', 'T')."""
         raise NotImplementedError
+
+    def qualified_name(self, func) -> str:
+        """The name a view shows for a call: 'torch.conv2d', 'torch.Tensor.reshape'."""
+        style, text = self.call_syntax(func)
+        if style == "function":
+            return text
+        array_type = self.array_types[0] if self.array_types else object
+        name = text if style in ("method", "attribute") else getattr(func, "__name__", "call")
+        return f"{array_type.__module__}.{array_type.__qualname__}.{name}" + (
+            f" ({text})" if style in ("operator", "roperator", "unary") else "")
 
     def literal(self, obj) -> str | None:
         """Python source for a framework constant (e.g. 'torch.float32'), or None."""

@@ -277,10 +277,12 @@ class JaxBackend(Backend):
     def from_numpy(self, data):
         return jax.numpy.asarray(data)
 
-    def meta(self, a) -> str:
-        a = self.unwrap(a)
-        shape = "x".join(str(d) for d in a.shape) or "scalar"
-        return f"{shape} {a.dtype}"
+    def brief(self, a) -> tuple:
+        return (a.shape, a.dtype)
+
+    def format_brief(self, brief) -> str:
+        shape, dtype = brief
+        return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype}"
 
     # ---- code generation ----------------------------------------------------------
     def call_syntax(self, func):

@@ -203,14 +203,31 @@ class NumpyBackend(Backend):
     def from_numpy(self, data):
         return data
 
-    def rng_token(self):
+    def rng_sources(self, func, args, kwargs) -> list:
+        return [None]       # the global state; Generator draws go through CallRecordingProxy nodes
+
+    def rng_token(self, source=None):
         state = np.random.get_state()
         return (state[1].tobytes(), state[2], state[3], state[4])
 
-    def meta(self, a) -> str:
+    def brief(self, a) -> tuple:
         a = self.unwrap(a)
-        shape = "x".join(str(d) for d in np.shape(a)) or "scalar"
-        return f"{shape} {np.asarray(a).dtype if not hasattr(a, 'dtype') else a.dtype}"
+        return (np.shape(a), a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype)
+
+    def format_brief(self, brief) -> str:
+        return f"{'x'.join(str(d) for d in brief[0]) or 'scalar'} {brief[1]}"
+
+    def example_array(self, shape, dtype, seed):
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise ValueError(f"unknown numpy dtype {dtype!r} (e.g. float32, float64, int64, uint8, bool)") from None
+        rng = np.random.default_rng(seed)
+        if dt.kind == "b":
+            return rng.random(shape) > 0.5
+        if dt.kind in "fc":
+            return rng.random(shape).astype(dt)
+        return rng.integers(0, 10, shape).astype(dt)
 
     def call_syntax(self, func):
         if func is operator.getitem:

@@ -288,13 +288,15 @@ class TensorflowBackend(Backend):
     def from_numpy(self, data):
         return tf.convert_to_tensor(data)
 
-    def rng_token(self):
+    def rng_token(self, source=None):
         return None         # unseen draws are caught by the op callback instead
 
-    def meta(self, t) -> str:
-        t = self.unwrap(t)
-        shape = "x".join(str(d) for d in t.shape) or "scalar"
-        return f"{shape} {t.dtype.name}"
+    def brief(self, t) -> tuple:
+        return (t.shape, t.dtype)
+
+    def format_brief(self, brief) -> str:
+        shape, dtype = brief
+        return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype.name}"
 
     # ---- code generation ----------------------------------------------------------
     def call_syntax(self, func):

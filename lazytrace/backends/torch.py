@@ -50,11 +50,23 @@ _SCALAR_OPERAND_OPS = {"add", "sub", "mul", "div", "true_divide", "remainder", "
                        "__truediv__", "__rtruediv__", "__div__", "__rdiv__", "__mod__", "__eq__", "__ne__", "__lt__",
                        "__le__", "__gt__", "__ge__"}
 _SCALAR_DTYPES = (torch.float32, torch.float64)
-_METADATA_ONLY = {"new_zeros", "new_ones", "new_empty", "new_full"}
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")
+#: calls that read only the metadata of their first array (`self` / `input`) ...
+_METADATA_FIRST = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "zeros_like", "ones_like",
+                   "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
+#: ... and of their second (`other`): `k.to(x)` casts k to x's dtype and device
+_METADATA_SECOND = {"to", "type_as", "expand_as", "view_as", "reshape_as"}
 _DYNAMIC_EXTRA = {"argwhere", "unique", "unique_consecutive", "masked_select"}
 
 _NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special",
                "torch.nn.init", "torch._C", "torch._C._nn", "torch.functional")
+
+
+def _autocast_state():
+    """False, or the autocast dtype of each device type it is enabled for."""
+    if not torch._C._is_any_autocast_enabled():
+        return False
+    return tuple((d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d))
 
 
 def _func_name(func) -> str:
@@ -120,15 +132,21 @@ class TorchBackend(Backend):
             return None
 
     def state_conditions(self, state, const):
-        grad, dtype, inference, autocast = state
-        return [f"{const(torch.is_grad_enabled)}() is {grad}",
-                f"{const(torch.get_default_dtype)}() is {const(dtype)}",
-                f"{const(torch.is_inference_mode_enabled)}() is {inference}",
-                f"{const(torch._C._is_any_autocast_enabled)}() is {autocast}"]
+        grad, (dtype, inference, autocast) = state
+        conditions = [f"{const(torch.is_grad_enabled)}() is {grad}",
+                      f"{const(torch.get_default_dtype)}() is {const(dtype)}",
+                      f"{const(torch.is_inference_mode_enabled)}() is {inference}"]
+        if autocast is False:
+            return conditions + [f"{const(torch._C._is_any_autocast_enabled)}() is False"]
+        return conditions + [f"{const(_autocast_state)}() == {const(autocast)}"]
 
     def global_state(self):
-        return (torch.is_grad_enabled(), torch.get_default_dtype(), torch.is_inference_mode_enabled(),
-                torch._C._is_any_autocast_enabled())
+        return torch.is_grad_enabled(), self.unseen_state()
+
+    def unseen_state(self):
+        """Default dtype, inference mode, autocast: `torch.autocast` and `set_default_dtype` inside a
+        function do not reach a TorchFunctionMode, so the tracer compares this before every call."""
+        return torch.get_default_dtype(), torch.is_inference_mode_enabled(), _autocast_state()
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])
@@ -237,19 +255,69 @@ class TorchBackend(Backend):
     def from_numpy(self, data):
         return torch.from_numpy(data.copy() if not data.flags.writeable else data)
 
-    def reads_metadata_only(self, func) -> bool:
+    def returned_its_input(self, func, args, result, mutated) -> bool:
+        # `x.to(x.dtype)`, `.contiguous()`, `.cpu()` return self when the (keyed) metadata already
+        # match; a trailing underscore marks calls that change self in place (requires_grad_ too)
+        return bool(args) and result is args[0] and not mutated and not _func_name(func).endswith("_")
+
+    def metadata_inputs(self, func, args, kwargs) -> tuple:
         name = _func_name(func)
-        return name.endswith("_like") or name in _METADATA_ONLY
+        if name in _METADATA_FIRST:
+            return args[:1] if args else (kwargs.get("input"),)
+        if name in _METADATA_SECOND:
+            return args[1:2] if len(args) > 1 else (kwargs.get("other"),)
+        return ()
 
-    def rng_token(self):
-        return torch.random.default_generator.get_state().numpy().tobytes()
+    def rng_token(self, source=None):
+        if source is None:
+            source = torch.random.default_generator
+        return source.get_state().numpy().tobytes() if isinstance(source, torch.Generator) else None
 
-    def meta(self, t) -> str:
-        shape = "x".join(str(d) for d in t.shape) or "scalar"
-        dtype = str(t.dtype).removeprefix("torch.")
-        device = "" if t.device.type == "cpu" else f" {t.device}"
-        grad = " grad" if t.requires_grad else ""
-        return f"{shape} {dtype}{device}{grad}"
+    def rng_sources(self, func, args, kwargs) -> list:
+        explicit = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Generator)]
+        if explicit:
+            return explicit
+        device = kwargs.get("device")
+        if device is None:
+            device = next((a.device for a in args if isinstance(a, torch.Tensor)), "cpu")
+        device = torch.device(device)
+        if device.type == "cpu":
+            return [torch.random.default_generator]
+        if device.type == "cuda":
+            return [torch.cuda.default_generators[device.index if device.index is not None
+                                                  else torch.cuda.current_device()]]
+        return []
+
+    @staticmethod
+    def brief(t) -> tuple:
+        return (t.shape, t.dtype, t.device, t.requires_grad)
+
+    def format_brief(self, brief) -> str:
+        shape, dtype, device, grad = brief
+        shape = "x".join(str(d) for d in shape) or "scalar"
+        device = "" if device.type == "cpu" else f" {device}"
+        return f"{shape} {str(dtype).removeprefix('torch.')}{device}{' grad' if grad else ''}"
+
+    def example_array(self, shape, dtype, seed):
+        try:
+            dt = getattr(torch, dtype)
+        except AttributeError:
+            dt = None
+        if not isinstance(dt, torch.dtype):
+            raise ValueError(f"unknown torch dtype {dtype!r} (e.g. float32, float64, int64, uint8, bool)")
+        g = torch.Generator().manual_seed(seed)
+        if dt is torch.bool:
+            return torch.rand(shape, generator=g) > 0.5
+        if dt.is_floating_point or dt.is_complex:
+            return torch.rand(shape, generator=g, dtype=dt)
+        return torch.randint(0, 10, shape, generator=g, dtype=dt)
+
+    def describe_global_state(self, state):
+        grad, (dtype, inference, autocast) = state
+        autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \
+            if autocast else "off"
+        return {"torch.is_grad_enabled()": repr(grad), "torch.get_default_dtype()": repr(dtype),
+                "torch.is_inference_mode_enabled()": repr(inference), "autocast": autocast}
 
     # ---- code generation ---------------------------------------------------------
     def call_syntax(self, func):
@@ -392,6 +460,17 @@ class ModuleLiveInputs:
         tensors = tuple(module.parameters()) + tuple(module.buffers())
         key = (tuple(m.training for m in module.modules()), tuple(TorchBackend.describe(t) for t in tensors))
         return key, tensors
+
+    def describe(self, key) -> dict[str, str]:
+        """{path: description} of a key made by __call__, for explaining retraces."""
+        module = self.module
+        training, tensors = key
+        names = [n for n, _ in module.named_modules()]
+        out = {f"self{'.' if n else ''}{n}.training": repr(t) for n, t in zip(names, training)}
+        names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
+        backend = TorchBackend()
+        out.update((f"self.{n}", backend.format_brief((d[1], d[3], d[4], d[5]))) for n, d in zip(names, tensors))
+        return out
 
 
 def _tensors_in(args, kwargs) -> list:

@@ -133,7 +133,6 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     fn_name = re.sub(r"\W", "_", name.rsplit(".", 1)[-1]).strip("_") or "graph"
     if fn_name[0].isdigit() or keyword.iskeyword(fn_name):
         fn_name = f"_{fn_name}"
-    em.namespace[fn_name] = None     # reserved: a call named like the function gets another alias
     body: list[str] = []
     outputs_needed = {id(v) for v in output_values(output_structure)}
 
@@ -159,6 +158,8 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
 
     ret = _output_expr(em, output_structure, plan.cloned_outputs)
     body.append(f"return {ret}")
+    while fn_name in em.namespace:      # `def one_hot` must not rebind the one_hot it calls
+        fn_name = f"{fn_name}_graph"
     header = [f"# {alias} = {qual}" for alias, qual in em.aliases.items() if alias != qual]
     params = ", ".join(v.name for v in inputs)
     source = "\n".join(header + [f"def {fn_name}({params}):"] + [f"    {line}" for line in body]) + "\n"
@@ -166,6 +167,14 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), em.namespace)
     return source, em.namespace[fn_name], em.constants, em.aliases
+
+
+def node_lines(backend, plan: Plan, inputs: list[Value]) -> list[str]:
+    """The line of generated source each node of `plan` became (for views; run after `generate`,
+    which names the values)."""
+    em = _Emitter(backend, plan, inputs)
+    return [_guard_line(em.call(n), n.expected, em, i) if n.kind is Kind.GUARD else _assign(n, em.call(n))
+            for i, n in enumerate(plan.nodes)]
 
 
 def _guard_line(call: str, expected, em, index: int) -> str:

@@ -31,19 +31,20 @@ class Source(enum.Enum):
 class Value:
     """One array (or stateful object) seen during a trace."""
 
-    __slots__ = ("source", "node", "index", "meta", "storage", "foldable", "obj", "name", "dynamic")
+    __slots__ = ("source", "node", "index", "meta", "storage", "foldable", "obj", "name", "dynamic", "path")
 
     def __init__(self, source: Source, node: "Node | None" = None, index: Any = None,
                  meta: Any = None, storage: Any = None, foldable: bool = False, obj: Any = None):
         self.source = source
         self.node = node
         self.index = index        # position in the node's output (None: the whole output)
-        self.meta = meta          # short description (shape, dtype) for display
+        self.meta = meta          # for display: backend.brief() of an array, or a type name
         self.storage = storage    # aliasing key: values sharing memory share it
         self.foldable = foldable  # depends on no input: can become a cached constant
         self.obj = obj            # the traced object itself, kept only where needed
         self.name = ""            # variable name in generated code
         self.dynamic = False      # shape depends on array contents (nonzero, masks...)
+        self.path = ""            # for inputs: where in the call's arguments ("args[0]")
 
     def __repr__(self):
         return f"<Value {self.name or self.source.value} {self.meta or ''}>"
@@ -159,6 +160,23 @@ class Graph:
             if self.has_state_changes:
                 self.backend.restore_global_state(self._state)
             return self._original(*args, **kwargs)
+
+    # ---- views (lazytrace/view.py) ----------------------------------------------------
+    def to_dot(self) -> str:
+        """Graphviz DOT source: inputs, calls, constants, guards, outputs (needs no `dot` program)."""
+        from .. import view
+        return view.to_dot(self)
+
+    def render(self, path, format: str | None = None):
+        """Write a picture (.svg, .png, .pdf by the suffix) laid out by Graphviz; returns the path."""
+        from .. import view
+        return view.render(self, path, format)
+
+    def show(self, path=None):
+        """Write an interactive self-contained HTML view (in a notebook, also display it);
+        returns the file's path (a new file in the temp directory unless `path` is given)."""
+        from .. import view
+        return view.show(self, path)
 
     def __str__(self):
         return self.source

@@ -15,13 +15,14 @@ import os
 import threading
 import warnings
 import weakref
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from types import MethodType
 
+from . import explain
 from .codegen import GuardFailed
 from .guards import MISS, compile_dispatch
-from .signature import Signature, Unkeyable, describe_paths
+from .signature import Signature, Unkeyable
 from .tracer import NotTraceable, TraceOptions, _active, trace
 
 log = logging.getLogger("lazytrace")
@@ -30,6 +31,8 @@ log = logging.getLogger("lazytrace")
 MAX_VARIANTS = 4
 #: trace counts at which a retrace warning is issued
 _WARN_AT = {5, 10, 20, 50, 100, 200, 500, 1000}
+#: traces remembered for explanations (LazyGraph.traces)
+_HISTORY = 256
 
 _registry: "weakref.WeakSet[LazyGraph]" = weakref.WeakSet()
 
@@ -53,12 +56,30 @@ class Stats:
 
 
 class _Entry:
-    __slots__ = ("graphs", "eager_reason", "dispatch")
+    __slots__ = ("graphs", "eager_reason", "dispatch", "described")
 
     def __init__(self):
         self.graphs: list = []
         self.eager_reason: str | None = None
         self.dispatch = None        # compiled check_and_call (guards.py), made on the first hit
+        self.described: dict = {}   # {argument path: description} of this signature
+
+
+@dataclass(frozen=True)
+class SignatureInfo:
+    """One cached signature of a LazyGraph, as `LazyGraph.signatures` lists it."""
+
+    signature: dict              # {argument path: description}
+    variants: int                # graphs traced for it (more than one when guards failed)
+    eager_reason: str | None     # why it runs eagerly, if it does
+
+    def __str__(self):
+        return self.describe()
+
+    def describe(self, hide=()) -> str:
+        state = f"eager: {self.eager_reason}" if self.eager_reason else \
+            f"{self.variants} graph{'s' if self.variants != 1 else ''}"
+        return f"{explain.format_signature(self.signature, hide)}  [{state}]"
 
 
 def _disabled_by_env() -> bool:
@@ -80,7 +101,9 @@ class LazyGraph:
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
         self._pending: dict = {}
-        self._last_paths: dict | None = None
+        self._history: deque = deque(maxlen=_HISTORY)     # TraceRecords, oldest first
+        self._traced_keys: dict = {}                       # keys traced so far (the last _HISTORY)
+        self._trace_count = 0
         self._disabled = _disabled_by_env()
         self._fast = None           # (check_and_call, graph) of the most recently hit entry
         self.stats = Stats()
@@ -123,10 +146,12 @@ class LazyGraph:
                 cache.move_to_end(key)
             if entry.eager_reason is not None:
                 return self._eager(entry.eager_reason, args, kwargs)
+            failed = None
             for graph in entry.graphs:
                 try:
                     out = graph.fn(*leaves)
-                except GuardFailed:
+                except GuardFailed as exc:
+                    failed = (graph, exc.args[0] if exc.args else None)
                     stats.guard_failures += 1
                     if graph.has_state_changes:
                         graph.backend.restore_global_state(graph._state)
@@ -137,6 +162,7 @@ class LazyGraph:
                 if len(entry.graphs) == 1:
                     self._remember_fast(entry, graph, args, kwargs, backends)
                 return out
+            return self._miss(key, backends, entry, args, kwargs, failed)
         return self._miss(key, backends, entry, args, kwargs)
 
     def _graph_raised(self, graph, args, kwargs):
@@ -159,7 +185,7 @@ class LazyGraph:
         return self._fn(*args, **kwargs)
 
     # ---- tracing ------------------------------------------------------------------
-    def _miss(self, key, backends, entry, args, kwargs):
+    def _miss(self, key, backends, entry, args, kwargs, failed=None):
         if entry is not None and len(entry.graphs) >= MAX_VARIANTS:
             entry.eager_reason = (f"guards failed for {MAX_VARIANTS} traced variants: values read back "
                                   f"from arrays keep changing")
@@ -179,7 +205,7 @@ class LazyGraph:
                     owner = False
             if owner:
                 try:
-                    return self._trace(key, backends, entry, args, kwargs)
+                    return self._trace(key, backends, entry, args, kwargs, failed)
                 finally:
                     with self._lock:
                         del self._pending[key]
@@ -187,7 +213,7 @@ class LazyGraph:
             event.wait()
         return self(*args, **kwargs)
 
-    def _trace(self, key, backends, entry, args, kwargs):
+    def _trace(self, key, backends, entry, args, kwargs, failed=None):
         stats = self.stats
         try:
             graph, result = trace(self._fn, args, kwargs, key=key, backends=backends,
@@ -195,6 +221,7 @@ class LazyGraph:
                                   extra=self._extra)
         except NotTraceable as exc:    # decided before running: run eagerly, remember
             self._store(key, entry, exc)
+            self._explain(key, backends, args, kwargs, failed)
             return self._eager(exc.reason, args, kwargs)
         except Exception as exc:       # the original raised: it reaches the caller, nothing is cached
             stats.eager += 1
@@ -206,7 +233,7 @@ class LazyGraph:
             stats.eager += 1
             stats.reasons[graph.reason] += 1
             log.info("lazytrace: %s runs eagerly for this signature: %s", self._name, graph.reason)
-        self._explain_retrace(args, kwargs)
+        self._explain(key, backends, args, kwargs, failed)
         return result
 
     def _store(self, key, entry, graph):
@@ -223,16 +250,44 @@ class LazyGraph:
             while len(self._cache) > self.max_signatures:
                 self._cache.popitem(last=False)
 
-    def _explain_retrace(self, args, kwargs):
-        if self.stats.traces < min(_WARN_AT) - 1:
-            return                  # describing arguments costs; only once a warning may follow
-        paths = describe_paths(args, kwargs, self._signature)
-        previous, self._last_paths = self._last_paths, paths
-        if self.stats.traces in _WARN_AT and previous is not None:
-            changes = explain_change(previous, paths) or "global state (grad mode, default dtype ...)"
-            warnings.warn(f"lazytrace: {self._name} traced {self.stats.traces} times; the last trace "
-                          f"was caused by {changes}. Calls with changing shapes or Python values each "
-                          f"trace a new graph.", RetraceWarning, stacklevel=4)
+    def _explain(self, key, backends, args, kwargs, failed):
+        """Record this trace's signature and what changed from the nearest earlier one; warn
+        when the trace count reaches one of _WARN_AT."""
+        described = explain.describe_call(args, kwargs, self._signature, backends, self._extra,
+                                          key[1] if self._extra is not None else None)
+        with self._lock:
+            if failed is not None:
+                reason = self._guard_text(*failed)
+            elif key in self._traced_keys:
+                reason = (f"this signature was traced before and left the cache (max_signatures="
+                          f"{self.max_signatures}, or clear())")
+            else:
+                reason = "a part of the cache key not described here changed (e.g. strides)"
+            self._traced_keys[key] = None
+            while len(self._traced_keys) > _HISTORY:
+                del self._traced_keys[next(iter(self._traced_keys))]
+            self._trace_count += 1
+            rec = explain.record(self._trace_count, described, self._history, reason)
+            self._history.append(rec)
+            current = self._cache.get(key)
+            if current is not None:
+                current.described = described
+        if rec.nearest is not None:
+            log.info("lazytrace: %s traced again (%s)", self._name, rec)
+        if self.stats.traces in _WARN_AT and rec.nearest is not None:
+            warnings.warn(f"lazytrace: {self._name} traced {self.stats.traces} times; cause of the last "
+                          f"trace: {rec.cause}. Calls with changing shapes or Python values each "
+                          f"trace a new graph; LazyGraph.explain() lists why each trace happened.", RetraceWarning,
+                          stacklevel=5)
+
+    @staticmethod
+    def _guard_text(graph, index) -> str:
+        nodes = graph._plan.nodes
+        if index is None or not 0 <= index < len(nodes):
+            return "a guard of the earlier graph failed"
+        node = nodes[index]
+        return (f"a value read back from an array changed: {graph.backend.qualified_name(node.target)} "
+                f"gave {node.expected!r} when traced and something else now")
 
     # ---- introspection -------------------------------------------------------------
     @property
@@ -243,6 +298,30 @@ class LazyGraph:
     @property
     def eager_signatures(self) -> list[str]:
         return [e.eager_reason for e in self._cache.values() if e.eager_reason is not None]
+
+    @property
+    def signatures(self) -> list[SignatureInfo]:
+        """The cached signatures (least recently used first), described argument by argument."""
+        with self._lock:
+            return [SignatureInfo(e.described, len(e.graphs), e.eager_reason) for e in self._cache.values()]
+
+    @property
+    def traces(self) -> list:
+        """Every trace so far (the last 256), each a TraceRecord: its signature and, for a
+        retrace, what changed from the nearest earlier signature (`changes`, `cause`)."""
+        with self._lock:
+            return list(self._history)
+
+    def explain(self) -> str:
+        """Why this function traced each time, and the signatures it holds now, as text."""
+        traces, signatures = self.traces, self.signatures
+        lines = [f"{self._name}: {self.stats.traces} traces, {self.stats.calls} calls, "
+                 f"{self.stats.hits} graph hits, {self.stats.eager} eager calls"]
+        lines += [f"  {rec}" for rec in traces]
+        lines.append(f"cached signatures ({len(signatures)} of at most {self.max_signatures}):")
+        same = explain.shared_state([info.signature for info in signatures])   # shown once, above
+        lines += [f"  {info.describe(same)}" for info in signatures]
+        return "\n".join(lines)
 
     def graph_for(self, *args, **kwargs):
         """The graph this call would replay, or None."""
@@ -274,17 +353,6 @@ class LazyGraph:
 def _restore(fn, options, signature_args, name, max_signatures, extra):
     return LazyGraph(fn, options=options, signature=Signature(*signature_args), name=name,
                      max_signatures=max_signatures, extra=extra)
-
-
-def explain_change(old: dict, new: dict) -> str:
-    parts = []
-    for path in new:
-        if path not in old:
-            parts.append(f"{path}: new argument {new[path]}")
-        elif old[path] != new[path]:
-            parts.append(f"{path}: {old[path]} -> {new[path]}")
-    parts += [f"{path}: no longer passed" for path in old if path not in new]
-    return "; ".join(parts)
 
 
 def stats() -> dict:

@@ -34,6 +34,8 @@ class Plan:
     pruned: list = field(default_factory=list)    # calls dropped as dead code
     untraceable: str | None = None
     visible_effects: bool = False                 # random draws, attribute writes, writes to inputs
+    inputs: list = field(default_factory=list)    # the trace's input Values (for views)
+    output_structure: object = None               # the result with Values in place of arrays
 
 
 def plan(trace: TraceResult, final_versions: dict) -> Plan:
@@ -41,6 +43,7 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     _demote_mutated_constants(nodes, final_versions)
     outputs = output_values(trace.output_structure)
     kept, pruned = _eliminate_dead_code(nodes, outputs, trace.inputs)
+    kept = _hoist_external_guards(kept)
     constants: dict[int, Value] = {}
     for n in kept:
         for v in n.inputs:
@@ -54,7 +57,8 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
         elif v.source is Source.EXTERNAL:
             constants.setdefault(id(v), v)
     result = Plan(kept, list(constants.values()), cloned,
-                  folded=sum(1 for n in nodes if n.foldable), pruned=pruned)
+                  folded=sum(1 for n in nodes if n.foldable), pruned=pruned,
+                  inputs=trace.inputs, output_structure=trace.output_structure)
     unsafe, result.visible_effects = _effects(kept, trace.inputs)
     result.untraceable = trace.untraceable or unsafe
     return result
@@ -115,6 +119,22 @@ def _eliminate_dead_code(nodes, outputs, inputs):
     return kept, pruned
 
 
+def _hoist_external_guards(kept: list[Node]) -> list[Node]:
+    """Guards that read only arrays the function reached by itself (globals, closures, module
+    attributes), unwritten by the graph before them, check the same thing at the start of the
+    graph: moved there, they fail before any random draw or write (kornia's augmentations read
+    the dtype of tensors they hold after drawing their parameters)."""
+    hoisted, rest, written = [], [], set()
+    for n in kept:
+        if (n.kind is Kind.GUARD and n.inputs and all(v.source is Source.EXTERNAL for v in n.inputs)
+                and not any(v.storage in written for v in n.inputs)):
+            hoisted.append(n)
+        else:
+            rest.append(n)
+        written.update(m.storage for m in n.mutated)
+    return hoisted + rest
+
+
 def _visible_effect(node: Node, visible: set) -> str | None:
     """What a kept node does that the caller could observe besides its outputs, if anything."""
     if node.kind is Kind.GENERATOR:
@@ -139,4 +159,8 @@ def _effects(kept: list[Node], inputs) -> tuple[str | None, bool]:
 
 
 def _describe(node: Node) -> str:
-    return getattr(node.target, "__qualname__", None) or getattr(node.target, "__name__", repr(node.target))
+    target = node.target
+    descriptor = getattr(target, "__self__", None)
+    if getattr(target, "__name__", None) == "__get__" and hasattr(descriptor, "__objclass__"):
+        return f"{descriptor.__objclass__.__name__}.{descriptor.__name__}"     # a property read: x.shape
+    return getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))

@@ -201,6 +201,33 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
     return new_args, new_kwargs
 
 
+def container_snapshot(obj, out: list | None = None) -> list:
+    """(container, its items) for every list and dict inside `obj`: what a function could change
+    in its arguments that a graph cannot replay (see `containers_changed`)."""
+    out = [] if out is None else out
+    if isinstance(obj, (list, dict)):
+        out.append((obj, _items(obj)))
+    if isinstance(obj, (list, tuple)):
+        for x in obj:
+            container_snapshot(x, out)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            container_snapshot(x, out)
+    return out
+
+
+def containers_changed(snapshot: list) -> bool:
+    for container, items in snapshot:
+        now = _items(container)
+        if len(now) != len(items) or any(a is not b for a, b in zip(now, items)):
+            return True
+    return False
+
+
+def _items(container) -> list:
+    return [*container.keys(), *container.values()] if isinstance(container, dict) else list(container)
+
+
 def describe_paths(args: tuple, kwargs: dict, signature: Signature) -> dict[str, str]:
     """{argument path: description} for explaining why a call traced again."""
     out: dict[str, str] = {}

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..backends import CallKind, get_backend
 from . import codegen, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
-from .signature import Signature, walk
+from .signature import Signature, container_snapshot, containers_changed, walk
 from .stateful import StatefulProxy, recording_class
 
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
@@ -40,18 +40,24 @@ class TraceSession:
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
+        self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
+        self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
 
     # ---- values --------------------------------------------------------------
-    def add_input(self, obj, kind="array") -> Any:
+    def add_input(self, obj, kind="array", path="") -> Any:
         """Register an input leaf; return what the traced function should receive.
         kind: "array", "live" (an object used as is, e.g. an RNG generator) or "stateful"."""
         if kind == "array":
             handed = self.backend.wrap_input(obj, self)
-            value = Value(Source.INPUT, meta=self.backend.meta(obj), storage=self.backend.storage_key(obj))
+            value = Value(Source.INPUT, meta=self.backend.brief(obj), storage=self.backend.storage_key(obj))
         else:
             handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
+            token = self.backend.rng_token(obj) if kind == "live" else None
+            if token is not None:
+                self._rng[id(obj)] = (obj, token)
             self._objects = True
             value = Value(Source.INPUT, meta=type(obj).__name__, storage=id(obj))
+        value.path = path
         self.inputs.append(value)
         self._values[id(obj)] = (obj, value)
         self._values[id(handed)] = (handed, value)
@@ -66,7 +72,7 @@ class TraceSession:
 
     def add_external(self, obj) -> Value:
         raw = self.backend.unwrap(obj)
-        value = Value(Source.EXTERNAL, meta=self.backend.meta(raw), storage=self.backend.storage_key(raw),
+        value = Value(Source.EXTERNAL, meta=self.backend.brief(raw), storage=self.backend.storage_key(raw),
                       obj=obj)
         self._values[id(obj)] = (obj, value)
         self._unkeyed_metadata = True
@@ -121,7 +127,18 @@ class TraceSession:
     # ---- calls -----------------------------------------------------------------
     def on_call(self, func, args, kwargs):
         """Called by the backend's interceptor for every framework call."""
+        try:
+            return self._on_call(func, args, kwargs)
+        except Exception:
+            # if the function catches this, what it does next depends on whether the call raised,
+            # which a graph cannot check (cholesky of a non-positive-definite input, ...)
+            self.fail(f"{_name(func)} raised during the trace and the function went on")
+            raise
+
+    def _on_call(self, func, args, kwargs):
         backend = self.backend
+        if backend.unseen_state() != self._unseen:
+            self.fail(_UNSEEN_STATE)
         kind = backend.classify(func, args, kwargs)
         if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
@@ -133,7 +150,13 @@ class TraceSession:
         largs = self._lift(args, inputs)
         lkwargs = self._lift(kwargs, inputs) if kwargs else {}
         versions = [self.version(v) for v in inputs]
+        rngs = backend.rng_sources(func, args, kwargs) if kind is CallKind.GENERATOR else ()
+        for rng in rngs:
+            if self._rng.get(id(rng), (rng, None))[1] not in (None, backend.rng_token(rng)):
+                self.fail(_UNSEEN_RNG)
         result, mutated = backend.run(func, args, kwargs)
+        for rng in rngs:
+            self._rng[id(rng)] = (rng, backend.rng_token(rng))
         if kind is CallKind.UNKNOWN:
             if mutated or _contains(result, self._tracked):
                 kind = CallKind.OP
@@ -157,9 +180,15 @@ class TraceSession:
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=()):
-        constant_inputs = all(v.foldable and v.storage not in self._tainted for v in inputs) or (
-            self.backend.reads_metadata_only(func)       # only if that metadata is keyed:
-            and not any(v.dynamic or v.source is Source.EXTERNAL for v in inputs))
+        if kind is CallKind.OP and self.backend.returned_its_input(func, raw_args, result, mutated):
+            return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
+        data = list(inputs)
+        for arg in self.backend.metadata_inputs(func, args, kwargs):
+            if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
+                if arg.dynamic or arg.source is Source.EXTERNAL:
+                    break
+                data.pop(next(i for i, v in enumerate(data) if v is arg))
+        constant_inputs = all(v.foldable and v.storage not in self._tainted for v in data)
         if kind is CallKind.GENERATOR:
             self._saw_generator = True
             node_kind = Kind.GENERATOR if self.include_generators else Kind.OP
@@ -206,7 +235,7 @@ class TraceSession:
             if not isinstance(obj, tracked):
                 continue
             raw = backend.unwrap(obj)
-            value = Value(Source.NODE, node, index, storage=backend.storage_key(raw),
+            value = Value(Source.NODE, node, index, meta=backend.brief(raw), storage=backend.storage_key(raw),
                           foldable=foldable and not backend.requires_grad(raw))
             value.obj = obj if value.foldable else None
             value.dynamic = dynamic
@@ -261,15 +290,18 @@ class TraceSession:
     @contextmanager
     def activate(self):
         token = _active.set(self)
-        rng_before = self.backend.rng_token()
+        for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
+            self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
         try:
             with self.backend.intercept(self):
                 yield self
         finally:
             _active.reset(token)
-        if (self.include_generators and not self._saw_generator and rng_before is not None
-                and self.backend.rng_token() != rng_before):
-            self.fail("random numbers were drawn by calls lazytrace did not see")
+        if self.backend.unseen_state() != self._unseen:
+            self.fail(_UNSEEN_STATE)
+        if self.include_generators and any(self.backend.rng_token(rng) != before
+                                           for rng, before in self._rng.values()):
+            self.fail(_UNSEEN_RNG)
 
     def finish(self, result) -> tuple[TraceResult, Any]:
         """Map the function's result to Values; return the trace and the result
@@ -355,6 +387,14 @@ def choose_backend(backends: list, to: str | None):
     return backends[0]
 
 
+_UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
+                 "set_default_dtype, inference_mode ...): a graph could not replay it")
+
+
+_UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazytrace does not see "
+               "(manual_seed, set_rng_state, ...): a graph could not replay that")
+
+
 def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signature: Signature,
           options: TraceOptions, name: str, extra: Callable | None = None):
     """Run `fn(*args, **kwargs)` once while recording it.
@@ -366,10 +406,11 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     session = TraceSession(backend, include_generators=options.include_generators,
                            array_caching=options.array_caching)
 
-    targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind))
+    targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind, path))
+    handed = container_snapshot((targs, tkwargs))
     if extra is not None:
-        for leaf in extra()[1]:
-            session.add_input(leaf)
+        for i, leaf in enumerate(extra()[1]):
+            session.add_input(leaf, path=f"self.tensors[{i}]")
     state = backend.global_state()
     with ExitStack() as stack:
         for obj in options.stateful:
@@ -382,6 +423,10 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             if not backend.caused_by_tracing(exc):
                 raise
             raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
+    if containers_changed(handed):
+        # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
+        return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
+            fn(*args, **kwargs)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
     if plan.untraceable:

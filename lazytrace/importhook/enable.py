@@ -16,7 +16,8 @@ package, it receives the proxy (`lazytrace.importhook.proxy`) instead. So `impor
 `import kornia.color as kc`, `from kornia.filters import gaussian_blur2d` and
 `importlib.import_module("kornia.geometry")` give traced objects, while kornia's own imports
 (absolute or relative) see the real modules. `sys.modules` and `sys.meta_path` are never
-touched, whether the library was imported before or not.
+touched, whether the library was imported before or not (modules first imported while
+enabled stay imported afterwards, as real modules: unloading torch is not possible).
 
 Limits: code that took a reference before enable() (`from importlib import import_module`,
 an already imported module object) keeps the real thing; an import hook installed by
@@ -120,8 +121,9 @@ class ImportHook:
         if not active or not isinstance(name, str):
             return module
         library = active.get(name.partition(".")[0])
-        if library is None or (importer or "").partition(".")[0] in active:
-            return module
+        top = (importer or "").partition(".")[0]
+        if library is None or top in active or top == "lazytrace":    # libraries, and lazytrace itself,
+            return module                                              # see the real modules
         return library.proxy(module)
 
     def _make_import(self, original):
@@ -176,7 +178,7 @@ def enable(*packages: str, include=None, exclude=None, **options) -> Enabled:
     if not packages:
         raise TypeError("enable() needs the names of the packages to trace, e.g. enable('kornia')")
     for name in packages:
-        if not isinstance(name, str) or not name.isidentifier():
+        if not isinstance(name, str) or not name.isidentifier() or name == "lazytrace":
             raise ValueError(f"enable() takes top-level package names such as 'kornia', got {name!r}")
     bad = {"args", "kwargs"} & options.keys()
     unknown = set(options) - set(trace_graph.__kwdefaults__) | bad

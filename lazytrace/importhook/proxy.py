@@ -7,7 +7,7 @@ wraps the library's object on first access, so the cost does not grow with the l
 - a module of the package -> its proxy;
 - a public function defined in the package -> a LazyGraph, one per original function (a
   function re-exported in several modules is one LazyGraph with one cache);
-- a class defined in the package -> a traced subclass (see `traced_class`);
+- a class defined in the package -> a traced subclass (see `TracedLibrary._traced_class`);
 - anything else (constants, enums, private names, objects of other libraries) -> itself.
 
 What was wrapped is remembered on the proxy's own class, so a later read is a plain attribute
@@ -64,7 +64,9 @@ class TracedLibrary:
         elif isinstance(obj, (type, FunctionType)):
             wanted = self.owns(getattr(obj, "__module__", None))
         else:
-            wanted = False
+            if callable(obj) and self.owns(getattr(obj, "__module__", None)):
+                self.skipped.setdefault(path, f"not a Python function ({type(obj).__name__}): used as is")
+            return obj
         if not wanted:
             return obj
         with self._lock:

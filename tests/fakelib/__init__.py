@@ -3,7 +3,7 @@ import enum
 
 from . import ops, sub
 from .blocks import Doubler, Scaler
-from .ops import add_scaled, count_up, describe, double, fails, make_ones, outer
+from .ops import add_scaled, cached_table, count_up, describe, double, fails, make_ones, outer
 
 __all__ = ["ops", "sub", "double", "add_scaled", "outer", "count_up", "describe", "fails", "make_ones",
            "Doubler", "Scaler", "Mode", "SCALE"]

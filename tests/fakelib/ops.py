@@ -1,4 +1,5 @@
 """Functions: array code, and the kinds that cannot become graphs."""
+import functools
 import types
 
 
@@ -39,3 +40,8 @@ def make_ones(n):
 
 def _private(x):
     return x
+
+
+@functools.lru_cache(maxsize=None)
+def cached_table(n):
+    return list(range(n))

@@ -1,0 +1,4 @@
+"""python -m lazytrace: the command line (lazytrace/cli.py)."""
+from .cli import main
+
+raise SystemExit(main())
