@@ -60,3 +60,14 @@ def test_operator_code_converted_into_each_framework(to, fw):
         assert isinstance(out, target.array_types)
         assert np.allclose(np.asarray(out), (fw.numpy(x) * 2 + fw.numpy(y)) / 4)
     assert lazy.stats.hits == 2
+
+
+@pytest.mark.parametrize("name", ["jax", "tensorflow"])
+def test_example_arrays_for_the_command_line(name):
+    pytest.importorskip(name)
+    backend = lazytrace.backends.get_backend(name)
+    a = backend.example_array((2, 3), "float32", 0)
+    assert isinstance(a, backend.array_types) and tuple(a.shape) == (2, 3)
+    assert np.array_equal(np.asarray(a), lazytrace.backends.get_backend("numpy").example_array((2, 3), "float32", 0))
+    with pytest.raises(ValueError, match="unknown numpy dtype"):
+        backend.example_array((2,), "float33", 0)

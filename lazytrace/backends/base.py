@@ -184,8 +184,10 @@ class Backend:
 
     # --- command line and views ------------------------------------------
     def example_array(self, shape: tuple, dtype: str, seed: int):
-        """A random array for trying a function from the command line ('float32', 'int64'...)."""
-        raise NotImplementedError(f"the {self.name} backend cannot make example arrays")
+        """A random array for trying a function from the command line ('float32', 'int64'...);
+        by default NumPy's, converted with from_numpy."""
+        from . import get_backend
+        return self.from_numpy(get_backend("numpy").example_array(shape, dtype, seed))
 
     def describe_global_state(self, state: tuple) -> dict[str, str]:
         """{name: value} for each part of global_state(), for explaining retraces."""
