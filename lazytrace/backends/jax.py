@@ -26,8 +26,8 @@ The alternative of `jax.make_jaxpr` + `eval_jaxpr` evaluates the same
 primitives through `bind` (the 512 us path) and cannot read values back into
 Python (`if x.max() > 0`), which the tracer here guards like the other
 backends do. benchmarks/bench_frameworks.py (six small functions on 3x32x32,
-results/frameworks_cpu.txt, a loaded machine): LazyGraph over eager 1.04x to
-8x, geomean 2.2x; jax.jit cached 2.6x to 45x; first call (trace) 6x to 230x
+results/frameworks_cpu.txt, a loaded machine): LazyGraph over eager 1.06x to
+17x, geomean 2.5x; jax.jit cached 5x to 81x; first call (trace) 8x to 150x
 an eager call (JAX's Python path for each jitted function under a trace, and
 an XLA compile the first time a process meets it).
 

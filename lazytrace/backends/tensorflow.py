@@ -26,14 +26,15 @@ records the same reads and ops as eager. A call TensorFlow cannot dispatch
 tracer; that call then runs eagerly (`Backend.caused_by_tracing`).
 
 Alternative measured: tracing into a `tf.function` FuncGraph replays as one
-graph call, but a cached `tf.function` call costs about 400 us on the CI
+graph call, but a cached `tf.function` call costs 300-400 us on the CI
 machine kind, more than eager for small functions (benchmarks/
-bench_frameworks.py, results/frameworks_cpu.txt: swish 189 us eager, 429 us
-tf.function; softmax 123 / 422 us), and it cannot read values back into
+bench_frameworks.py, results/frameworks_cpu.txt: swish 177 us eager, 369 us
+tf.function; softmax 159 / 331 us), and it cannot read values back into
 Python, which the tracer guards. It is what `return_backend_traced_fn=True`
-does (`jit_compile` optional). The LazyGraph in the same run: 0.91x to 27x
-eager, geomean 2.1x; replay calls the same public API functions as eager, so a
-function that is nothing but one composite call (softmax) gains nothing.
+does (`jit_compile` optional). The LazyGraph in the same run: 1.04x to 7.3x
+eager, geomean 1.55x (another run: 0.91x to 27x); replay calls the same public
+API functions as eager, so a function that is one composite call (softmax)
+gains little.
 Replaying the raw ops instead (the op callback above sees each one with its
 attributes in `execute` form) would be faster, but would bake in any Python
 decision TensorFlow's own API code makes on tensor values in eager mode
