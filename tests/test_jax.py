@@ -139,3 +139,18 @@ def test_custom_derivative_rules_survive_the_graph():
     assert np.array_equal(jax.grad(fresh)(x), jax.grad(fn)(x))
     assert np.array_equal(jax.grad(fresh)(x), jax.grad(fn)(x))
     assert fresh.stats.eager == 2 and "derivative rule" in next(iter(fresh.stats.reasons))
+
+
+def test_jax_config_is_part_of_the_key():
+    lazy = lazytrace.trace_graph(lambda x: x * 0.1 + jnp.arange(3))
+    x = jnp.ones(3, dtype=jnp.float32)
+    lazy(x), lazy(x)
+    jax.config.update("jax_enable_x64", True)
+    try:
+        out = lazy(x)
+        assert out.dtype == (x * 0.1 + jnp.arange(3)).dtype
+        assert lazy.stats.traces == 2
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    lazy(x)
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2

@@ -200,6 +200,12 @@ class JaxBackend(Backend):
             conditions.append(f"{expr}.sharding == {const(a.sharding)}")
         return conditions
 
+    def state_conditions(self, state, const):
+        x64, precision, prng = state
+        config = const(jax.config)
+        return [f"{config}.jax_enable_x64 is {x64}", f"{config}.jax_default_matmul_precision == {const(precision)}",
+                f"{config}.jax_default_prng_impl == {const(prng)}"]
+
     def global_state(self):
         config = jax.config
         return (config.jax_enable_x64, config.jax_default_matmul_precision, config.jax_default_prng_impl)
