@@ -7,6 +7,7 @@ from types import ModuleType
 from typing import Any
 
 from .backends import available, get_backend
+from .convert import Converting, convert_arguments
 from .graph.ir import Graph
 from .graph.lazy import LazyGraph
 from .graph.signature import Signature
@@ -53,6 +54,8 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
     traced lazily, with these options; `include`/`exclude` are name patterns
     (fnmatch, e.g. "kornia.color.*") choosing its functions.
     Several objects give a tuple of results, in order.
+    `return_backend_traced_fn` may be a dict of options for the framework's compiler, e.g.
+    {"jit_compile": True} for tf.function.
     """
     if not objs:
         raise TypeError("trace_graph() needs at least one callable")
@@ -71,6 +74,8 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
         raise TypeError("include=/exclude= choose functions of a module: pass a module to trace_graph()")
     if to is not None:
         get_backend(to)   # unknown names fail here, clearly
+    if isinstance(return_backend_traced_fn, dict):     # options for the framework's compiler
+        return_backend_traced_fn = tuple(sorted(return_backend_traced_fn.items()))
     options = TraceOptions(include_generators=include_generators, array_caching=array_caching, to=to,
                            return_backend_traced_fn=return_backend_traced_fn, stateful=tuple(stateful or ()),
                            cache=cache)
@@ -89,13 +94,18 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
     if not callable(fn):
         raise TypeError(f"trace_graph() takes callables, got {type(obj).__name__}")
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    target = get_backend(options.to) if options.to is not None else None
     if args is None and kwargs is None:
-        lazy = LazyGraph(fn, options=options, signature=signature, name=name, extra=extra,
-                         max_signatures=max_signatures)
-        return install(lazy) if install else lazy
-    graph = eager_graph(fn, tuple(args or ()), dict(kwargs or {}), options=options, signature=signature,
-                        name=name, extra=extra)
-    return install(graph) if install else graph
+        traced = LazyGraph(fn, options=options, signature=signature, name=name, extra=extra,
+                           max_signatures=max_signatures)
+    else:
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        if target is not None:
+            args, kwargs = convert_arguments(args, kwargs, signature, target)
+        traced = eager_graph(fn, args, kwargs, options=options, signature=signature, name=name, extra=extra)
+    if target is not None:
+        traced = Converting(traced, signature, target)
+    return install(traced) if install else traced
 
 
 def trace_library(module: ModuleType, settings: dict, include=None, exclude=None):

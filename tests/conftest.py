@@ -5,32 +5,74 @@ import numpy as np
 import pytest
 import torch
 
+FRAMEWORKS = ["torch", "numpy", "jax", "tensorflow"]
+_IMMUTABLE = {"jax", "tensorflow"}
+
 
 class Framework:
     """Array helpers so behavioural tests run the same on every backend."""
 
     def __init__(self, name):
         self.name = name
-        self.xp = torch if name == "torch" else np
+        if name == "jax":
+            self.xp = pytest.importorskip("jax.numpy", reason="jax is not installed (pip install -e '.[jax]')")
+        elif name == "tensorflow":
+            self.xp = pytest.importorskip("tensorflow", reason="tensorflow is not installed "
+                                                               "(pip install -e '.[tensorflow]')")
+        else:
+            self.xp = torch if name == "torch" else np
+
+    @property
+    def mutable(self) -> bool:
+        return self.name not in _IMMUTABLE
+
+    def require_mutation(self):
+        if not self.mutable:
+            pytest.skip(f"{self.name} arrays are immutable: nothing is written in place")
+
+    def from_numpy(self, data):
+        if self.name == "torch":
+            return torch.from_numpy(data)
+        if self.name == "numpy":
+            return data
+        if self.name == "jax":
+            return self.xp.asarray(data)
+        return self.xp.constant(data)
 
     def rand(self, *shape, seed=None):
         rng = np.random.default_rng(seed)
-        data = rng.random(shape, dtype=np.float32)
-        return torch.from_numpy(data) if self.name == "torch" else data
+        return self.from_numpy(rng.random(shape, dtype=np.float32))
 
     def array(self, values, dtype="float32"):
-        data = np.asarray(values, dtype=dtype)
-        return torch.from_numpy(data) if self.name == "torch" else data
+        return self.from_numpy(np.asarray(values, dtype=dtype))
 
     def numpy(self, a):
-        return a.detach().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+        if isinstance(a, torch.Tensor):
+            return a.detach().numpy()
+        return np.asarray(a)
 
     def equal(self, a, b):
         a, b = self.numpy(a), self.numpy(b)
         return a.shape == b.shape and a.dtype == b.dtype and np.allclose(a, b, equal_nan=True)
 
+    def copy(self, a):
+        return a.clone() if self.name == "torch" else a.copy() if self.name == "numpy" else a
 
-@pytest.fixture(params=["torch", "numpy"])
+    # calls made inside traced functions, named per framework
+    def concat(self, arrays):
+        return {"torch": torch.cat, "tensorflow": lambda xs: self.xp.concat(xs, 0)}.get(
+            self.name, getattr(self.xp, "concatenate", None))(arrays)
+
+    def sum(self, a):
+        return self.xp.reduce_sum(a) if self.name == "tensorflow" else self.xp.sum(a)
+
+    def constant(self, values):
+        """An array made inside a function from Python values."""
+        return {"torch": torch.tensor, "tensorflow": getattr(self.xp, "constant", None)}.get(
+            self.name, getattr(self.xp, "asarray", None))(values)
+
+
+@pytest.fixture(params=FRAMEWORKS)
 def fw(request):
     return Framework(request.param)
 

@@ -9,16 +9,13 @@ import lazytrace
 
 
 def test_dead_code_print_logging_and_unused_ops_are_dropped(fw, capsys):
-    xp = fw.xp
-    concat = xp.cat if fw.name == "torch" else xp.concatenate
-
     def fn(x, y):
         z = x ** y
         print(z)
         logging.getLogger("test").info("z=%s", z)
         k = x * y                      # unused
-        j = concat([x, z, y])          # unused
-        sum_j = xp.sum(j)              # unused
+        j = fw.concat([x, z, y])       # unused
+        sum_j = fw.sum(j)              # unused
         return z
 
     x, y = fw.array([1, 2, 3]), fw.array([2, 3, 4])
@@ -49,11 +46,9 @@ def test_argument_checks_on_shapes_are_gone(fw):
 
 
 def test_constant_subexpressions_are_folded(fw):
-    xp = fw.xp
-
     def fn(x):
-        b = xp.asarray([2.0]) if fw.name == "numpy" else xp.tensor([2.0])
-        a = xp.asarray([2.0]) if fw.name == "numpy" else xp.tensor([2.0])
+        b = fw.constant([2.0])
+        a = fw.constant([2.0])
         return x ** (a + b)
 
     x = fw.rand(3)
@@ -210,7 +205,7 @@ def test_source_is_readable_and_tracebacks_point_at_it(fw):
     except Exception as exc:
         frames = traceback.extract_tb(exc.__traceback__)
         ours = [f for f in frames if f.filename.startswith("<lazytrace")]
-        assert ours and ours[-1].line.strip().startswith("v0 =")
+        assert ours and ours[-1].line.strip().startswith(("v0 =", "v0, ="))
     else:
         pytest.fail("shape mismatch should raise")
 
@@ -248,7 +243,7 @@ def test_first_call_returns_exactly_what_the_original_returns(fw):
 
 def test_value_branches_are_guarded(fw):
     def fn(x):
-        if x.sum() > 0:
+        if fw.sum(x) > 0:
             return x * 2
         return x - 1
 
@@ -263,7 +258,7 @@ def test_value_branches_are_guarded(fw):
 
 def test_values_read_back_that_keep_changing_run_eagerly(fw):
     def fn(x):
-        scale = float(x.max())
+        scale = float(x.max() if fw.name != "tensorflow" else fw.xp.reduce_max(x))
         return x / scale
 
     lazy = lazytrace.trace_graph(fn)
@@ -278,7 +273,12 @@ def test_data_dependent_shapes_are_guarded(fw):
     xp = fw.xp
 
     def fn(x):
-        idx = xp.nonzero(x > 0.5)[0] if fw.name == "numpy" else (x > 0.5).nonzero()
+        if fw.name == "torch":
+            idx = (x > 0.5).nonzero()
+        elif fw.name == "tensorflow":
+            idx = xp.where(x > 0.5)
+        else:
+            idx = xp.nonzero(x > 0.5)[0]
         n = idx.shape[0]             # a Python int that depends on the data
         return x * n
 
@@ -286,7 +286,10 @@ def test_data_dependent_shapes_are_guarded(fw):
     a, b = fw.array([0.9, 0.1, 0.8]), fw.array([0.9, 0.1, 0.1])
     for x in (a, b, a, b):
         assert fw.equal(lazy(x), fn(x))
-    assert lazy.stats.hits == 2
+    if fw.name == "jax":       # jnp.nonzero needs concrete values, as under jax.jit: eager
+        assert lazy.stats.eager == 4 and "ConcretizationTypeError" in next(iter(lazy.stats.reasons))
+    else:
+        assert lazy.stats.hits == 2
 
 
 def test_in_place_updates_of_inputs_are_replayed(fw):
@@ -296,9 +299,10 @@ def test_in_place_updates_of_inputs_are_replayed(fw):
         return x * 2
 
     lazy = lazytrace.trace_graph(fn)
+    fw.require_mutation()
     for seed in range(3):
         x1, y = fw.rand(3, seed=seed), fw.rand(3, seed=seed + 10)
-        x2 = x1.copy() if fw.name == "numpy" else x1.clone()
+        x2 = fw.copy(x1)
         out = lazy(x1, y)
         expected = fn(x2, y)
         assert fw.equal(out, expected) and fw.equal(x1, x2)
@@ -306,6 +310,7 @@ def test_in_place_updates_of_inputs_are_replayed(fw):
 
 
 def test_constant_written_by_input_data_is_not_cached(fw):
+    fw.require_mutation()
     xp = fw.xp
 
     def fn(x):
@@ -348,7 +353,7 @@ def test_changes_to_list_and_dict_arguments_happen_on_every_call(fw):
 
 
 def test_escapes_run_eagerly_with_a_reason(fw):
-    if fw.name == "numpy":
+    if fw.name in ("numpy", "jax"):
         def fn(x):
             return np.asarray(x) * 2
     else:
@@ -400,16 +405,52 @@ def test_stats_report_every_lazygraph():
     assert entry["calls"] == 2 and entry["hits"] == 1 and entry["traces"] == 1
 
 
+def test_python_len_and_shapes_of_inputs_are_keyed(fw):
+    def fn(x):
+        return x * len(x) + x.shape[-1]
+
+    lazy = lazytrace.trace_graph(fn)
+    for n in (2, 3, 2, 3):
+        x = fw.rand(n, 4, seed=n)
+        assert fw.equal(lazy(x), fn(x))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+
+
+def test_generators_of_every_framework_draw_fresh_values(fw):
+    if fw.name == "torch":
+        fn = lambda x: x + fw.xp.rand(x.shape)                                     # noqa: E731
+    elif fw.name == "numpy":
+        fn = lambda x, rng=None: x + rng.random(x.shape, dtype=np.float32)         # noqa: E731
+    elif fw.name == "jax":
+        import jax
+        fn = lambda x, key=None: x + jax.random.uniform(key, x.shape)              # noqa: E731
+    else:
+        fn = lambda x: fw.xp.nn.dropout(x, rate=0.5)                               # noqa: E731
+
+    def extra(seed):
+        if fw.name == "numpy":
+            return {"rng": np.random.default_rng(seed)}
+        if fw.name == "jax":
+            import jax
+            return {"key": jax.random.key(seed)}
+        return {}
+
+    lazy = lazytrace.trace_graph(fn)
+    x = fw.rand(64) + 1.0
+    outs = [fw.numpy(lazy(x, **extra(seed))) for seed in range(3)]
+    assert lazy.stats.hits == 2 and lazy.stats.eager == 0
+    assert not np.array_equal(outs[1], outs[2])                  # not baked
+
+
+
 def test_graph_named_like_a_call_it_makes_replays(fw):
     """The generated function must not shadow the framework call it is named after (kornia's
     one_hot calls torch's one_hot; numpy: a function named `sum` calling np.sum)."""
-    xp = fw.xp
-
     def sum(x):       # noqa: A001 - the name is the point
-        return xp.sum(x * 2.0)
+        return fw.sum(x * 2.0)
 
     lazy = lazytrace.trace_graph(sum)
     lazy(fw.rand(4, seed=0))
     x = fw.rand(4, seed=1)
-    assert fw.equal(lazy(x), xp.sum(x * 2.0))
+    assert fw.equal(lazy(x), fw.sum(x * 2.0))
     assert lazy.stats.hits == 1 and not lazy.stats.reasons

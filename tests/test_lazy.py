@@ -33,7 +33,7 @@ def test_retrace_warning_names_the_changing_argument(fw):
             lazy(fw.rand(5), float(s))
 
 
-def test_concurrent_first_calls_trace_once(torch_fw):
+def test_concurrent_first_calls_trace_once(fw):
     started = threading.Barrier(4)
     traced = []
 
@@ -43,7 +43,7 @@ def test_concurrent_first_calls_trace_once(torch_fw):
         return x * 2
 
     lazy = lazytrace.trace_graph(slow)
-    x = torch_fw.rand(8)
+    x = fw.rand(8)
     results = [None] * 4
 
     def worker(i):
@@ -56,10 +56,10 @@ def test_concurrent_first_calls_trace_once(torch_fw):
     for t in threads:
         t.join()
     assert len(traced) == 1 and lazy.stats.traces == 1 and lazy.stats.hits == 3
-    assert all(torch.equal(r, x * 2) for r in results)
+    assert all(fw.equal(r, x * 2) for r in results)
 
 
-def test_a_trace_records_nothing_from_other_threads():
+def test_a_trace_records_nothing_from_other_threads(fw):
     inside, go_on = threading.Event(), threading.Event()
 
     def fn(x):
@@ -69,16 +69,17 @@ def test_a_trace_records_nothing_from_other_threads():
         return y * 2
 
     lazy = lazytrace.trace_graph(fn)
-    t = threading.Thread(target=lambda: lazy(torch.ones(3)))
+    t = threading.Thread(target=lambda: lazy(fw.rand(3)))
     t.start()
     inside.wait(5)
-    other = torch.ones(3)
+    other = fw.rand(3, seed=1)
     for _ in range(10):
-        other = torch.sin(other) + torch.cos(other)
+        other = fw.xp.sin(other) + fw.xp.cos(other)     # no tracer here: must not be recorded
     go_on.set()
     t.join()
-    names = [n.target.__name__ for n in lazy.graphs[0].nodes]
-    assert names == ["add", "mul"]
+    assert len(lazy.graphs[0].nodes) == 2
+    x = fw.rand(3, seed=2)
+    assert fw.equal(lazy(x), (x + 1) * 2)
 
 
 def test_guard_failures_never_run_graphs_with_side_effects(fw):
@@ -88,10 +89,11 @@ def test_guard_failures_never_run_graphs_with_side_effects(fw):
             return out * 2
         return out
 
+    fw.require_mutation()
     lazy = lazytrace.trace_graph(fn)
     for seed in range(3):
         x, out = fw.rand(3, seed=seed), fw.rand(3, seed=seed + 5)
-        ref_out = out.copy() if fw.name == "numpy" else out.clone()
+        ref_out = fw.copy(out)
         assert fw.equal(lazy(x, out), fn(x, ref_out)) and fw.equal(out, ref_out)
     assert lazy.stats.eager == 3
     assert "could not be undone" in next(iter(lazy.stats.reasons))

@@ -13,8 +13,10 @@ from .base import Backend, CallKind
 _FRAMEWORKS = {
     "torch": ("torch", "lazytrace.backends.torch"),
     "numpy": ("numpy", "lazytrace.backends.numpy"),
+    "jax": ("jax", "lazytrace.backends.jax"),
+    "tensorflow": ("tensorflow", "lazytrace.backends.tensorflow"),
 }
-_ALIASES = {"np": "numpy", "pytorch": "torch"}
+_ALIASES = {"np": "numpy", "pytorch": "torch", "tf": "tensorflow", "jnp": "jax"}
 
 __all__ = ["Backend", "CallKind", "get_backend", "backend_for_type", "available"]
 

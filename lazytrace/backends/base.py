@@ -7,6 +7,7 @@ this class.
 from __future__ import annotations
 
 import enum
+import operator
 from contextlib import AbstractContextManager
 from typing import Any, Callable
 
@@ -35,6 +36,8 @@ class Backend:
     static_types: tuple = ()
     #: objects passed as arguments that the graph takes as live inputs (RNG generators)
     live_types: tuple = ()
+    #: the class of the objects handed to the traced function in place of arrays, if any
+    tracer_class: type | None = None
     #: types of the objects the traced function holds for arrays (tracers, or the arrays)
     tracked_types: tuple = ()
     #: whether array creation (zeros, arange...) is intercepted; if not, an unseen array may
@@ -81,13 +84,21 @@ class Backend:
         """Put back settings a graph may have changed before it raised."""
 
     # --- tracing ---------------------------------------------------------
+    def caused_by_tracing(self, exc: BaseException) -> bool:
+        """True for an exception the trace itself caused where an eager call would not (JAX
+        asking a tracer for a concrete value, a library refusing a tracer type it does not
+        know, e.g. "Tensor type unknown ... NumpyTracer"): the call then runs eagerly instead."""
+        names = [tp.__name__ for tp in self.tracked_types if tp not in self.array_types]
+        return any(name in str(exc) for name in names)
+
     def intercept(self, session) -> AbstractContextManager:
         """Route this thread's framework calls to `session.on_call` while active."""
         raise NotImplementedError
 
     def wrap_input(self, array, session):
-        """The object the traced function receives for an input array."""
-        return array
+        """The object the traced function receives for an input array: a `tracer_class`
+        object where the backend has one (it keeps the array as `_lt_array`)."""
+        return array if self.tracer_class is None else self.tracer_class(array, session)
 
     def wrap_live(self, obj, session):
         """The object the traced function receives for a live input (e.g. an RNG generator)."""
@@ -95,7 +106,7 @@ class Backend:
 
     def unwrap(self, obj):
         """The real array behind a traced object (inverse of wrap_input)."""
-        return obj
+        return obj._lt_array if type(obj) is self.tracer_class else obj
 
     def classify(self, func, args, kwargs) -> CallKind:
         raise NotImplementedError
@@ -141,6 +152,15 @@ class Backend:
     def clone(self, array):
         raise NotImplementedError
 
+    def to_numpy(self, array):
+        """A NumPy copy or view of an array of this framework (for to= conversion)."""
+        import numpy as np
+        return np.asarray(array)
+
+    def from_numpy(self, data):
+        """An array of this framework holding `data` (a NumPy array), for to= conversion."""
+        raise NotImplementedError
+
     def rng_token(self, source=None) -> Any:
         """A fingerprint of the state of an RNG (`source`: one from rng_sources, or None for the
         global one), to catch random draws and reseeding that calls do not show."""
@@ -164,8 +184,10 @@ class Backend:
 
     # --- command line and views ------------------------------------------
     def example_array(self, shape: tuple, dtype: str, seed: int):
-        """A random array for trying a function from the command line ('float32', 'int64'...)."""
-        raise NotImplementedError(f"the {self.name} backend cannot make example arrays")
+        """A random array for trying a function from the command line ('float32', 'int64'...);
+        by default NumPy's, converted with from_numpy."""
+        from . import get_backend
+        return self.from_numpy(get_backend("numpy").example_array(shape, dtype, seed))
 
     def describe_global_state(self, state: tuple) -> dict[str, str]:
         """{name: value} for each part of global_state(), for explaining retraces."""
@@ -227,6 +249,88 @@ class Backend:
         """Names generated code may use (e.g. {'torch': torch})."""
         return {}
 
-    def compile(self, fn: Callable, graph) -> Callable:
-        """Hand a generated function to the framework's own compiler."""
+    def compile(self, fn: Callable, graph, **options) -> Callable:
+        """Hand a generated function to the framework's own compiler; `options` are the user's
+        (return_backend_traced_fn={...}), e.g. jit_compile for tf.function."""
         return fn
+
+
+OPERATORS = {
+    "__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/", "__floordiv__": "//",
+    "__mod__": "%", "__pow__": "**", "__matmul__": "@", "__and__": "&", "__or__": "|", "__xor__": "^",
+    "__lshift__": "<<", "__rshift__": ">>", "__eq__": "==", "__ne__": "!=", "__lt__": "<",
+    "__le__": "<=", "__gt__": ">", "__ge__": ">=", "__div__": "/",
+}
+ROPERATORS = {"__r" + k[2:]: v for k, v in OPERATORS.items() if k not in ("__eq__", "__ne__", "__lt__",
+                                                                               "__le__", "__gt__", "__ge__")}
+UNARY = {"__neg__": "-", "__pos__": "+", "__invert__": "~", "__abs__": "abs"}
+
+
+def operator_syntax(name: str):
+    """How generated code writes a call of the array dunder `name`, or None."""
+    if name in OPERATORS:
+        return ("operator", OPERATORS[name])
+    if name in ROPERATORS:
+        return ("roperator", ROPERATORS[name])
+    if name in UNARY:
+        return ("unary", UNARY[name])
+    if name == "__getitem__":
+        return ("getitem", "")
+    if name == "__setitem__":
+        return ("setitem", "")
+    return None
+
+
+#: the Python conversions ReadbackMixin reports
+READBACK_BUILTINS = frozenset({bool, int, float, complex, operator.index})
+
+
+class ReadbackMixin:
+    """Python conversions of a tracer object (`bool(x)`, `float(x)`, `int(x)`, `operator.index`)
+    reported to the session as calls of those builtins, so the value read back is guarded.
+    The tracer class provides `_lt_call(func, args)`."""
+
+    __slots__ = ()
+
+    def __bool__(self):
+        return self._lt_call(bool, (self,))
+
+    def __float__(self):
+        return self._lt_call(float, (self,))
+
+    def __int__(self):
+        return self._lt_call(int, (self,))
+
+    def __complex__(self):
+        return self._lt_call(complex, (self,))
+
+    def __index__(self):
+        return self._lt_call(operator.index, (self,))
+
+
+class ArrayTracer(ReadbackMixin):
+    """Base of tracer objects that hold a real array (`_lt_array`) and report each operation on
+    it to their session."""
+
+    __slots__ = ("_lt_array", "_lt_session")
+    __hash__ = None
+
+    def __init__(self, array, session):
+        self._lt_array = array
+        self._lt_session = session
+
+    def _lt_call(self, func, args, kwargs=None):
+        return self._lt_session.on_call(func, args, kwargs or {})
+
+
+def unwrap_tree(obj, tracer_type):
+    """`obj` with each `tracer_type` object replaced by its `_lt_array`, through tuples, lists
+    and dicts (the containers framework calls take arrays in)."""
+    tp = type(obj)
+    if tp is tracer_type:
+        return obj._lt_array
+    if tp is tuple or tp is list:
+        return tp([unwrap_tree(x, tracer_type) for x in obj])
+    if tp is dict:
+        return {k: unwrap_tree(v, tracer_type) for k, v in obj.items()}
+    return obj

@@ -23,9 +23,9 @@ import warnings
 
 import numpy as np
 
-from ..graph.stateful import SessionProxy
+from ..graph.stateful import CallRecordingProxy
 
-from .base import Backend, CallKind
+from .base import ArrayTracer, Backend, CallKind
 
 
 def asarray(array):
@@ -58,19 +58,11 @@ _ATTRIBUTE_OF = {getter: name for name, getter in _ATTRGETTERS.items()}
 _METADATA_GETTERS = {_ATTRGETTERS[name] for name in _METADATA_ATTRIBUTES}
 
 
-class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
+class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
     """Stands in for an ndarray during a trace; every operation is reported."""
 
-    __slots__ = ("_lt_array", "_lt_session")
+    __slots__ = ()
     __array_priority__ = 1000
-    __hash__ = None
-
-    def __init__(self, array, session):
-        self._lt_array = array
-        self._lt_session = session
-
-    def _lt_call(self, func, args, kwargs=None):
-        return self._lt_session.on_call(func, args, kwargs or {})
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         func = ufunc if method == "__call__" else getattr(ufunc, method)
@@ -78,6 +70,9 @@ class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __array_function__(self, func, types, args, kwargs):
         return self._lt_call(func, args, kwargs)
+
+    def __array_namespace__(self, api_version=None):
+        return np          # the array API standard's way to find a namespace: calls come back here
 
     def __array__(self, dtype=None, copy=None):
         array = _unwrap(self._lt_call(asarray, (self,)))
@@ -88,21 +83,6 @@ class NumpyTracer(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __setitem__(self, index, value):
         self._lt_call(operator.setitem, (self, index, value))
-
-    def __bool__(self):
-        return self._lt_call(operator.truth, (self,))
-
-    def __float__(self):
-        return self._lt_call(float, (self,))
-
-    def __int__(self):
-        return self._lt_call(int, (self,))
-
-    def __complex__(self):
-        return self._lt_call(complex, (self,))
-
-    def __index__(self):
-        return self._lt_call(operator.index, (self,))
 
     def __contains__(self, item):
         return self._lt_call(operator.contains, (self, item))
@@ -132,25 +112,11 @@ def _call_method(tracer, method, *args, **kwargs):
     return tracer._lt_call(method, (tracer,) + args, kwargs)
 
 
-class RandomProxy(SessionProxy):
-    """Stands in for a Generator/RandomState argument: its draws are recorded as generator nodes."""
-
-    def _self_attribute(self, name):
-        method = getattr(type(self.__wrapped__), name, None)
-        if callable(method) and not name.startswith("_"):
-            return functools.partial(_draw, self, method)
-        return getattr(self.__wrapped__, name)
-
-
-def _draw(proxy, method, *args, **kwargs):
-    return proxy._self_session.on_call(method, (proxy,) + args, kwargs)
-
-
 def _unwrap(obj):
     tp = type(obj)
     if tp is NumpyTracer:
         return obj._lt_array
-    if tp is RandomProxy:
+    if tp is CallRecordingProxy:
         return obj.__wrapped__
     if tp is tuple or tp is list:
         return tp([_unwrap(x) for x in obj])
@@ -164,12 +130,13 @@ class NumpyBackend(Backend):
     sees_creation = False
     knows_dynamic_shapes = False    # np.bincount, np.where(c), np.repeat(x, counts)... no tags to tell
     array_types = (np.ndarray,)
+    tracer_class = NumpyTracer
     tracked_types = (NumpyTracer, np.ndarray)
     static_types = (np.dtype, np.generic)
     live_types = (np.random.Generator, np.random.RandomState)
 
     def wrap_live(self, obj, session):
-        return RandomProxy(obj, session)
+        return CallRecordingProxy(obj, session)
 
     def __init__(self):
         self._names: dict = {}
@@ -180,11 +147,6 @@ class NumpyBackend(Backend):
     def guard_conditions(self, expr, a, const):
         return [f"{expr}.shape == {const(a.shape)}", f"{expr}.dtype == {const(a.dtype)}"]
 
-    def wrap_input(self, array, session):
-        return NumpyTracer(array, session)
-
-    def unwrap(self, obj):
-        return obj._lt_array if type(obj) is NumpyTracer else obj
 
     def intercept(self, session):
         from contextlib import nullcontext
@@ -246,8 +208,11 @@ class NumpyBackend(Backend):
     def clone(self, a):
         return np.copy(a)
 
+    def from_numpy(self, data):
+        return data
+
     def rng_sources(self, func, args, kwargs) -> list:
-        return [None]       # the global state; Generator draws go through RandomProxy nodes
+        return [None]       # the global state; Generator draws go through CallRecordingProxy nodes
 
     def rng_token(self, source=None):
         state = np.random.get_state()
@@ -372,7 +337,7 @@ class NumpyBackend(Backend):
 
 def _tracers(args, kwargs):
     for a in list(args) + list(kwargs.values()):
-        if type(a) is NumpyTracer or type(a) is RandomProxy:
+        if type(a) is NumpyTracer or type(a) is CallRecordingProxy:
             yield a
         elif type(a) in (tuple, list):
             yield from (x for x in a if type(x) is NumpyTracer)

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from .base import Backend, CallKind
+from .base import Backend, CallKind, operator_syntax
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
 _ESCAPE = {"numpy", "__array__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
@@ -64,15 +64,6 @@ _CREATION = {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace",
              "blackman_window", "kaiser_window"}
 _DYNAMIC_EXTRA = {"argwhere", "unique", "unique_consecutive", "masked_select"}
 
-_OPERATORS = {
-    "__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/", "__floordiv__": "//",
-    "__mod__": "%", "__pow__": "**", "__matmul__": "@", "__and__": "&", "__or__": "|", "__xor__": "^",
-    "__lshift__": "<<", "__rshift__": ">>", "__eq__": "==", "__ne__": "!=", "__lt__": "<",
-    "__le__": "<=", "__gt__": ">", "__ge__": ">=", "__div__": "/",
-}
-_ROPERATORS = {"__r" + k[2:]: v for k, v in _OPERATORS.items() if k not in ("__eq__", "__ne__", "__lt__",
-                                                                               "__le__", "__gt__", "__ge__")}
-_UNARY = {"__neg__": "-", "__pos__": "+", "__invert__": "~", "__abs__": "abs"}
 _NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special",
                "torch.nn.init", "torch._C", "torch._C._nn", "torch.functional")
 
@@ -265,6 +256,12 @@ class TorchBackend(Backend):
     def clone(self, t):
         return t.clone()
 
+    def to_numpy(self, t):
+        return t.detach().cpu().numpy()
+
+    def from_numpy(self, data):
+        return torch.from_numpy(data.copy() if not data.flags.writeable else data)
+
     def returned_its_input(self, func, args, result, mutated) -> bool:
         # `x.to(x.dtype)`, `.contiguous()`, `.cpu()` return self when the (keyed) metadata already
         # match; a trailing underscore marks calls that change self in place (requires_grad_ too)
@@ -395,16 +392,9 @@ class TorchBackend(Backend):
         name = _func_name(func)
         if getattr(func, "__name__", None) == "__get__" and hasattr(getattr(func, "__self__", None), "__objclass__"):
             return ("attribute", name)
-        if name in _OPERATORS:
-            return ("operator", _OPERATORS[name])
-        if name in _ROPERATORS:
-            return ("roperator", _ROPERATORS[name])
-        if name in _UNARY:
-            return ("unary", _UNARY[name])
-        if name == "__getitem__":
-            return ("getitem", "")
-        if name == "__setitem__":
-            return ("setitem", "")
+        syntax = operator_syntax(name)
+        if syntax is not None:
+            return syntax
         qualname = getattr(func, "__qualname__", "")
         if qualname.startswith(("TensorBase.", "Tensor.")):
             return ("method", name)

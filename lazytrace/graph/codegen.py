@@ -108,7 +108,8 @@ class _Emitter:
         if style == "operator" and len(args) == 2 and not kwargs:
             return f"{self.expr(args[0])} {text} {self.expr(args[1])}"
         if style == "roperator" and len(args) == 2 and not kwargs:
-            if type(args[1]) in (int, float, complex, bool):    # number <op> array calls array.__rop__
+            if type(args[1]) in (int, float, complex, bool) or not \
+                    getattr(node.target, "__name__", "").startswith("__r"):  # number <op> array: array.__rop__
                 return f"{self.expr(args[1])} {text} {self.expr(args[0])}"
             return f"{self.expr(args[0])}.{node.target.__name__}({self.expr(args[1])})"
         if style == "unary" and len(args) == 1:

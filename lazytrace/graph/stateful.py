@@ -9,6 +9,7 @@ see plain attribute access.
 """
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from types import MethodType
 
@@ -30,6 +31,22 @@ class SessionProxy(wrapt.ObjectProxy):
 
     def _self_attribute(self, name):
         return getattr(self.__wrapped__, name)
+
+
+class CallRecordingProxy(SessionProxy):
+    """Stands in for a live object argument (an RNG generator): calls of its public methods are
+    reported to the session as calls, with the proxy as first argument (random draws become
+    generator nodes)."""
+
+    def _self_attribute(self, name):
+        method = getattr(type(self.__wrapped__), name, None)
+        if callable(method) and not name.startswith("_"):
+            return functools.partial(_record_call, self, method)
+        return getattr(self.__wrapped__, name)
+
+
+def _record_call(proxy, method, *args, **kwargs):
+    return proxy._self_session.on_call(method, (proxy,) + args, kwargs)
 
 
 class StatefulProxy(SessionProxy):

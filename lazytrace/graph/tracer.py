@@ -39,6 +39,7 @@ class TraceSession:
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
+        self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
 
@@ -358,7 +359,7 @@ class TraceOptions:
     include_generators: bool = True
     array_caching: bool = True
     to: str | None = None
-    return_backend_traced_fn: bool = False
+    return_backend_traced_fn: bool | tuple = False    # or (option, value) pairs for the compiler
     stateful: tuple = ()
     cache: object = None        # persistent cache: None ($LAZYTRACE_CACHE), True, False or a directory
 
@@ -417,7 +418,12 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             session.add_stateful(obj)
             stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))
         stack.enter_context(session.activate())
-        result = fn(*targs, **tkwargs)
+        try:
+            result = fn(*targs, **tkwargs)
+        except Exception as exc:
+            if not backend.caused_by_tracing(exc):
+                raise
+            raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     if containers_changed(handed):
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
@@ -437,8 +443,10 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
     def build():    # code generation waits for the first replay: the first call pays only the trace
         source, gfn, constants, aliases = codegen.generate(backend, plan, plan.inputs, plan.output_structure,
                                                            name)
-        if options.return_backend_traced_fn:
-            gfn = backend.compile(gfn, plan)
+        compiler = options.return_backend_traced_fn
+        if compiler:
+            gfn = backend.compile(gfn, plan, **dict(compiler)) if isinstance(compiler, tuple) else \
+                backend.compile(gfn, plan)
         return source, gfn, constants, aliases
 
     return Graph(name=name, build=build, key=key, signature=signature, original=original, plan=plan,

@@ -1,0 +1,350 @@
+"""JAX backend.
+
+Interception: JAX's own tracing. Input arrays are handed to the function as
+`JaxTracer`s of a `LazyTrace`, a `jax.core.Trace` made current for this
+thread only (JAX keeps its current trace per thread). Every primitive that
+jax.numpy, jax.lax, jax.nn, jax.random, array methods and operators bind
+reaches `process_primitive`, which reports it to the session and computes it
+eagerly on the real arrays under the trace that was current before (plain
+evaluation, or an outer `jax.grad` / `jax.vmap` / `jax.jit`). A jitted
+function called inside (most of jax.numpy is) is one `jit` primitive.
+
+Replay calls, per recorded primitive, the callable eager JAX itself would
+dispatch to: for `jit`, JAX's C++ `pjit` dispatcher over the same jaxpr; for
+any other primitive, `dispatch.xla_primitive_callable`; a custom_jvp /
+custom_vjp function (jax.nn.relu, softplus, logsumexp ...) is staged with its
+rules into one jitted call, so `jax.grad` of a graph uses those rules. Results are therefore bit-identical to
+eager, and the Python work of jax.numpy (argument checks, dtype promotion,
+re-tracing of the jitted wrappers' arguments) is gone.
+
+Measured on this repository's CI machine kind (2 cores, jax 0.10.2 CPU), a
+function of 8 jax.numpy calls on a 3x8 array: eager 295-325 us; replaying the
+recorded primitives with `Primitive.bind` 512 us (bind's Python path for `jit`
+is slower than jax.numpy's C++ fast path); with the callables above 207 us;
+`jax.jit` of the whole function 9-16 us (`return_backend_traced_fn=True`).
+The alternative of `jax.make_jaxpr` + `eval_jaxpr` evaluates the same
+primitives through `bind` (the 512 us path) and cannot read values back into
+Python (`if x.max() > 0`), which the tracer here guards like the other
+backends do. benchmarks/bench_frameworks.py (six small functions on 3x32x32,
+results/frameworks_cpu.txt, a loaded machine): LazyGraph over eager 1.06x to
+17x, geomean 2.5x; jax.jit cached 5x to 81x; first call (trace) 8x to 150x
+an eager call (JAX's Python path for each jitted function under a trace, and
+an XLA compile the first time a process meets it).
+
+Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
+guards. A jax function that needs a concrete value to decide a shape
+(`jnp.nonzero` without `size=`, boolean masks) raises JAX's
+ConcretizationTypeError under the trace, as under `jax.jit`: the call then
+runs eagerly (`caused_by_tracing`), with the reason recorded. `jax.random` keys
+passed in are inputs like any array; a key made inside from a constant seed
+is a constant (JAX's random numbers are a pure function of the key).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import jax
+import numpy as np
+from jax._src import core, dispatch, pjit, tree_util
+from jax._src.array import ArrayImpl
+from jax._src.interpreters import pxla
+from jax._src.lib import _jax
+from jax._src.random.prng import PRNGKeyArray
+
+from .base import READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, unwrap_tree
+
+_ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
+_TRACE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
+                 jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
+
+
+def _readback(name):
+    def method(self, *args):
+        return self._lt_session.on_call(_method_callable(name), (self,) + args, {})
+    return method
+
+
+_METHOD_CALLABLES: dict = {}
+
+
+def _method_callable(name):
+    """operator.methodcaller-like function with a stable identity, named after the method."""
+    fn = _METHOD_CALLABLES.get(name)
+    if fn is None:
+        def fn(array, *args):
+            return getattr(array, name)(*args)
+        fn.__name__ = fn.__qualname__ = name
+        _METHOD_CALLABLES[name] = fn
+    return fn
+
+
+def _escape(self, *args, **kwargs):
+    return self._lt_session.on_call(np.asarray, (self,), {})
+
+
+class JaxTracer(ReadbackMixin, core.Tracer):
+    """Stands in for a jax.Array during a trace; JAX routes every primitive on it to LazyTrace."""
+
+    __slots__ = ("_lt_array", "_lt_session")
+
+    def __init__(self, trace, value, session):
+        self._trace = trace
+        self._lt_array = value
+        self._lt_session = session
+        self.aval = core.typeof(value)
+
+    def to_concrete_value(self):
+        return None      # abstract, as under jax.jit: jax.numpy only probes for optional shortcuts
+
+    def _lt_call(self, func, args):
+        return self._lt_session.on_call(func, args, {})
+
+    item = _readback("item")
+    tolist = _readback("tolist")
+    __array__ = _escape
+    __dlpack__ = _escape
+    tobytes = _escape
+
+    def block_until_ready(self):
+        return self
+
+    @property
+    def device(self):
+        return self._lt_array.device
+
+    @property
+    def sharding(self):
+        return self._lt_array.sharding
+
+    def __repr__(self):
+        return f"JaxTracer({self._lt_array!r})"
+
+    __str__ = __repr__
+
+
+class LazyTrace(core.Trace):
+    """Reports each primitive to the session; evaluates it under the trace current before."""
+
+    def __init__(self, session, parent):
+        super().__init__()
+        self.session = session
+        self.parent = parent
+        self.backend = session.backend
+
+    def process_primitive(self, primitive, tracers, params):
+        return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {})
+
+    def stage_value(self, val):
+        """jnp.asarray of host data: made under the outer trace; the tracer sees it as a
+        constant when it is used."""
+        with core.set_current_trace(self.parent):
+            return self.parent.stage_value(val)
+
+    def _inline(self, fun, tracers):
+        with core.set_current_trace(self):
+            return fun.call_wrapped(*tracers)
+
+    def process_custom_jvp_call(self, primitive, fun, jvp, tracers, *, symbolic_zeros):
+        params = dict(subfuns=(fun, jvp), symbolic_zeros=symbolic_zeros)
+        return self._custom_rule_call(primitive, params, tracers, f"custom_jvp.{_fun_name(fun)}")
+
+    def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, *, out_trees, symbolic_zeros):
+        params = dict(subfuns=(fun, fwd, bwd), out_trees=out_trees, symbolic_zeros=symbolic_zeros)
+        return self._custom_rule_call(primitive, params, tracers, f"custom_vjp.{_fun_name(fun)}")
+
+    def _custom_rule_call(self, primitive, params, tracers, name):
+        """A function with its own derivative rule (jax.nn.relu, softplus, logsumexp...) is one
+        node: its call staged into a jaxpr with the rule (as jax.jit stages it) and run by
+        jax.jit, so that grad applied to the graph from outside uses that rule, as eager does.
+        Traced under an outer transformation, the rule is being used right now and cannot be
+        staged too (JAX calls either the function or its rule, once): that call is made as
+        eager makes it, and the signature runs eagerly."""
+        values = [unwrap_tree(t, JaxTracer) for t in tracers]
+        if not isinstance(self.parent, core.EvalTrace):
+            self.session.fail(f"{name} has its own derivative rule and was traced under an outer "
+                              f"transformation")
+            with core.set_current_trace(self.parent):
+                out = primitive.bind(*values, **params)
+            return [JaxTracer(self, o, self.session) for o in out]
+        closed = jax.make_jaxpr(lambda *xs: primitive.bind(*xs, **params))(*values)
+        fn = jax.jit(core.jaxpr_as_fun(closed))
+        self.backend.name_callable(fn, name)
+        return self.session.on_call(fn, tuple(tracers), {})
+
+    def process_call(self, primitive, fun, tracers, params):
+        return self._inline(fun, tracers)
+
+
+class JaxBackend(Backend):
+    name = "jax"
+    array_types = _ARRAYS + (core.Tracer,)       # Tracer: called under an outer grad/vmap/jit
+    tracked_types = (JaxTracer,) + _ARRAYS
+    static_types = (np.dtype, jax.sharding.Sharding)
+    sees_creation = True          # jnp.zeros / arange bind primitives under the current trace too
+    knows_dynamic_shapes = True   # jax shapes never depend on data (see to_concrete_value)
+
+
+    def __init__(self):
+        self._names: dict = {}         # id(callable) -> (callable, display name)
+        self._jit_callables: dict = {}
+
+    # ---- signature ------------------------------------------------------------
+    def describe(self, a):
+        if isinstance(a, _ARRAYS):
+            return (type(a), a.aval, a.sharding)
+        return (type(a), a.aval)       # an outer transformation's tracer: its shape, dtype, weak type
+
+    def guard_conditions(self, expr, a, const):
+        conditions = [f"{expr}.aval == {const(a.aval)}"]
+        if isinstance(a, _ARRAYS):
+            conditions.append(f"{expr}.sharding == {const(a.sharding)}")
+        return conditions
+
+    def state_conditions(self, state, const):
+        x64, precision, prng = state
+        config = const(jax.config)
+        return [f"{config}.jax_enable_x64 is {x64}", f"{config}.jax_default_matmul_precision == {const(precision)}",
+                f"{config}.jax_default_prng_impl == {const(prng)}"]
+
+    def global_state(self):
+        config = jax.config
+        return (config.jax_enable_x64, config.jax_default_matmul_precision, config.jax_default_prng_impl)
+
+    # ---- tracing ----------------------------------------------------------------
+    def _trace(self, session) -> LazyTrace:
+        trace = session.backend_state
+        if trace is None:
+            trace = session.backend_state = LazyTrace(session, core.unsafe_get_current_trace())
+        return trace
+
+    def wrap_input(self, array, session):
+        return JaxTracer(self._trace(session), array, session)
+
+    def unwrap(self, obj):
+        return obj._lt_array if type(obj) is JaxTracer else obj
+
+    @contextmanager
+    def intercept(self, session):
+        trace = self._trace(session)
+        try:
+            with core.set_current_trace(trace):
+                yield
+        finally:
+            trace.invalidate()
+
+    def caused_by_tracing(self, exc):
+        return isinstance(exc, _TRACE_ERRORS) or super().caused_by_tracing(exc)
+
+    def primitive_callable(self, primitive, params):
+        """The callable eager JAX dispatches `primitive` with `params` to (see module docstring)."""
+        if primitive is pjit.jit_p:
+            key = id(params["jaxpr"])
+            entry = self._jit_callables.get(key)
+            if entry is None or entry[0] is not params["jaxpr"]:
+                entry = self._jit_callables[key] = (params["jaxpr"], _jit_callable(params))
+            fn = entry[1]
+            name = f"jit.{params['name']}"
+        else:
+            fn = dispatch.xla_primitive_callable(primitive, **params)
+            name = f"lax.{primitive.name}_p"
+        self.name_callable(fn, name)
+        return fn
+
+    def name_callable(self, fn, name):
+        if id(fn) not in self._names:
+            self._names[id(fn)] = (fn, name)
+
+    def classify(self, func, args, kwargs) -> CallKind:
+        if func is np.asarray:
+            return CallKind.ESCAPE
+        if func in READBACK_BUILTINS or func in _METHOD_CALLABLES.values():
+            return CallKind.READBACK
+        return CallKind.OP
+
+    def run(self, func, args, kwargs):
+        trace = next((a._trace for a in args if type(a) is JaxTracer), None)
+        values = unwrap_tree(args, JaxTracer)
+        if trace is None:
+            return func(*values, **kwargs), ()
+        with core.set_current_trace(trace.parent):
+            result = func(*values, **kwargs)
+        if type(result) is list:
+            return [JaxTracer(trace, r, trace.session) for r in result], ()
+        if isinstance(result, self.array_types):
+            return JaxTracer(trace, result, trace.session), ()
+        return result, ()
+
+    def storage_key(self, a):
+        return id(self.unwrap(a))    # jax arrays are immutable: no aliasing to follow
+
+    def clone(self, a):
+        return a                     # immutable: a constant can be handed out as is
+
+    def from_numpy(self, data):
+        return jax.numpy.asarray(data)
+
+    def brief(self, a) -> tuple:
+        return (a.shape, a.dtype)
+
+    def format_brief(self, brief) -> str:
+        shape, dtype = brief
+        return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype}"
+
+    # ---- code generation ----------------------------------------------------------
+    def call_syntax(self, func):
+        entry = self._names.get(id(func))
+        if entry is not None and entry[0] is func:
+            return ("function", entry[1])
+        return ("function", getattr(func, "__name__", "fn"))
+
+    def compile(self, fn, graph, **options):
+        """jax.jit of the generated function: static arguments are already baked into each
+        signature's graph, so the graph's array leaves are all jit needs. A graph with guards
+        reads values back into Python, which jit cannot: it stays plain replay."""
+        from ..graph.ir import Kind
+        if any(node.kind is Kind.GUARD for node in graph.nodes):
+            return fn
+        return jax.jit(fn, **options)
+
+
+def _fun_name(fun) -> str:
+    info = getattr(fun, "debug_info", None)
+    return getattr(info, "func_name", None) or "fn"
+
+
+def _jit_callable(params):
+    """JAX's C++ dispatcher for a `jit` primitive, as `jit_p.impl` builds it on every call
+    (jax/_src/pjit.py `_pjit_call_impl`), made once."""
+    try:
+        f = pjit._get_jaxpr_as_fun(
+            params["jaxpr"], params["in_shardings"], params["out_shardings"], params["in_layouts"],
+            params["out_layouts"], params["donated_invars"], params["ctx_mesh"], params["name"],
+            params["keep_unused"], params["inline"], params["compiler_options_kvs"])
+
+        def cache_miss(*args, **kwargs):
+            if any(isinstance(a, core.Tracer) for a in args):     # under an outer transformation
+                return pjit.jit_p.bind(*args, **params), None, False
+            out_flat, compiled, profiler, const_args = pjit._pjit_call_impl_python(*args, **params)
+            fastpath = pjit._get_fastpath_data(compiled, tree_util.tree_structure(out_flat), args,
+                                               out_flat, params["jaxpr"].effects, params["jaxpr"].consts,
+                                               profiler, const_args)
+            return out_flat, fastpath, pjit._need_to_rebuild_with_fdo(profiler)
+
+        donated = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
+        key = pxla.JitGlobalCppCacheKeys(
+            donate_argnums=donated, donate_argnames=None, device=None, backend=None,
+            in_shardings_treedef=None, in_shardings_leaves=params["in_shardings"],
+            out_shardings_treedef=None, out_shardings_leaves=params["out_shardings"],
+            in_layouts_treedef=None, in_layouts_leaves=params["in_layouts"],
+            out_layouts_treedef=None, out_layouts_leaves=params["out_layouts"])
+        return _jax.pjit(params["name"], f, cache_miss, [], [], key, tree_util.dispatch_registry,
+                         pxla.cc_shard_arg, pjit._get_cpp_global_cache(key.contains_explicit_attributes))
+    except (AttributeError, TypeError, KeyError):     # another jax version: the generic path
+        impl = pjit.jit_p.impl
+
+        def call(*args):
+            return impl(*args, **params)
+        return call
+
+
+BACKEND_CLASS = JaxBackend

@@ -1,0 +1,343 @@
+"""TensorFlow backend.
+
+Interception: TensorFlow's op dispatch. Input tensors and `tf.Variable`s are
+handed to the function as `TfTracer` objects, which TensorFlow cannot convert
+to tensors; every public op (tf.*, tf.math, tf.image, tf.nn, tf.random ...) is
+decorated with `add_dispatch_support`, and when an op's arguments fail to
+convert it asks the registered global dispatchers (`GlobalOpDispatcher`) to
+handle the call. Ours records it (for tracers only: other calls are declined
+at once) and runs the op on the real tensors. Operators, indexing and tensor
+methods go through the tracer itself, like the NumPy backend. A composite op
+such as `tf.image.adjust_contrast` is one recorded call.
+
+What dispatch cannot see is watched by an eager op callback, which TensorFlow
+keeps per thread: a stateful random op run outside a recorded call (e.g.
+`tf.random.normal([3])`, whose arguments hold no tracer), or a read of a
+`tf.Variable` the function reached by itself in such a call (`w * 2`), makes
+the signature eager instead of being baked as a constant. A variable used
+together with a tracer (`tf.matmul(x, w)`) is referenced by the graph and read
+at every call. Tensors made by calls with no
+tracer argument (`tf.zeros`, `tf.constant`) are constants, as for NumPy.
+
+`tf.Variable` inputs are read live: the graph receives the variable, and the
+ops reading it run at every call, so a `tf.GradientTape` around the call
+records the same reads and ops as eager. A call TensorFlow cannot dispatch
+(a raw op given a tracer) fails conversion with a TypeError naming the
+tracer; that call then runs eagerly (`Backend.caused_by_tracing`).
+
+Alternative measured: tracing into a `tf.function` FuncGraph replays as one
+graph call, but a cached `tf.function` call costs 300-400 us on the CI
+machine kind, more than eager for small functions (benchmarks/
+bench_frameworks.py, results/frameworks_cpu.txt: swish 177 us eager, 369 us
+tf.function; softmax 159 / 331 us), and it cannot read values back into
+Python, which the tracer guards. It is what `return_backend_traced_fn=True`
+does (`jit_compile` optional). The LazyGraph in the same run: 1.04x to 7.3x
+eager, geomean 1.55x (another run: 0.91x to 27x); replay calls the same public
+API functions as eager, so a function that is one composite call (softmax)
+gains little.
+Replaying the raw ops instead (the op callback above sees each one with its
+attributes in `execute` form) would be faster, but would bake in any Python
+decision TensorFlow's own API code makes on tensor values in eager mode
+(`bool(t)` on a real tensor inside tf.* has no hook to guard it): not done.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager import context
+from tensorflow.python.util import dispatch, tf_export
+
+from ..graph.stateful import CallRecordingProxy
+
+from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer, Backend, CallKind,
+                   operator_syntax, unwrap_tree)
+
+_METHOD_OPS = {getattr(tf.Tensor, name): name for name in
+               list(OPERATORS) + list(ROPERATORS) + list(UNARY) + ["__getitem__"]
+               if hasattr(tf.Tensor, name)}
+_ARITHMETIC = set(OPERATORS) | set(ROPERATORS)        # operators whose number operand may be cached
+_METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "device", "name", "trainable"}
+_ATTRGETTERS = {name: operator.attrgetter(name) for name in _METADATA_ATTRIBUTES}
+_METADATA = {len} | set(_ATTRGETTERS.values())
+_MUTATING_METHODS = {"assign", "assign_add", "assign_sub", "scatter_add", "scatter_sub", "scatter_update",
+                     "scatter_nd_update", "scatter_nd_add", "scatter_nd_sub", "scatter_max", "scatter_min"}
+#: stateful random ops of the runtime (their draws advance hidden state)
+_RANDOM_OPS = {"RandomStandardNormal", "RandomUniform", "RandomUniformInt", "TruncatedNormal",
+               "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
+               "RandomCrop", "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt",
+               "StatefulStandardNormalV2", "StatefulTruncatedNormal", "RngReadAndSkip",
+               "RngSkip", "ParameterizedTruncatedNormal"}
+
+
+_KINDS = {np.asarray: CallKind.ESCAPE, **dict.fromkeys(READBACK_BUILTINS, CallKind.READBACK),
+          **dict.fromkeys(_METADATA, CallKind.METADATA), **dict.fromkeys(_METHOD_OPS, CallKind.OP)}
+
+
+class TfTracer(ArrayTracer):
+    """Stands in for a tf.Tensor or tf.Variable during a trace; every operation is reported."""
+
+    def __len__(self):
+        return self._lt_call(len, (self,))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __array__(self, dtype=None, copy=None):
+        # TensorFlow's own conversion tries this first: refusing it makes TensorFlow dispatch
+        # the op to us; np.asarray(x) in user code fails too, and the call runs eagerly
+        raise TypeError("a TfTracer cannot become a NumPy array inside a trace")
+
+    def numpy(self):
+        return self._lt_call(np.asarray, (self,))
+
+    def __repr__(self):
+        return f"TfTracer({self._lt_array!r})"
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in _ATTRGETTERS:
+            if sys._getframe(1).f_globals.get("__name__", "").startswith("tensorflow."):
+                # TensorFlow's own API code looking at an argument before it dispatches the
+                # call to us: the whole call is recorded and replayed, reads included
+                return getattr(self._lt_array, name)
+            return self._lt_call(_ATTRGETTERS[name], (self,))
+        method = getattr(type(self._lt_array), name, None)
+        if callable(method):
+            return functools.partial(_call_method, self, method)
+        self._lt_session.fail(f"tensor attribute {name!r} is not something lazytrace can follow")
+        return getattr(self._lt_array, name)
+
+
+def _operator(name):
+    method = getattr(tf.Tensor, name)
+
+    def op(self, *args):
+        return self._lt_call(method, (self,) + args)
+    op.__name__ = name
+    return op
+
+
+for _name in _METHOD_OPS.values():
+    setattr(TfTracer, _name, _operator(_name))
+
+
+def _call_method(tracer, method, *args, **kwargs):
+    return tracer._lt_call(method, (tracer,) + args, kwargs)
+
+
+def _first_tracer(obj, kwargs=None):
+    """The first tracer in (nested lists/tuples/dicts of) call arguments, or None."""
+    if kwargs:
+        found = _first_tracer(obj)
+        return found if found is not None else _first_tracer(list(kwargs.values()))
+    tp = type(obj)
+    if tp is TfTracer:
+        return obj
+    if tp is tuple or tp is list:
+        for x in obj:
+            found = _first_tracer(x)
+            if found is not None:
+                return found
+    elif tp is dict:
+        return _first_tracer(list(obj.values()))
+    return None
+
+
+class _Dispatcher(dispatch.GlobalOpDispatcher):
+    """Handles TensorFlow API calls given tracers (TensorFlow asks after conversion failed)."""
+
+    def handle(self, op, args, kwargs):
+        tracer = _first_tracer(args, kwargs)
+        if tracer is None:
+            return self.NOT_SUPPORTED
+        return tracer._lt_session.on_call(op, args, kwargs or {})
+
+
+class _RandomWatch:
+    """Eager op callback: a stateful random op, or a variable read, run by a call the trace did
+    not record (its result would otherwise become a constant)."""
+
+    def __init__(self, session):
+        self.session = session
+        self.depth = 0          # > 0 while a recorded call runs
+
+    def __call__(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        if self.depth == 0:
+            if op_type in _RANDOM_OPS:
+                self.session.fail("random numbers were drawn by calls lazytrace did not see")
+            elif op_type == "ReadVariableOp":
+                self.session.fail("a tf.Variable was read by a call lazytrace did not see (its value "
+                                  "would be baked in)")
+        return None
+
+
+class TensorflowBackend(Backend):
+    name = "tensorflow"
+    array_types = (tf.Tensor, tf.Variable)
+    tracer_class = TfTracer
+    tracked_types = (TfTracer, tf.Tensor, tf.Variable)
+    static_types = (tf.dtypes.DType, tf.TensorShape)
+    live_types = (tf.random.Generator,)
+    sees_creation = False          # tf.zeros(3): no tracer argument, not dispatched
+    knows_dynamic_shapes = False   # tf.where(c), tf.boolean_mask, tf.unique: no tags to tell
+
+    def __init__(self):
+        self._names: dict = {}
+        self._scalars: dict = {}
+        _Dispatcher().register()   # declines every call that holds no tracer
+
+    # ---- signature ------------------------------------------------------------
+    def describe(self, t):
+        if isinstance(t, tf.Variable):
+            return (type(t), tuple(t.shape), t.dtype, t.trainable)
+        return (type(t), tuple(t.shape), t.dtype, t.device)
+
+    def guard_conditions(self, expr, t, const):
+        return [f"tuple({expr}.shape) == {const(tuple(t.shape))}", f"{expr}.dtype == {const(t.dtype)}"]
+
+    # ---- tracing ----------------------------------------------------------------
+    def wrap_live(self, obj, session):
+        return CallRecordingProxy(obj, session)
+
+    @contextmanager
+    def intercept(self, session):
+        watch = session.backend_state = _RandomWatch(session)
+        ctx = context.context()
+        ctx.add_op_callback(watch)
+        try:
+            yield
+        finally:
+            ctx.remove_op_callback(watch)
+
+    def classify(self, func, args, kwargs) -> CallKind:
+        try:
+            kind = _KINDS.get(func)
+        except TypeError:            # unhashable callable
+            return CallKind.UNKNOWN
+        if kind is not None:
+            return kind
+        name = self._public_name(func)
+        if (name.startswith(("random.", "image.random_", "nn.dropout", "Generator."))
+                and "stateless" not in name):
+            return CallKind.GENERATOR
+        return CallKind.UNKNOWN
+
+    def run(self, func, args, kwargs):
+        tracer = _first_tracer(args, kwargs)
+        live = args[0] if args and type(args[0]) is CallRecordingProxy else None   # generator.normal(...)
+        session = tracer._lt_session if tracer is not None else live._self_session if live is not None else None
+        watch = session.backend_state if session is not None else None
+        raw_args = unwrap_tree(args, TfTracer)
+        if live is not None:
+            raw_args = (live.__wrapped__,) + tuple(raw_args[1:])
+        if watch is not None:
+            watch.depth += 1
+        try:
+            result = func(*raw_args, **unwrap_tree(kwargs, TfTracer))
+        finally:
+            if watch is not None:
+                watch.depth -= 1
+        mutated = []
+        if getattr(func, "__name__", "") in _MUTATING_METHODS and args:
+            mutated.append(args[0])
+        if session is None:
+            return result, mutated
+        by_array = {id(self.unwrap(m)): m for m in mutated}
+        return self._wrap(result, session, by_array), mutated
+
+    def _wrap(self, result, session, by_array):
+        if isinstance(result, (tf.Tensor, tf.Variable)):
+            known = by_array.get(id(result))
+            return known if known is not None else TfTracer(result, session)
+        if type(result) in (tuple, list):
+            return type(result)(self._wrap(x, session, by_array) for x in result)
+        return result
+
+    def specialize_args(self, func, args, kwargs, recorded):
+        """`x * 0.9` replays with a cached tf.constant(0.9, x.dtype): the operator converts the
+        number to exactly that tensor at every call otherwise (the same Mul op either way)."""
+        if kwargs or len(args) != 2 or type(args[1]) not in (int, float) or \
+                _METHOD_OPS.get(func) not in _ARITHMETIC:
+            return recorded
+        x, number = self.unwrap(args[0]), args[1]
+        if not isinstance(x, tf.Tensor) or not (x.dtype.is_floating or x.dtype.is_integer):
+            return recorded
+        key = (type(number), repr(number), x.dtype, x.device)
+        constant = self._scalars.get(key)
+        if constant is None:
+            try:
+                constant = self._scalars[key] = tf.constant(number, dtype=x.dtype)
+            except (TypeError, ValueError):
+                return recorded
+        return (recorded[0], constant)
+
+    def storage_key(self, t):
+        return id(self.unwrap(t))
+
+    def clone(self, t):
+        return t            # tensors are immutable
+
+    def to_numpy(self, t):
+        return t.numpy()
+
+    def from_numpy(self, data):
+        return tf.convert_to_tensor(data)
+
+    def rng_token(self, source=None):
+        return None         # unseen draws are caught by the op callback instead
+
+    def brief(self, t) -> tuple:
+        return (t.shape, t.dtype)
+
+    def format_brief(self, brief) -> str:
+        shape, dtype = brief
+        return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype.name}"
+
+    # ---- code generation ----------------------------------------------------------
+    def call_syntax(self, func):
+        name = _METHOD_OPS.get(func) if type(func) is not functools.partial else None
+        if name is not None:
+            return operator_syntax(name)
+        if func in _ATTRGETTERS.values():
+            return ("attribute", next(k for k, v in _ATTRGETTERS.items() if v is func))
+        qualname = getattr(func, "__qualname__", "")
+        if qualname.startswith(("Variable.", "ResourceVariable.", "BaseResourceVariable.", "Tensor.",
+                                "_EagerTensorBase.", "Generator.")):
+            return ("method", func.__name__)
+        return ("function", "tf." + self._public_name(func))
+
+    def _public_name(self, func) -> str:
+        entry = self._names.get(id(func))
+        if entry is None or entry[0] is not func:
+            name = None
+            try:
+                name = tf_export.get_canonical_name_for_symbol(func)
+            except Exception:       # not every callable is a TensorFlow symbol
+                pass
+            entry = self._names[id(func)] = (func, name or getattr(func, "__qualname__", "fn"))
+        return entry[1]
+
+    def literal(self, obj):
+        if isinstance(obj, tf.dtypes.DType):
+            return f"tf.{obj.name}"
+        return None
+
+    def namespace(self):
+        return {"tf": tf}
+
+    def compile(self, fn, graph, **options):
+        """tf.function of the generated function (options such as jit_compile=True are passed
+        on). A graph with guards reads values back into Python: it is kept as is."""
+        from ..graph.ir import Kind
+        if any(node.kind is Kind.GUARD for node in graph.nodes):
+            return fn
+        return tf.function(fn, autograph=False, **options)
+
+
+BACKEND_CLASS = TensorflowBackend

@@ -1,0 +1,156 @@
+"""JAX specifics: random keys as inputs, static args, outer transformations, jax.jit, weak types."""
+import threading
+
+import numpy as np
+import pytest
+
+import lazytrace
+
+jax = pytest.importorskip("jax", reason="jax is not installed (pip install -e '.[jax]')")
+jnp = jax.numpy
+
+
+def noisy_blur(x, key, sigma):
+    r = jnp.arange(5.0) - 2
+    k = jnp.exp(-(r ** 2) / (2 * sigma ** 2))        # built from Python numbers: one constant
+    k = k / k.sum()
+    y = jnp.convolve(x, k, mode="same")
+    y = jax.nn.softplus(y) + 0.1 * jax.random.normal(key, x.shape)
+    return jax.lax.clamp(0.0, y, 2.0).astype(jnp.float32) @ x
+
+
+def test_library_calls_and_keys_are_inputs_not_baked():
+    lazy = lazytrace.trace_graph(noisy_blur)
+    x = jnp.linspace(0, 1, 16)
+    lazy(x, jax.random.key(0), 1.5)
+    for seed in (1, 2):
+        x2, key = jax.random.uniform(jax.random.key(10 + seed), (16,)), jax.random.key(seed)
+        assert np.array_equal(lazy(x2, key, 1.5), noisy_blur(x2, key, 1.5))
+    assert lazy.stats.hits == 2 and lazy.stats.traces == 1
+    assert not np.array_equal(lazy(x, jax.random.key(1), 1.5), lazy(x, jax.random.key(2), 1.5))
+    graph = lazy.graph_for(x, jax.random.key(0), 1.5)
+    assert "exp" not in graph.source and graph.dropped["folded"] >= 4     # the kernel is a constant
+
+
+def test_raw_uint32_keys_and_split_are_traced():
+    def fn(x, key):
+        k1, k2 = jax.random.split(key)
+        return x + jax.random.uniform(k1, x.shape) - jax.random.bernoulli(k2, 0.5, x.shape)
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.zeros(4)
+    for seed in range(3):
+        assert np.array_equal(lazy(x, jax.random.PRNGKey(seed)), fn(x, jax.random.PRNGKey(seed)))
+    assert lazy.stats.hits == 2
+
+
+def test_static_argnums_and_argnames_like_jax_jit():
+    def fn(x, n, *, axis):
+        return jnp.sum(x ** n, axis=axis)
+
+    lazy = lazytrace.trace_graph(fn, static_argnums=1, static_argnames="axis")
+    x = jnp.arange(6.0).reshape(2, 3)
+    for n, axis in [(2, 0), (2, 0), (3, 1), (2, 0)]:
+        assert np.array_equal(lazy(x + n, n, axis=axis), fn(x + n, n, axis=axis))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+    compiled = lazytrace.trace_graph(fn, static_argnums=1, static_argnames="axis",
+                                     return_backend_traced_fn=True)
+    assert np.allclose(compiled(x, 2, axis=1), fn(x, 2, axis=1))
+    assert np.allclose(compiled(x + 1, 2, axis=1), fn(x + 1, 2, axis=1))
+    assert hasattr(compiled.graph_for(x, 2, axis=1).fn, "lower")        # handed to jax.jit
+
+
+def test_grad_and_vmap_applied_from_outside():
+    def fn(x):
+        return jnp.tanh(x * 3.0).sum() + jnp.log1p(x ** 2).mean()
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.linspace(-1, 1, 8)
+    lazy(x)                                                # a graph traced on concrete arrays
+    assert np.allclose(jax.grad(lazy)(x), jax.grad(fn)(x))
+    xs = jnp.stack([x, 2 * x])
+    assert np.allclose(jax.vmap(lazy)(xs), jax.vmap(fn)(xs))
+    assert np.allclose(jax.jit(lazy)(x), fn(x))
+    assert np.allclose(jax.grad(lazy)(x * 2), jax.grad(fn)(x * 2))      # cached for the tracer type
+
+
+def test_weak_types_are_part_of_the_key():
+    lazy = lazytrace.trace_graph(lambda x: x * 2)
+    weak, strong = jnp.asarray(1.5), jnp.asarray(1.5, dtype=jnp.float32)
+    assert weak.weak_type and not strong.weak_type
+    for a in (weak, strong, weak):
+        out = lazy(a)
+        assert out.weak_type == a.weak_type and float(out) == 3.0
+    assert lazy.stats.traces == 2
+
+
+def test_values_needed_by_jax_make_the_call_eager():
+    def fn(x):
+        return x[x > 0].sum() + len(x)           # a boolean mask: a shape from the data
+
+    lazy = lazytrace.trace_graph(fn)
+    for x in (jnp.array([1.0, -1.0, 2.0]), jnp.array([1.0, 3.0, 2.0])):
+        assert float(lazy(x)) == float(fn(x))
+    assert lazy.stats.eager == 2 and lazy.stats.hits == 0
+
+
+def test_numpy_inside_a_jax_function_runs_eagerly():
+    def fn(x):
+        return jnp.asarray(np.cumsum(np.asarray(x))) * x
+
+    lazy = lazytrace.trace_graph(fn)
+    for x in (jnp.ones(3), jnp.arange(3.0)):
+        assert np.array_equal(lazy(x), fn(x))
+    assert lazy.stats.eager == 2 and lazy.stats.hits == 0
+
+
+def test_a_jax_trace_records_nothing_from_other_threads():
+    inside, go_on = threading.Event(), threading.Event()
+
+    def fn(x):
+        y = x + 1
+        inside.set()
+        go_on.wait(5)
+        return y * 2
+
+    lazy = lazytrace.trace_graph(fn)
+    t = threading.Thread(target=lambda: lazy(jnp.ones(3)))
+    t.start()
+    inside.wait(5)
+    other = jnp.ones(3)
+    for _ in range(5):
+        other = jnp.sin(other) + jnp.cos(other)
+    go_on.set()
+    t.join()
+    assert len(lazy.graphs[0].nodes) == 2
+    assert np.array_equal(lazy(jnp.zeros(3)), jnp.full(3, 2.0))
+
+
+def test_custom_derivative_rules_survive_the_graph():
+    def fn(x):      # relu's rule gives 0 at 0 (max would give 0.5); logsumexp's is the stable one
+        return jax.nn.relu(x).sum() + jax.nn.softplus(x).sum() + jax.nn.logsumexp(x * 1000.0)
+
+    x = jnp.array([0.0, 1.0, -1.0, 50.0])
+    lazy = lazytrace.trace_graph(fn)
+    lazy(x)
+    assert np.array_equal(jax.grad(lazy)(x), jax.grad(fn)(x))
+    assert np.array_equal(jax.grad(lazy)(x + 0.0), jax.grad(fn)(x))
+    fresh = lazytrace.trace_graph(fn)                     # first traced under grad: eager, same rules
+    assert np.array_equal(jax.grad(fresh)(x), jax.grad(fn)(x))
+    assert np.array_equal(jax.grad(fresh)(x), jax.grad(fn)(x))
+    assert fresh.stats.eager == 2 and "derivative rule" in next(iter(fresh.stats.reasons))
+
+
+def test_jax_config_is_part_of_the_key():
+    lazy = lazytrace.trace_graph(lambda x: x * 0.1 + jnp.arange(3))
+    x = jnp.ones(3, dtype=jnp.float32)
+    lazy(x), lazy(x)
+    jax.config.update("jax_enable_x64", True)
+    try:
+        out = lazy(x)
+        assert out.dtype == (x * 0.1 + jnp.arange(3)).dtype
+        assert lazy.stats.traces == 2
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    lazy(x)
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2

@@ -1,0 +1,145 @@
+"""TensorFlow specifics: variables read live, GradientTape, random ops, tf.function, escapes."""
+import numpy as np
+import pytest
+
+import lazytrace
+
+tf = pytest.importorskip("tensorflow", reason="tensorflow is not installed (pip install -e '.[tensorflow]')")
+
+
+def brighten(img, v):
+    img = tf.image.adjust_contrast(img, 1.5)
+    kernel = tf.exp(-tf.range(3.0) ** 2)            # from Python numbers only: one constant
+    kernel = kernel / tf.reduce_sum(kernel)
+    y = tf.nn.relu(tf.math.tanh(img) * v) + kernel[1]
+    return tf.clip_by_value(y, 0.0, 1.0)
+
+
+def test_tf_calls_traced_with_constants_folded():
+    lazy = lazytrace.trace_graph(brighten)
+    v = tf.Variable(2.0)
+    img = tf.random.uniform((4, 4, 3), seed=1)
+    lazy(img, v)
+    img2 = tf.random.uniform((4, 4, 3), seed=2)
+    assert np.array_equal(lazy(img2, v), brighten(img2, v))
+    assert lazy.stats.hits == 1
+    graph = lazy.graph_for(img, v)
+    assert "exp" not in graph.source and "range" not in graph.source   # calls on no input: constants
+    assert len(graph.constants) >= 1
+
+
+def test_variables_are_read_live_and_gradients_match_eager():
+    lazy = lazytrace.trace_graph(brighten)
+    v = tf.Variable(2.0)
+    img = tf.random.uniform((4, 4, 3), seed=3)
+    lazy(img, v)
+    v.assign(0.5)                                   # the graph must see the new value
+    assert np.array_equal(lazy(img, v), brighten(img, v))
+    with tf.GradientTape() as tape:
+        out = tf.reduce_sum(lazy(img, v))
+    with tf.GradientTape() as eager_tape:
+        expected = tf.reduce_sum(brighten(img, v))
+    assert lazy.stats.hits == 2
+    assert float(out) == float(expected)
+    assert np.allclose(tape.gradient(out, v), eager_tape.gradient(expected, v))
+
+
+def test_gradient_tape_watching_a_tensor_input():
+    lazy = lazytrace.trace_graph(lambda x: tf.reduce_sum(tf.sin(x) * x))
+    x = tf.constant([0.5, 1.0, 2.0])
+    lazy(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = lazy(x)
+    assert lazy.stats.hits == 1
+    assert np.allclose(tape.gradient(y, x), np.sin(x) + x * np.cos(x))
+
+
+def test_random_draws_are_fresh_or_make_the_call_eager():
+    seen = lazytrace.trace_graph(lambda x: tf.nn.dropout(x, rate=0.5))
+    x = tf.ones((64,))
+    seen(x)
+    assert not np.array_equal(seen(x), seen(x))           # replayed as a generator
+    assert any(n.kind.value == "generator" for n in seen.graph_for(x).nodes)
+    unseen = lazytrace.trace_graph(lambda x: x + tf.random.normal([64]))   # no tracer argument
+    a, b = unseen(x), unseen(x)
+    assert not np.array_equal(a, b)
+    assert unseen.stats.eager == 2 and "random" in next(iter(unseen.stats.reasons))
+
+
+def test_numpy_escape_and_undispatchable_calls_run_eagerly():
+    def escape(x):
+        return x * float(np.sum(x.numpy()))
+
+    def raw_op(x):
+        return tf.raw_ops.AddV2(x=x, y=x) * 2           # raw ops take no dispatch
+
+    for fn in (escape, raw_op):
+        lazy = lazytrace.trace_graph(fn)
+        for seed in range(2):
+            x = tf.random.uniform((3,), seed=seed)
+            assert np.array_equal(lazy(x), fn(x))
+        assert lazy.stats.eager == 2 and lazy.stats.hits == 0
+
+
+def test_return_backend_traced_fn_uses_tf_function_with_jit_compile_option():
+    def fn(x):
+        return tf.reduce_mean(tf.square(x) + 1.0, axis=-1)
+
+    x = tf.random.uniform((3, 5), seed=4)
+    for options in (True, {"jit_compile": True}):
+        lazy = lazytrace.trace_graph(fn, return_backend_traced_fn=options)
+        lazy(x)
+        x2 = tf.random.uniform((3, 5), seed=5)
+        assert np.allclose(lazy(x2), fn(x2))
+        compiled = lazy.graph_for(x).fn
+        assert hasattr(compiled, "get_concrete_function")
+        assert compiled._jit_compile is (options is not True or None)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_number_operands_replayed_as_constants_are_bit_identical(dtype):
+    def fn(x):
+        y = (x * 3 + 2) - 7 * x + (x // 2 if dtype == "int32" else 1.5 / (x + 0.25) - x ** 2)
+        return y[1] + y[0:2]                      # indices stay Python ints
+
+    lazy = lazytrace.trace_graph(fn)
+    lazy(tf.ones((4,), dtype=dtype))
+    for seed in range(3):
+        x = tf.cast(tf.random.uniform((4,), 0, 10, seed=seed), dtype)
+        assert np.array_equal(lazy(x), fn(x))
+    assert lazy.stats.hits == 3
+    assert "c" in lazy.graph_for(x).source or "k" in lazy.graph_for(x).source   # cached operands
+
+
+def test_closure_variables_are_read_at_every_call_or_the_call_is_eager():
+    w = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
+
+    def direct(x):
+        return tf.linalg.matmul(x, w)            # used with a tracer: referenced, read live
+
+    def derived(x):
+        return x + w * 2.0                      # w * 2 holds no tracer: would be baked
+
+    x = tf.ones((2, 2))
+    lazies = [lazytrace.trace_graph(direct), lazytrace.trace_graph(derived)]
+    for lazy in lazies:
+        lazy(x)
+    w.assign([[0.0, 1.0], [1.0, 0.0]])
+    assert np.array_equal(lazies[0](x), direct(x)) and lazies[0].stats.hits == 1
+    assert np.array_equal(lazies[1](x), derived(x)) and lazies[1].stats.eager == 2
+    assert "tf.Variable" in next(iter(lazies[1].stats.reasons))
+
+
+def test_generator_arguments_draw_fresh_values_like_eager():
+    def fn(x, gen):
+        return x + gen.normal(x.shape) * gen.uniform([])
+
+    lazy = lazytrace.trace_graph(fn)
+    x = tf.zeros(4)
+    lazy(x, tf.random.Generator.from_seed(0))
+    out = lazy(x, tf.random.Generator.from_seed(7))
+    assert lazy.stats.hits == 1
+    assert np.array_equal(out, fn(x, tf.random.Generator.from_seed(7)))
+    gen = tf.random.Generator.from_seed(1)
+    assert not np.array_equal(lazy(x, gen), lazy(x, gen))          # the generator advances
