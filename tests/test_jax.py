@@ -154,3 +154,47 @@ def test_jax_config_is_part_of_the_key():
         jax.config.update("jax_enable_x64", False)
     lazy(x)
     assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+
+
+@pytest.fixture
+def xla_compiles():
+    """Names of the XLA compilations made while the test runs (jax.monitoring events)."""
+    count = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            count.append(event)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    yield count
+    jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def test_a_trace_after_eager_calls_compiles_nothing_new(xla_compiles):
+    """Indexing runs as eager runs it (a dynamic_slice compiled once per shape, not a static
+    slice per index), and stop_gradient returns its argument: the trace reuses eager's work."""
+    def fn(x):
+        k = jnp.exp(x[0]) + x[1] * x[2]
+        return jax.lax.stop_gradient(k) + jax.nn.softmax(x[3:], axis=-1).sum(0)
+
+    x = jnp.arange(40.0).reshape(5, 8) / 40
+    fn(x)
+    del xla_compiles[:]
+    lazy = lazytrace.trace_graph(fn)
+    assert np.array_equal(lazy(x), fn(x))
+    assert xla_compiles == []
+    for x2 in (x + 1, x * -2):
+        assert np.array_equal(lazy(x2), fn(x2))
+    assert lazy.stats.hits == 2
+
+
+def test_stop_gradient_in_a_graph_stops_gradients_applied_from_outside():
+    def fn(x):
+        return jnp.sum(jax.lax.stop_gradient(x * x) * x + x[0] * x[1])
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.array([1.0, 2.0, 3.0])
+    lazy(x)
+    for x2 in (x + 1, x * 3):
+        assert np.array_equal(jax.grad(lazy)(x2), jax.grad(fn)(x2))
+        assert np.array_equal(lazy(x2), fn(x2))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 3     # arrays, and grad's tracers: replayed

@@ -42,6 +42,7 @@ is a constant (JAX's random numbers are a pure function of the key).
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import partial
 
 import jax
 import numpy as np
@@ -187,6 +188,7 @@ class JaxBackend(Backend):
     def __init__(self):
         self._names: dict = {}         # id(callable) -> (callable, display name)
         self._jit_callables: dict = {}
+        self._impl_callables: dict = {}
 
     # ---- signature ------------------------------------------------------------
     def describe(self, a):
@@ -244,8 +246,14 @@ class JaxBackend(Backend):
                 entry = self._jit_callables[key] = (params["jaxpr"], _jit_callable(params))
             fn = entry[1]
             name = f"jit.{params['name']}"
-        else:
+        elif _generic_impl(primitive):
             fn = dispatch.xla_primitive_callable(primitive, **params)
+            name = f"lax.{primitive.name}_p"
+        else:
+            key = (primitive, *sorted(params.items()))
+            fn = self._impl_callables.get(key)
+            if fn is None:
+                fn = self._impl_callables[key] = _impl_callable(primitive, params)
             name = f"lax.{primitive.name}_p"
         self.name_callable(fn, name)
         return fn
@@ -310,6 +318,26 @@ class JaxBackend(Backend):
 def _fun_name(fun) -> str:
     info = getattr(fun, "debug_info", None)
     return getattr(info, "func_name", None) or "fn"
+
+
+def _generic_impl(primitive) -> bool:
+    """Whether eager JAX runs `primitive` by compiling it alone (`dispatch.apply_primitive`)."""
+    impl = primitive.impl
+    return isinstance(impl, partial) and impl.func is dispatch.apply_primitive and impl.args == (primitive,)
+
+
+def _impl_callable(primitive, params):
+    """A primitive with an eager rule of its own, called as eager calls it: `slice` runs as a
+    `dynamic_slice` compiled once per shape (not once per index), `stop_gradient` returns its
+    argument. Replayed under an outer transformation (grad, vmap, jit of the graph), the
+    primitive is bound, so that the transformation sees it (stop_gradient stops gradients)."""
+    impl = primitive.impl
+
+    def call(*args):
+        if any(isinstance(a, core.Tracer) for a in args):
+            return primitive.bind(*args, **params)
+        return impl(*args, **params)
+    return call
 
 
 def _jit_callable(params):
