@@ -143,3 +143,46 @@ def test_generator_arguments_draw_fresh_values_like_eager():
     assert np.array_equal(out, fn(x, tf.random.Generator.from_seed(7)))
     gen = tf.random.Generator.from_seed(1)
     assert not np.array_equal(lazy(x, gen), lazy(x, gen))          # the generator advances
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "float16"])
+def test_operators_on_one_float_dtype_replay_as_their_raw_op(dtype):
+    def fn(x, y):
+        return ((2 - x) * y + y * x) / (x + 3) - 1 / y
+
+    lazy = lazytrace.trace_graph(fn)
+    x, y = tf.ones((2, 3), dtype=dtype), tf.fill((2, 3), tf.constant(2, dtype=dtype))
+    lazy(x, y)
+    source = lazy.graph_for(x, y).source
+    floats = dtype != "int32"
+    assert ("raw_ops.Mul" in source and "raw_ops.RealDiv" in source and "raw_ops.Sub" in source) is floats
+    assert (" * " in source) is not floats        # int32 keeps the operator (its / casts to float64)
+    for seed in range(2):
+        x2 = tf.cast(tf.random.uniform((2, 3), 1, 10, seed=seed), dtype)
+        y2 = tf.cast(tf.random.uniform((2, 3), 1, 10, seed=seed + 5), dtype)
+        got, want = lazy(x2, y2), fn(x2, y2)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert lazy.stats.hits == 2
+    if floats:
+        x3 = tf.Variable(x2)
+        with tf.GradientTape() as tape:
+            out = tf.reduce_sum(lazy(tf.identity(x3), y2))
+        with tf.GradientTape() as eager_tape:
+            want = tf.reduce_sum(fn(tf.identity(x3), y2))
+        assert np.array_equal(tape.gradient(out, x3), eager_tape.gradient(want, x3))
+
+
+def test_operators_on_variables_keep_the_operator():
+    def fn(x, v):
+        return x * v + 2.0 * x
+
+    lazy = lazytrace.trace_graph(fn)
+    v = tf.Variable(3.0)
+    x = tf.ones((3,))
+    lazy(x, v)
+    source = lazy.graph_for(x, v).source
+    assert " * " in source and "raw_ops.Mul" in source      # x * v (a variable), 2.0 * x (raw op)
+    v.assign(-1.0)
+    x2 = tf.range(3.0)
+    assert np.array_equal(lazy(x2, v), fn(x2, v))
+    assert lazy.stats.hits == 1

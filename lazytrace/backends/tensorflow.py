@@ -38,7 +38,10 @@ gains little.
 Replaying the raw ops instead (the op callback above sees each one with its
 attributes in `execute` form) would be faster, but would bake in any Python
 decision TensorFlow's own API code makes on tensor values in eager mode
-(`bool(t)` on a real tensor inside tf.* has no hook to guard it): not done.
+(`bool(t)` on a real tensor inside tf.* has no hook to guard it): not done in
+general. Only the four arithmetic operators on two tensors of one float dtype,
+whose Python code is known (see `replay_call`), replay as their one raw op
+(`Mul`: ~17 us against ~45 us for `x * y` on this machine kind).
 """
 from __future__ import annotations
 
@@ -50,6 +53,8 @@ from contextlib import contextmanager
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
+from tensorflow.python.framework.ops import EagerTensor
+from tensorflow.python.ops import gen_math_ops
 from tensorflow.python.util import dispatch, tf_export
 
 from ..graph.stateful import CallRecordingProxy
@@ -72,6 +77,14 @@ _RANDOM_OPS = {"RandomStandardNormal", "RandomUniform", "RandomUniformInt", "Tru
                "RandomCrop", "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt",
                "StatefulStandardNormalV2", "StatefulTruncatedNormal", "RngReadAndSkip",
                "RngSkip", "ParameterizedTruncatedNormal"}
+
+
+#: Tensor operators whose whole work, on two tensors of one float dtype, is one raw op
+_RAW_BINARY = {"__add__": gen_math_ops.add_v2, "__sub__": gen_math_ops.sub, "__mul__": gen_math_ops.mul,
+               "__truediv__": gen_math_ops.real_div}
+_RAW_NAMES = {gen_math_ops.add_v2: "raw_ops.AddV2", gen_math_ops.sub: "raw_ops.Sub", gen_math_ops.mul: "raw_ops.Mul",
+              gen_math_ops.real_div: "raw_ops.RealDiv"}
+_FLOATS = {tf.float16, tf.bfloat16, tf.float32, tf.float64}
 
 
 _KINDS = {np.asarray: CallKind.ESCAPE, **dict.fromkeys(READBACK_BUILTINS, CallKind.READBACK),
@@ -188,7 +201,7 @@ class TensorflowBackend(Backend):
     knows_dynamic_shapes = False   # tf.where(c), tf.boolean_mask, tf.unique: no tags to tell
 
     def __init__(self):
-        self._names: dict = {}
+        self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}
         self._scalars: dict = {}
         _Dispatcher().register()   # declines every call that holds no tracer
 
@@ -276,6 +289,26 @@ class TensorflowBackend(Backend):
             except (TypeError, ValueError):
                 return recorded
         return (recorded[0], constant)
+
+    def replay_call(self, func, args, kwargs, recorded):
+        """`x * y` on two tensors of one float dtype replays as the one raw op (Mul) that
+        `Tensor.__mul__` runs for them after its Python-level work (name scope, dtype promotion,
+        which is a no-op for one dtype, and the bool, sparse and string cases, which do not
+        apply): ~20-30 us less per operator. The key fixes input types and dtypes, so the
+        condition checked here holds at every replay."""
+        try:
+            name = _METHOD_OPS.get(func) if len(args) == 2 and not kwargs else None
+        except TypeError:           # unhashable callable
+            return func, recorded
+        reflected = name is not None and name.startswith("__r")
+        op = _RAW_BINARY.get(name.replace("__r", "__", 1) if reflected else name)
+        if op is None:
+            return func, recorded
+        operands = [r if isinstance(r, tf.Tensor) else self.unwrap(a) for a, r in zip(args, recorded)]
+        if any(type(t) is not EagerTensor for t in operands) or operands[0].dtype != operands[1].dtype \
+                or operands[0].dtype not in _FLOATS:
+            return func, recorded
+        return op, (recorded[::-1] if reflected else recorded)
 
     def storage_key(self, t):
         return id(self.unwrap(t))

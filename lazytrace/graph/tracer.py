@@ -200,6 +200,7 @@ class TraceSession:
             foldable = self.array_caching and constant_inputs
         if not foldable:
             args = self.backend.specialize_args(func, raw_args, kwargs, args)
+            func, args = self.backend.replay_call(func, raw_args, kwargs, args)
         node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable)
         for obj in mutated:
             value = self.value_of(obj)
