@@ -11,7 +11,11 @@ function called inside (most of jax.numpy is) is one `jit` primitive.
 
 Replay calls, per recorded primitive, the callable eager JAX itself would
 dispatch to: for `jit`, JAX's C++ `pjit` dispatcher over the same jaxpr; for
-any other primitive, `dispatch.xla_primitive_callable`; a custom_jvp /
+a primitive with an eager rule of its own, that rule (`slice` runs as a
+`dynamic_slice` compiled once per shape, not a static slice compiled per
+index; `stop_gradient` returns its argument), so that a trace after eager
+calls compiles nothing new; for any other primitive,
+`dispatch.xla_primitive_callable`; a custom_jvp /
 custom_vjp function (jax.nn.relu, softplus, logsumexp ...) is staged with its
 rules into one jitted call, so `jax.grad` of a graph uses those rules. Results are therefore bit-identical to
 eager, and the Python work of jax.numpy (argument checks, dtype promotion,
@@ -27,9 +31,12 @@ primitives through `bind` (the 512 us path) and cannot read values back into
 Python (`if x.max() > 0`), which the tracer here guards like the other
 backends do. benchmarks/bench_frameworks.py (six small functions on 3x32x32,
 results/frameworks_cpu.txt, a loaded machine): LazyGraph over eager 1.06x to
-17x, geomean 2.5x; jax.jit cached 5x to 81x; first call (trace) 8x to 150x
-an eager call (JAX's Python path for each jitted function under a trace, and
-an XLA compile the first time a process meets it).
+17x, geomean 2.5x; jax.jit cached 5x to 81x. First call (trace) 3.5x to 16x
+an eager call (it was 8x to 150x while the trace ran `slice` and
+`stop_gradient` through compiles of their own): what is left is JAX's Python
+path for each jitted function under a trace (~100 us each) and one run of each
+new jit primitive through JAX's Python dispatch path (its C++ fast path is
+filled by that first call); a second trace of the same function costs 3x-9x.
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that needs a concrete value to decide a shape
