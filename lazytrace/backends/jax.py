@@ -30,13 +30,14 @@ The alternative of `jax.make_jaxpr` + `eval_jaxpr` evaluates the same
 primitives through `bind` (the 512 us path) and cannot read values back into
 Python (`if x.max() > 0`), which the tracer here guards like the other
 backends do. benchmarks/bench_frameworks.py (six small functions on 3x32x32,
-results/frameworks_cpu.txt, a loaded machine): LazyGraph over eager 1.06x to
-17x, geomean 2.5x; jax.jit cached 5x to 81x. First call (trace) 3.5x to 16x
-an eager call (it was 8x to 150x while the trace ran `slice` and
-`stop_gradient` through compiles of their own): what is left is JAX's Python
-path for each jitted function under a trace (~100 us each) and one run of each
-new jit primitive through JAX's Python dispatch path (its C++ fast path is
-filled by that first call); a second trace of the same function costs 3x-9x.
+results/frameworks_cpu.txt, a loaded machine, two runs): LazyGraph over eager
+0.97x to 21x, geomean 1.9x-2.3x; jax.jit cached 2.4x to 114x. First call
+(trace) 4x to 19x an eager call (it was 8x to 150x while the trace ran
+`slice` and `stop_gradient` through compiles of their own): what is left is
+JAX's Python path for each jitted function under a trace (~100 us each) and
+one run of each new jit primitive through JAX's Python dispatch path (its C++
+fast path is filled by that first call); a second trace of the same function
+costs 3x-20x.
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that needs a concrete value to decide a shape
