@@ -131,6 +131,11 @@ class Backend:
         what the signature key fixes (dtype, device, strides): the graph then skips the call."""
         return False
 
+    def state_change(self, before, after):
+        """(callable, args) that replays a change of unseen_state() from `before` to `after`, or
+        None when it cannot be replayed (the signature then runs eagerly)."""
+        return None
+
     def metadata_inputs(self, func, args, kwargs) -> tuple:
         """The arguments of this call whose values it never reads, only their shape, dtype and
         device (`ones_like(x)`'s x, `k.to(x)`'s x): a call whose other inputs are constants is

@@ -138,7 +138,7 @@ class TraceSession:
     def _on_call(self, func, args, kwargs):
         backend = self.backend
         if backend.unseen_state() != self._unseen:
-            self.fail(_UNSEEN_STATE)
+            self._unseen_state_changed()
         kind = backend.classify(func, args, kwargs)
         if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
@@ -282,6 +282,18 @@ class TraceSession:
         else:
             self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object")
 
+    def _unseen_state_changed(self):
+        """Global state changed without a call showing it: record the change if the backend can
+        replay it (autocast), else this signature runs eagerly."""
+        now = self.backend.unseen_state()
+        change = self.backend.state_change(self._unseen, now)
+        if change is None:
+            self.fail(_UNSEEN_STATE)
+            return
+        func, args = change
+        self.nodes.append(Node(len(self.nodes), Kind.STATE, func, args, {}, [], []))
+        self._unseen = now
+
     def fail(self, reason: str):
         if self.untraceable is None:
             self.untraceable = reason
@@ -298,7 +310,7 @@ class TraceSession:
         finally:
             _active.reset(token)
         if self.backend.unseen_state() != self._unseen:
-            self.fail(_UNSEEN_STATE)
+            self._unseen_state_changed()
         if self.include_generators and any(self.backend.rng_token(rng) != before
                                            for rng, before in self._rng.values()):
             self.fail(_UNSEEN_RNG)
