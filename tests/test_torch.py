@@ -460,3 +460,52 @@ def test_guards_on_arrays_the_function_holds_run_before_its_random_draws():
     torch.manual_seed(3)
     assert torch.equal(lazy(x), expected)
     assert lazy.stats.guard_failures == 1
+
+
+def test_module_attributes_written_by_forward_are_replayed():
+    import copy
+
+    import kornia.augmentation as KA
+
+    # kornia's augmentations store the sampled parameters on the module (transform_matrix): a graph
+    # must set them on every call, not only on the call that traced
+    for make in (lambda: KA.RandomAffine(degrees=30.0, p=1.0), lambda: KA.RandomHorizontalFlip(p=0.5),
+                 lambda: KA.RandomRotation(degrees=45.0, p=1.0)):
+        module = make()
+        reference = copy.deepcopy(module)
+        traced = lazytrace.trace_graph(module)
+        x = torch.rand(2, 3, 16, 16)
+        for seed in range(4):
+            torch.manual_seed(seed)
+            got = traced(x)
+            torch.manual_seed(seed)
+            want = reference(x)
+            assert torch.equal(got, want)
+            assert torch.equal(traced.transform_matrix, reference.transform_matrix)
+        assert traced.forward.stats.hits == 3, traced.forward.explain()
+
+
+def test_module_attributes_read_by_forward_are_guarded():
+    import kornia.augmentation as KA
+
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.factor, self.shift = 2.0, torch.zeros(1)
+
+        def forward(self, x):
+            return x * self.factor + self.shift
+
+    module = lazytrace.trace_graph(Scale())
+    x = torch.ones(3)
+    assert module(x).tolist() == [2.0] * 3 and module(x).tolist() == [2.0] * 3
+    module.factor = 5.0                       # a Python value: compared when the graph runs
+    assert module(x).tolist() == [5.0] * 3
+    module.shift = torch.ones(1)              # another tensor object: compared by identity
+    assert module(x).tolist() == [6.0] * 3
+
+    aug = lazytrace.trace_graph(KA.RandomAffine(degrees=30.0, p=1.0))
+    aug(x.new_ones(1, 3, 8, 8)), aug(x.new_ones(1, 3, 8, 8))
+    aug.p = 0.0                               # never apply: the input comes back
+    img = torch.rand(1, 3, 8, 8)
+    assert torch.equal(aug(img), img)

@@ -47,9 +47,14 @@ class Backend:
     #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
     knows_dynamic_shapes: bool = True
 
+    #: attributes of framework objects that their own machinery reads (torch.nn.Module's hook and
+    #: parameter dicts): never recorded on stateful objects, lazytrace handles their content otherwise
+    bookkeeping_attributes: frozenset = frozenset()
+
     def bind(self, obj):
         """For a framework object with its own tracing rules (torch.nn.Module):
-        (function to trace, extra live inputs, install); else None."""
+        (function to trace, extra live inputs, install, objects whose attributes the traced call
+        reads and writes: recorded as stateful); else None."""
         return None
 
     def traced_method(self, cls: type) -> str | None:

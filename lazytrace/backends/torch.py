@@ -116,6 +116,10 @@ class TorchBackend(Backend):
         self._aten_tags: dict = {}
         self._persistable = None    # calls a stored graph may make (allowed_target)
 
+    #: nn.Module's own attributes: parameters and buffers are live inputs, submodules are recorded
+    #: themselves, hooks run around the traced forward, `training` is keyed
+    bookkeeping_attributes = frozenset(vars(torch.nn.Module()))
+
     def bind(self, obj):
         if not isinstance(obj, torch.nn.Module):
             return None
@@ -124,7 +128,9 @@ class TorchBackend(Backend):
             obj.forward = traced
             return obj
 
-        return ModuleForward(obj), ModuleLiveInputs(obj), install
+        # every submodule's plain attributes (`self.p`, kornia's `self._params`) are read and written
+        # by forward: recorded like stateful objects (reads guarded, writes replayed)
+        return ModuleForward(obj), ModuleLiveInputs(obj), install, tuple(obj.modules())
 
     def traced_method(self, cls):
         return "forward" if issubclass(cls, torch.nn.Module) else None
