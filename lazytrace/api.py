@@ -3,6 +3,7 @@ backend knows how to trace, like a torch.nn.Module) and on whether example
 arguments are given (eager Graph) or not (LazyGraph)."""
 from __future__ import annotations
 
+import dataclasses
 from types import ModuleType
 from typing import Any
 
@@ -90,7 +91,9 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
                           stateful_argnums=_stateful_indices(arg_stateful_idxs),
                           stateful_argnames=_as_tuple(kwarg_stateful_idxs))
     binding = _bind(obj)
-    fn, extra, install = binding if binding else (obj, None, None)
+    fn, extra, install, state_objects = binding if binding else (obj, None, None, ())
+    if state_objects:
+        options = dataclasses.replace(options, stateful=options.stateful + tuple(state_objects))
     if not callable(fn):
         raise TypeError(f"trace_graph() takes callables, got {type(obj).__name__}")
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__

@@ -262,13 +262,41 @@ def test_metadata_only_arguments_are_per_position():
         assert [n.target.__name__ for n in cast.graph_for(y).nodes] == ["mul"]
 
 
-def test_state_changed_where_calls_cannot_show_it_runs_eagerly():
-    # torch.autocast / set_default_dtype inside a function never reach a TorchFunctionMode
+def test_autocast_switched_inside_the_function_is_replayed():
+    # torch.autocast inside a function never reaches a TorchFunctionMode: the tracer sees the state
+    # change before the next call and records it, so the graph switches autocast as eager did
     def mixed(x):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = x @ x
-        return y.float()
+            if y.sum() > 0:
+                y = y * 2
+        return y.float() + x
 
+    lazy = lazytrace.trace_graph(mixed)
+    x = torch.rand(4, 4)
+    for _ in range(3):
+        y = torch.rand(4, 4)
+        assert torch.equal(lazy(y), mixed(y)) and not torch.is_autocast_enabled("cpu")
+    assert lazy.stats.hits == 2
+    assert torch.equal(lazy(-x), mixed(-x))          # a guard fails inside the autocast region ...
+    assert not torch.is_autocast_enabled("cpu")      # ... and autocast is put back
+
+
+def test_kornia_under_an_outer_autocast_replays_its_inner_switches():
+    import kornia
+
+    # kornia switches autocast off around some stacks when it is on (kornia.core.ops)
+    lazy = lazytrace.trace_graph(kornia.color.rgb_to_hsv)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for seed in range(3):
+            img = torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+            got, want = lazy(img), kornia.color.rgb_to_hsv(img)
+            assert torch.equal(got, want) and got.dtype == want.dtype
+        assert torch.is_autocast_enabled("cpu")
+    assert lazy.stats.hits == 2
+
+
+def test_default_dtype_changed_inside_the_function_runs_eagerly():
     def default64(x):
         torch.set_default_dtype(torch.float64)
         try:
@@ -276,12 +304,11 @@ def test_state_changed_where_calls_cannot_show_it_runs_eagerly():
         finally:
             torch.set_default_dtype(torch.float32)
 
-    for fn, x in ((mixed, torch.rand(4, 4)), (default64, torch.rand(2, dtype=torch.float64))):
-        lazy = lazytrace.trace_graph(fn)
-        for _ in range(3):
-            y = torch.rand_like(x)
-            assert torch.equal(lazy(y), fn(y))
-        assert lazy.stats.hits == 0 and "autocast" in lazy.eager_signatures[0]
+    lazy = lazytrace.trace_graph(default64)
+    for _ in range(3):
+        y = torch.rand(2, dtype=torch.float64)
+        assert torch.equal(lazy(y), default64(y))
+    assert lazy.stats.hits == 0 and "set_default_dtype" in lazy.eager_signatures[0]
 
 
 def test_autocast_around_the_call_is_keyed_with_its_dtype():
@@ -433,3 +460,52 @@ def test_guards_on_arrays_the_function_holds_run_before_its_random_draws():
     torch.manual_seed(3)
     assert torch.equal(lazy(x), expected)
     assert lazy.stats.guard_failures == 1
+
+
+def test_module_attributes_written_by_forward_are_replayed():
+    import copy
+
+    import kornia.augmentation as KA
+
+    # kornia's augmentations store the sampled parameters on the module (transform_matrix): a graph
+    # must set them on every call, not only on the call that traced
+    for make in (lambda: KA.RandomAffine(degrees=30.0, p=1.0), lambda: KA.RandomHorizontalFlip(p=0.5),
+                 lambda: KA.RandomRotation(degrees=45.0, p=1.0)):
+        module = make()
+        reference = copy.deepcopy(module)
+        traced = lazytrace.trace_graph(module)
+        x = torch.rand(2, 3, 16, 16)
+        for seed in range(4):
+            torch.manual_seed(seed)
+            got = traced(x)
+            torch.manual_seed(seed)
+            want = reference(x)
+            assert torch.equal(got, want)
+            assert torch.equal(traced.transform_matrix, reference.transform_matrix)
+        assert traced.forward.stats.hits == 3, traced.forward.explain()
+
+
+def test_module_attributes_read_by_forward_are_guarded():
+    import kornia.augmentation as KA
+
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.factor, self.shift = 2.0, torch.zeros(1)
+
+        def forward(self, x):
+            return x * self.factor + self.shift
+
+    module = lazytrace.trace_graph(Scale())
+    x = torch.ones(3)
+    assert module(x).tolist() == [2.0] * 3 and module(x).tolist() == [2.0] * 3
+    module.factor = 5.0                       # a Python value: compared when the graph runs
+    assert module(x).tolist() == [5.0] * 3
+    module.shift = torch.ones(1)              # another tensor object: compared by identity
+    assert module(x).tolist() == [6.0] * 3
+
+    aug = lazytrace.trace_graph(KA.RandomAffine(degrees=30.0, p=1.0))
+    aug(x.new_ones(1, 3, 8, 8)), aug(x.new_ones(1, 3, 8, 8))
+    aug.p = 0.0                               # never apply: the input comes back
+    img = torch.rand(1, 3, 8, 8)
+    assert torch.equal(aug(img), img)

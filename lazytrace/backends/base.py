@@ -47,9 +47,14 @@ class Backend:
     #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
     knows_dynamic_shapes: bool = True
 
+    #: attributes of framework objects that their own machinery reads (torch.nn.Module's hook and
+    #: parameter dicts): never recorded on stateful objects, lazytrace handles their content otherwise
+    bookkeeping_attributes: frozenset = frozenset()
+
     def bind(self, obj):
         """For a framework object with its own tracing rules (torch.nn.Module):
-        (function to trace, extra live inputs, install); else None."""
+        (function to trace, extra live inputs, install, objects whose attributes the traced call
+        reads and writes: recorded as stateful); else None."""
         return None
 
     def traced_method(self, cls: type) -> str | None:
@@ -130,6 +135,11 @@ class Backend:
         """True when this call returned its first argument itself and did nothing else, decided by
         what the signature key fixes (dtype, device, strides): the graph then skips the call."""
         return False
+
+    def state_change(self, before, after):
+        """(callable, args) that replays a change of unseen_state() from `before` to `after`, or
+        None when it cannot be replayed (the signature then runs eagerly)."""
+        return None
 
     def metadata_inputs(self, func, args, kwargs) -> tuple:
         """The arguments of this call whose values it never reads, only their shape, dtype and

@@ -75,6 +75,17 @@ def _autocast_state():
     return tuple((d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d))
 
 
+def _set_autocast(state) -> None:
+    """Put autocast in `state` (what `_autocast_state()` returned): the replay of an autocast switch."""
+    if _autocast_state() == state:
+        return
+    enabled = dict(state or ())
+    for device in _AUTOCAST_DEVICES:
+        if device in enabled:
+            torch.set_autocast_dtype(device, enabled[device])
+        torch.set_autocast_enabled(device, device in enabled)
+
+
 def _func_name(func) -> str:
     self_ = getattr(func, "__self__", None)
     if getattr(func, "__name__", None) == "__get__" and self_ is not None and hasattr(self_, "__objclass__"):
@@ -105,6 +116,10 @@ class TorchBackend(Backend):
         self._aten_tags: dict = {}
         self._persistable = None    # calls a stored graph may make (allowed_target)
 
+    #: nn.Module's own attributes: parameters and buffers are live inputs, submodules are recorded
+    #: themselves, hooks run around the traced forward, `training` is keyed
+    bookkeeping_attributes = frozenset(vars(torch.nn.Module()))
+
     def bind(self, obj):
         if not isinstance(obj, torch.nn.Module):
             return None
@@ -113,7 +128,9 @@ class TorchBackend(Backend):
             obj.forward = traced
             return obj
 
-        return ModuleForward(obj), ModuleLiveInputs(obj), install
+        # every submodule's plain attributes (`self.p`, kornia's `self._params`) are read and written
+        # by forward: recorded like stateful objects (reads guarded, writes replayed)
+        return ModuleForward(obj), ModuleLiveInputs(obj), install, tuple(obj.modules())
 
     def traced_method(self, cls):
         return "forward" if issubclass(cls, torch.nn.Module) else None
@@ -152,11 +169,21 @@ class TorchBackend(Backend):
 
     def unseen_state(self):
         """Default dtype, inference mode, autocast: `torch.autocast` and `set_default_dtype` inside a
-        function do not reach a TorchFunctionMode, so the tracer compares this before every call."""
+        function do not reach a TorchFunctionMode, so the tracer compares this before every call
+        (autocast switches are replayed, see state_change; the others make the signature eager)."""
         return torch.get_default_dtype(), torch.is_inference_mode_enabled(), _autocast_state()
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])
+        if _autocast_state() != state[1][2]:
+            _set_autocast(state[1][2])
+
+    def state_change(self, before, after):
+        # autocast switched inside the function (kornia's `_stack_without_autocast`, `with autocast`):
+        # replayed as a call that puts autocast in the state the next call saw
+        if before[:2] != after[:2]:
+            return None             # default dtype or inference mode: not replayable
+        return _set_autocast, (after[2],)
 
     # ---- tracing --------------------------------------------------------------
     def intercept(self, session):

@@ -43,7 +43,7 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     _demote_mutated_constants(nodes, final_versions)
     outputs = output_values(trace.output_structure)
     kept, pruned = _eliminate_dead_code(nodes, outputs, trace.inputs)
-    kept = _hoist_external_guards(kept)
+    kept = _sink_attribute_writes(_hoist_external_guards(kept))
     constants: dict[int, Value] = {}
     for n in kept:
         for v in n.inputs:
@@ -117,6 +117,13 @@ def _eliminate_dead_code(nodes, outputs, inputs):
     kept.reverse()
     pruned.reverse()
     return kept, pruned
+
+
+def _sink_attribute_writes(kept: list[Node]) -> list[Node]:
+    """Attribute writes on stateful objects go last, after every guard (so a failed guard has
+    nothing to undo). Nothing in the graph reads them back: reads of an attribute the call set
+    itself use the written values directly (TraceSession.on_getattr)."""
+    return [n for n in kept if n.kind is not Kind.SETATTR] + [n for n in kept if n.kind is Kind.SETATTR]
 
 
 def _hoist_external_guards(kept: list[Node]) -> list[Node]:

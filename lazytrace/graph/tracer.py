@@ -41,6 +41,7 @@ class TraceSession:
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
+        self._written: dict = {}                # (id(stateful object), attribute) -> value set
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
 
     # ---- values --------------------------------------------------------------
@@ -138,7 +139,7 @@ class TraceSession:
     def _on_call(self, func, args, kwargs):
         backend = self.backend
         if backend.unseen_state() != self._unseen:
-            self.fail(_UNSEEN_STATE)
+            self._unseen_state_changed()
         kind = backend.classify(func, args, kwargs)
         if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
@@ -247,7 +248,7 @@ class TraceSession:
     # ---- stateful objects --------------------------------------------------------
     def on_setattr(self, obj, name: str, value) -> None:
         """Called from user code (interception active): framework calls made here are paused."""
-        if self.untraceable is not None:
+        if self.untraceable is not None or name in self.backend.bookkeeping_attributes:
             return
         with self.backend.suspended():
             self._record_setattr(obj, name, value)
@@ -255,16 +256,54 @@ class TraceSession:
     def _record_setattr(self, obj, name, value):
         inputs: list[Value] = []
         args = self._lift((obj, name, value), inputs)
-        if not isinstance(args[2], Value) and not _is_literal(value, self.backend):
-            self.fail(f"sets attribute {name!r} of a stateful object to a {type(value).__name__}")
+        args = (args[0], args[1], self._fresh(args[2], inputs))
+        if not self._rebuildable(args[2]):
+            self.fail(f"sets attribute {name!r} of a stateful object to a {type(value).__name__} "
+                      f"a graph cannot rebuild")
             return
         node = Node(len(self.nodes), Kind.SETATTR, setattr, args, {}, inputs,
                     [self.version(v) for v in inputs])
         self.nodes.append(node)
+        self._written[(id(obj), name)] = value
+
+    def _fresh(self, lifted, inputs: list):
+        """`lifted` with each cached constant replaced by a copy made at every call, as eager makes
+        a new array each time (the caller may write into what it finds in the attribute)."""
+        if isinstance(lifted, Value):
+            if not lifted.foldable or lifted.source is Source.EXTERNAL or lifted.obj is None:
+                return lifted
+            copy = self.backend.clone(lifted.obj)
+            node = Node(len(self.nodes), Kind.OP, self.backend.clone, (lifted,), {}, [lifted],
+                        [self.version(lifted)])
+            self._register_outputs(node, copy, False, lifted.dynamic)
+            self.nodes.append(node)
+            inputs.append(node.outputs[0])
+            return node.outputs[0]
+        if type(lifted) in (tuple, list):
+            return type(lifted)(self._fresh(x, inputs) for x in lifted)
+        if isinstance(lifted, tuple) and hasattr(type(lifted), "_fields"):
+            return type(lifted)(*[self._fresh(x, inputs) for x in lifted])
+        if type(lifted) is dict:
+            return {k: self._fresh(v, inputs) for k, v in lifted.items()}
+        return lifted
+
+    def _rebuildable(self, lifted) -> bool:
+        """Arrays (computed by the graph, or external ones, the same object as in eager), literals,
+        and tuples, lists and dicts of them."""
+        if isinstance(lifted, Value):
+            return lifted.source is Source.EXTERNAL or not lifted.foldable
+        if type(lifted) in (tuple, list) or isinstance(lifted, tuple) and hasattr(type(lifted), "_fields"):
+            return all(self._rebuildable(x) for x in lifted)
+        if type(lifted) is dict:
+            return all(self._rebuildable(x) for x in lifted.values())
+        return _is_literal(lifted, self.backend)
 
     def on_getattr(self, obj, name: str, value):
-        if self.untraceable is not None or callable(value) and not isinstance(value, self._tracked):
+        if self.untraceable is not None or callable(value) and not isinstance(value, self._tracked) \
+                or name in self.backend.bookkeeping_attributes:
             return value
+        if self._written.get((id(obj), name), _NOTHING) is value:
+            return value        # what the graph itself set earlier in this call
         with self.backend.suspended():
             self._record_getattr(obj, name, value)
         return value
@@ -277,11 +316,21 @@ class TraceSession:
             node = Node(len(self.nodes), Kind.GETATTR, getattr, args, {}, inputs, versions)
             self._register_outputs(node, value, False, False)
             self.nodes.append(node)
-        elif _is_literal(value, self.backend):
+        else:   # a literal is compared by value; any other object by identity (what it does is recorded)
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
-                                   expected=value))
-        else:
-            self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object")
+                                   expected=value, same_object=not _compares_by_value(value, self.backend)))
+
+    def _unseen_state_changed(self):
+        """Global state changed without a call showing it: record the change if the backend can
+        replay it (autocast), else this signature runs eagerly."""
+        now = self.backend.unseen_state()
+        change = self.backend.state_change(self._unseen, now)
+        if change is None:
+            self.fail(_UNSEEN_STATE)
+            return
+        func, args = change
+        self.nodes.append(Node(len(self.nodes), Kind.STATE, func, args, {}, [], []))
+        self._unseen = now
 
     def fail(self, reason: str):
         if self.untraceable is None:
@@ -299,7 +348,7 @@ class TraceSession:
         finally:
             _active.reset(token)
         if self.backend.unseen_state() != self._unseen:
-            self.fail(_UNSEEN_STATE)
+            self._unseen_state_changed()
         if self.include_generators and any(self.backend.rng_token(rng) != before
                                            for rng, before in self._rng.values()):
             self.fail(_UNSEEN_RNG)
@@ -348,6 +397,16 @@ def _contains(obj, types) -> bool:
     if isinstance(obj, dict):
         return any(_contains(x, types) for x in obj.values())
     return False
+
+
+_NOTHING = object()
+
+
+def _compares_by_value(obj, backend) -> bool:
+    """Literals and tuples of them: a guard on them compares values, not identity."""
+    if type(obj) is tuple:
+        return all(_compares_by_value(x, backend) for x in obj)
+    return _is_literal(obj, backend)
 
 
 def _is_literal(obj, backend) -> bool:
