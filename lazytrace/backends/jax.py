@@ -57,6 +57,7 @@ import numpy as np
 from jax._src import core, dispatch, pjit, tree_util
 from jax._src.array import ArrayImpl
 from jax._src.interpreters import pxla
+from jax._src.lax import slicing
 from jax._src.lib import _jax
 from jax._src.random.prng import PRNGKeyArray
 
@@ -261,7 +262,7 @@ class JaxBackend(Backend):
             key = (primitive, *sorted(params.items()))
             fn = self._impl_callables.get(key)
             if fn is None:
-                fn = self._impl_callables[key] = _impl_callable(primitive, params)
+                fn = self._impl_callables[key] = _eager_rule_callable(primitive, params)
             name = f"lax.{primitive.name}_p"
         self.name_callable(fn, name)
         return fn
@@ -332,6 +333,28 @@ def _generic_impl(primitive) -> bool:
     """Whether eager JAX runs `primitive` by compiling it alone (`dispatch.apply_primitive`)."""
     impl = primitive.impl
     return isinstance(impl, partial) and impl.func is dispatch.apply_primitive and impl.args == (primitive,)
+
+
+def _eager_rule_callable(primitive, params):
+    if primitive is slicing.slice_p and params["strides"] is None:
+        return _slice_callable(params)
+    return _impl_callable(primitive, params)
+
+
+def _slice_callable(params):
+    """`slice` as its eager rule runs it (a `dynamic_slice` over the same start indices, which
+    JAX makes into arrays at every call: here once, as eager makes them, so that eager's
+    compiled dynamic_slice is the one reused): ~10 us a call instead of ~38 us."""
+    start = params["start_indices"]
+    sizes = tuple(hi - lo for lo, hi in zip(start, params["limit_indices"]))
+    dynamic = dispatch.xla_primitive_callable(slicing.dynamic_slice_p, slice_sizes=sizes)
+    indices = [jax.device_put(i) for i in start]     # weak-typed like the Python ints eager passes
+
+    def call(x):
+        if isinstance(x, core.Tracer):
+            return slicing.slice_p.bind(x, **params)
+        return dynamic(x, *indices)
+    return call
 
 
 def _impl_callable(primitive, params):
