@@ -31,13 +31,14 @@ primitives through `bind` (the 512 us path) and cannot read values back into
 Python (`if x.max() > 0`), which the tracer here guards like the other
 backends do. benchmarks/bench_frameworks.py (six small functions on 3x32x32,
 results/frameworks_cpu.txt, a loaded machine, two runs): LazyGraph over eager
-0.97x to 21x, geomean 1.9x-2.3x; jax.jit cached 2.4x to 114x. First call
-(trace) 4x to 19x an eager call (it was 8x to 150x while the trace ran
-`slice` and `stop_gradient` through compiles of their own): what is left is
+1.04x to 7.8x, geomean 2.0x (swish, 1.04x-1.06x, was 0.97x in a third run);
+jax.jit cached 2.6x to 19x. First call (trace) 4.4x to 19x an eager call (it
+was 8x to 150x while the trace ran `slice` and `stop_gradient` through
+compiles of their own): what is left is
 JAX's Python path for each jitted function under a trace (~100 us each) and
 one run of each new jit primitive through JAX's Python dispatch path (its C++
 fast path is filled by that first call); a second trace of the same function
-costs 3x-20x.
+costs 2.6x-9.9x.
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that needs a concrete value to decide a shape

@@ -31,8 +31,8 @@ machine kind, more than eager for small functions (benchmarks/
 bench_frameworks.py, results/frameworks_cpu.txt: swish 177 us eager, 369 us
 tf.function; softmax 159 / 331 us), and it cannot read values back into
 Python, which the tracer guards. It is what `return_backend_traced_fn=True`
-does (`jit_compile` optional). The LazyGraph in two later runs: 1.03x to 18x
-eager, geomean 2.4x (before operators replayed as raw ops: 0.87x to 27x);
+does (`jit_compile` optional). The LazyGraph in two later runs: 1.10x to 20x
+eager, geomean 2.5x-2.6x (before operators replayed as raw ops: 0.87x to 27x);
 replay calls the same public API functions as eager, so a function that is
 one composite call (`tf.math.reduce_std`) gains little.
 Replaying the raw ops instead (the op callback above sees each one with its
