@@ -16,7 +16,6 @@ import linecache
 import os
 import sys
 from functools import lru_cache
-from pathlib import Path
 
 import importlib_metadata
 
@@ -139,7 +138,7 @@ def package_fingerprint(package: str) -> str:
     digest = hashlib.sha256()
     for path in files:
         stat = os.stat(path)
-        digest.update(f"{Path(path).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        digest.update(f"{path.replace(os.sep, '/')}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
