@@ -11,7 +11,9 @@ functions): shown apart. A fourth fresh process gives the floor: each stored gra
 code (loaded and compiled untimed) run a first time there, vs the cached call: what the
 framework's own first calls of these ops cost in a new process, which no cache can avoid.
 
-    python benchmarks/bench_persist.py [--only NAME ...] [--json PATH]
+Each fresh process runs --repeat times (modes interleaved); a time is the median over them.
+
+    python benchmarks/bench_persist.py [--only NAME ...] [--repeat N] [--json PATH]
 """
 import argparse
 import json
@@ -72,16 +74,29 @@ def run(mode, cache, only):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def medians(runs: list) -> dict:
+    """Per function, the median of each time over several fresh processes (counts of the first)."""
+    names = [n for n in runs[0] if all(n in r for r in runs)]
+    return {n: {k: statistics.median(r[n][k] for r in runs) if k.endswith("_us") else v
+                for k, v in runs[0][n].items()} for n in names}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=[], help="case names (e.g. filters.gaussian_blur2d)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="fresh processes per mode; each time is the median over them (default 3)")
     parser.add_argument("--json", help="write the raw numbers here")
     ns = parser.parse_args()
+    if ns.repeat < 1:
+        parser.error("--repeat must be at least 1")
     with tempfile.TemporaryDirectory() as cache:
         warm = run("warm", cache, ns.only)
-        load = run("load", cache, ns.only)
-        traced = run("trace", cache, ns.only)
-        ops = run("ops", cache, ns.only)
+        runs = {"load": [], "trace": [], "ops": []}
+        for _ in range(ns.repeat):            # modes interleaved: a busy moment touches all alike
+            for mode, done in runs.items():
+                done.append(run(mode, cache, ns.only))
+        load, traced, ops = (medians(runs[mode]) for mode in ("load", "trace", "ops"))
     names = [n for n in load if load[n]["loaded"] and not load[n]["traces"] and n in ops]
     print(f"{'function':40} {'from cache':>11} {'cached':>9} {'ratio':>6} {'ops first':>10} {'floor':>6} "
           f"{'traced':>10} {'trace/cache':>11}")
