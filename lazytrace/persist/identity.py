@@ -151,7 +151,8 @@ def distribution_versions(package: str) -> list:
     except importlib_metadata.PackageNotFoundError:
         dist = None
     if dist is not None and _provides(dist, package):
-        return [[dist.metadata["Name"], dist.version]]
+        metadata = dist.metadata          # parsed once (a long description makes it slow)
+        return [[metadata["Name"], metadata["Version"]]]
     names = importlib_metadata.packages_distributions().get(package, [])
     return sorted([name, _version(name)] for name in set(names))
 
