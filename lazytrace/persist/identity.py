@@ -74,9 +74,10 @@ def _hash_code(code, digest) -> None:
             kinds.append("o")
     text = repr(("".join(kinds), others, [getattr(code, part, None) for part in _CODE_PARTS]))
     if "frozenset(" in text:      # the only constants whose repr depends on the process (set order)
-        text = "".join(kinds) + _literal_text(others) + repr([getattr(code, part, None) for part in _CODE_PARTS])
-    digest.update(b"%d\0%d\0%s%s%s" % (len(nested), len(code.co_code), code.co_code,
-                                         getattr(code, "co_exceptiontable", b""), text.encode()))
+        text = "".join(kinds) + _literal_text(others) + repr([getattr(code, p, None) for p in _CODE_PARTS])
+    table, text = code.co_exceptiontable, text.encode()
+    digest.update(b"%d\0%d\0%d\0%d\0%s%s%s" % (len(nested), len(code.co_code), len(table), len(text),
+                                                code.co_code, table, text))      # lengths: one reading
     for c in nested:
         _hash_code(c, digest)
 
