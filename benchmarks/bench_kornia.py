@@ -123,64 +123,47 @@ def _perspective(size):
     return m  # 1x3x3
 
 
+#: the suite: functions called with the image alone ...
+_IMAGE_ONLY = {
+    "color": "rgb_to_grayscale rgb_to_hsv rgb_to_hls rgb_to_lab rgb_to_ycbcr rgb_to_yuv rgb_to_xyz rgb_to_luv "
+             "rgb_to_linear_rgb",
+    "filters": "sobel canny spatial_gradient",
+    "enhance": "equalize invert equalize_clahe",
+    "geometry": "hflip vflip rot180 pyrdown pyrup",
+}
+#: ... and with more arguments after the image: a tuple, or size -> tuple
+_MORE_ARGS = {
+    "filters.gaussian_blur2d": ((5, 5), (1.5, 1.5)), "filters.box_blur": ((5, 5),), "filters.laplacian": (5,),
+    "filters.median_blur": ((3, 3),), "filters.unsharp_mask": ((5, 5), (1.5, 1.5)),
+    "filters.motion_blur": (5, 35.0, 0.5), "filters.bilateral_blur": ((5, 5), 0.1, (1.5, 1.5)),
+    "enhance.adjust_brightness": (0.2,), "enhance.adjust_contrast": (1.5,), "enhance.adjust_gamma": (2.2,),
+    "enhance.adjust_saturation": (1.5,), "enhance.adjust_hue": (0.3,),
+    "enhance.normalize": lambda s: (_t(0.485, 0.456, 0.406), _t(0.229, 0.224, 0.225)),
+    "enhance.sharpness": (0.5,), "enhance.solarize": (0.5,), "enhance.posterize": (4,),
+    "geometry.rotate": lambda s: (_t(30.0),), "geometry.resize": lambda s: ((s // 2, s // 2),),
+    "geometry.warp_affine": lambda s: (_affine(s), (s, s)),
+    "geometry.warp_perspective": lambda s: (_perspective(s), (s, s)),
+    "geometry.translate": lambda s: (_t(3.0, 5.0)[None],), "geometry.scale": lambda s: (_t(1.2, 1.2)[None],),
+    **{f"morphology.{n}": lambda s: (torch.ones(3, 3),)
+       for n in "dilation erosion opening closing gradient top_hat".split()},
+}
+#: the order of the tables (and of the output): by module
+_ORDER = "color filters enhance geometry morphology".split()
+
+
 def _suite():
-    C, F, E, G, M = K.color, K.filters, K.enhance, K.geometry.transform, K.morphology
-    one = lambda x, s: ((x,), {})  # noqa: E731
-
-    def morph(x, s):
-        return (x, torch.ones(3, 3)), {}
-
-    return [
-        ("color.rgb_to_grayscale", C.rgb_to_grayscale, one),
-        ("color.rgb_to_hsv", C.rgb_to_hsv, one),
-        ("color.rgb_to_hls", C.rgb_to_hls, one),
-        ("color.rgb_to_lab", C.rgb_to_lab, one),
-        ("color.rgb_to_ycbcr", C.rgb_to_ycbcr, one),
-        ("color.rgb_to_yuv", C.rgb_to_yuv, one),
-        ("color.rgb_to_xyz", C.rgb_to_xyz, one),
-        ("color.rgb_to_luv", C.rgb_to_luv, one),
-        ("color.rgb_to_linear_rgb", C.rgb_to_linear_rgb, one),
-        ("filters.gaussian_blur2d", F.gaussian_blur2d, lambda x, s: ((x, (5, 5), (1.5, 1.5)), {})),
-        ("filters.box_blur", F.box_blur, lambda x, s: ((x, (5, 5)), {})),
-        ("filters.sobel", F.sobel, one),
-        ("filters.laplacian", F.laplacian, lambda x, s: ((x, 5), {})),
-        ("filters.median_blur", F.median_blur, lambda x, s: ((x, (3, 3)), {})),
-        ("filters.canny", F.canny, one),
-        ("filters.unsharp_mask", F.unsharp_mask, lambda x, s: ((x, (5, 5), (1.5, 1.5)), {})),
-        ("filters.spatial_gradient", F.spatial_gradient, one),
-        ("filters.motion_blur", F.motion_blur, lambda x, s: ((x, 5, 35.0, 0.5), {})),
-        ("filters.bilateral_blur", F.bilateral_blur, lambda x, s: ((x, (5, 5), 0.1, (1.5, 1.5)), {})),
-        ("enhance.adjust_brightness", E.adjust_brightness, lambda x, s: ((x, 0.2), {})),
-        ("enhance.adjust_contrast", E.adjust_contrast, lambda x, s: ((x, 1.5), {})),
-        ("enhance.adjust_gamma", E.adjust_gamma, lambda x, s: ((x, 2.2), {})),
-        ("enhance.adjust_saturation", E.adjust_saturation, lambda x, s: ((x, 1.5), {})),
-        ("enhance.adjust_hue", E.adjust_hue, lambda x, s: ((x, 0.3), {})),
-        ("enhance.normalize", E.normalize,
-         lambda x, s: ((x, _t(0.485, 0.456, 0.406), _t(0.229, 0.224, 0.225)), {})),
-        ("enhance.equalize", E.equalize, one),
-        ("enhance.sharpness", E.sharpness, lambda x, s: ((x, 0.5), {})),
-        ("enhance.solarize", E.solarize, lambda x, s: ((x, 0.5), {})),
-        ("enhance.posterize", E.posterize, lambda x, s: ((x, 4), {})),
-        ("enhance.invert", E.invert, one),
-        ("enhance.equalize_clahe", E.equalize_clahe, one),
-        ("geometry.rotate", G.rotate, lambda x, s: ((x, _t(30.0)), {})),
-        ("geometry.resize", G.resize, lambda x, s: ((x, (s // 2, s // 2)), {})),
-        ("geometry.warp_affine", G.warp_affine, lambda x, s: ((x, _affine(s), (s, s)), {})),
-        ("geometry.warp_perspective", G.warp_perspective, lambda x, s: ((x, _perspective(s), (s, s)), {})),
-        ("geometry.hflip", G.hflip, one),
-        ("geometry.vflip", G.vflip, one),
-        ("geometry.rot180", G.rot180, one),
-        ("geometry.translate", G.translate, lambda x, s: ((x, _t(3.0, 5.0)[None]), {})),
-        ("geometry.scale", G.scale, lambda x, s: ((x, _t(1.2, 1.2)[None]), {})),
-        ("geometry.pyrdown", G.pyrdown, one),
-        ("geometry.pyrup", G.pyrup, one),
-        ("morphology.dilation", M.dilation, morph),
-        ("morphology.erosion", M.erosion, morph),
-        ("morphology.opening", M.opening, morph),
-        ("morphology.closing", M.closing, morph),
-        ("morphology.gradient", M.gradient, morph),
-        ("morphology.top_hat", M.top_hat, morph),
-    ]
+    """(name, function, builder (image, size) -> (args, kwargs) of one valid call), grouped by module."""
+    modules = {"color": K.color, "filters": K.filters, "enhance": K.enhance, "geometry": K.geometry.transform,
+               "morphology": K.morphology}
+    names = [f"{m}.{n}" for m, ns in _IMAGE_ONLY.items() for n in ns.split()] + list(_MORE_ARGS)
+    names.sort(key=lambda n: _ORDER.index(n.split(".")[0]))
+    suite = []
+    for name in names:
+        module, fn_name = name.split(".")
+        more = _MORE_ARGS.get(name, ())
+        suite.append((name, getattr(modules[module], fn_name),
+                      lambda x, s, more=more: ((x, *(more(s) if callable(more) else more)), {})))
+    return suite
 
 
 # ---------------------------------------------------------------------------------------------

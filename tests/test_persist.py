@@ -6,6 +6,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import pytest
@@ -185,6 +186,64 @@ def test_framework_version_is_part_of_the_key(lib, tmp_path, monkeypatch):
     assert upgraded.stats.loaded == 0 and upgraded.stats.traces == 1
 
 
+def _compiled(source: str, name="f"):
+    space = {}
+    exec(compile(textwrap.dedent(source), "<test>", "exec"), space)
+    return space[name]
+
+
+def test_function_digest_follows_code_and_defaults_not_the_process():
+    digest = identity.function_digest
+    base = _compiled("def f(x, k=2):\n    return x * k + 3\n")
+    assert digest(base) == digest(_compiled("def f(x, k=2):\n    return x * k + 3\n"))
+    assert digest(base) != digest(_compiled("def f(x, k=3):\n    return x * k + 3\n"))      # a default
+    assert digest(base) != digest(_compiled("def f(x, k=2):\n    return x * k - 3\n"))      # the code
+    assert digest(base) != digest(_compiled("def f(x, k=2):\n    return x * k + 3.0\n"))    # 3 vs 3.0
+    assert digest(base) != digest(_compiled("def f(x, *, k=2):\n    return x * k + 3\n"))
+    nested = "def f(x):\n    def g(y):\n        return y + {}\n    return g(x)\n"
+    assert digest(_compiled(nested.format(1))) != digest(_compiled(nested.format(2)))
+    two = _compiled("def f(x):\n    return ('a', x * 1)\n")            # same bytecode, constants swapped
+    consts = list(two.__code__.co_consts)
+    i, j = consts.index("a"), consts.index(1)
+    consts[i], consts[j] = consts[j], consts[i]
+    swapped = _compiled("def f(x):\n    return ('a', x * 1)\n")
+    swapped.__code__ = two.__code__.replace(co_consts=tuple(consts))
+    assert digest(swapped) != digest(two)
+    replaced = _compiled("def f(x, k=2):\n    return x * k + 3\n")     # code swapped at run time
+    replaced.__code__ = _compiled("def f(x, k=2):\n    return x / k + 3\n").__code__
+    assert digest(replaced) != digest(base)
+
+
+def test_function_digest_is_the_same_in_every_process():
+    """Set constants (frozensets) are hashed in sorted order: PYTHONHASHSEED changes nothing."""
+    code = textwrap.dedent("""
+        import textwrap
+        from lazytrace.persist import identity
+        space = {}
+        exec("def f(x, mode='a'):\\n    return x if mode in {'a', 'b', 'c', 'd'} else -x\\n", space)
+        print(identity.function_digest(space["f"]))
+    """)
+    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    assert len(digests) == 1 and len(digests.pop().strip()) == 64
+
+
+def test_defaults_without_a_text_form_are_covered_by_the_source(lib, tmp_path):
+    marker = object()
+    assert identity.function_digest(lib.shifted)
+    no_source = _compiled("def f(x, k=None):\n    return x\n")
+    no_source.__defaults__ = (marker,)
+    with pytest.raises(codec.NotStorable, match="source"):
+        identity.function_digest(no_source)
+    lib.shifted.__defaults__ = (marker,)          # its source is in the library file: still stored
+    try:
+        f = lazytrace.trace_graph(lib.shifted, cache=tmp_path / "cache")
+        f(torch.rand(2, 3), torch.rand(2, 3))
+        assert f.stats.stored == 1
+    finally:
+        lib.shifted.__defaults__ = None
+
+
 # ---- damaged and hostile files ------------------------------------------------------------------
 
 def _stored(lib, cache):
@@ -339,6 +398,18 @@ def test_eviction_removes_least_recently_used(tmp_path):
     store.update(fourth, lambda current: b"y" * 1000)   # 4000 bytes > 3500: one must go
     assert [p.exists() for p in paths] == [True, False, True] and fourth.exists()
     assert store.size() <= 3500
+
+
+def test_reads_touch_a_file_at_most_once_a_minute(tmp_path):
+    store = GraphStore(tmp_path)
+    path = store.path("m", "f", "0" * 40)
+    store.update(path, lambda current: b"data")
+    now = time.time()
+    os.utime(path, (now - 10, now - 10))
+    assert store.read(path) == b"data" and abs(path.stat().st_mtime - (now - 10)) < 1
+    os.utime(path, (now - 120, now - 120))
+    assert store.read(path) == b"data" and path.stat().st_mtime >= now - 1
+    assert store.read(path.with_name("missing.lzt")) is None
 
 
 def test_concurrent_writers_lose_nothing(lib, tmp_path):

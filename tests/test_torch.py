@@ -509,3 +509,41 @@ def test_module_attributes_read_by_forward_are_guarded():
     aug.p = 0.0                               # never apply: the input comes back
     img = torch.rand(1, 3, 8, 8)
     assert torch.equal(aug(img), img)
+
+
+def test_objects_read_from_a_module_are_recorded_too():
+    class Config:
+        def __init__(self):
+            self.scale, self.offsets = 2.0, {"a": 1.0}
+
+    class Apply(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = Config()
+
+        def forward(self, x):
+            return x * self.config.scale + self.config.offsets["a"]
+
+    module = lazytrace.trace_graph(Apply())
+    x = torch.ones(2)
+    assert module(x).tolist() == [3.0, 3.0] and module(x).tolist() == [3.0, 3.0]
+    module.config.scale = 4.0               # same Config object, new value inside: checked
+    assert module(x).tolist() == [5.0, 5.0]
+    module.config.offsets["a"] = 0.5        # same dict, new content: compared by value
+    assert module(x).tolist() == [4.5, 4.5]
+    assert type(module.config) is Config    # the recording class was put back
+
+
+def test_arrays_in_a_module_dict_are_read_live_and_rebinding_is_noticed():
+    import kornia.augmentation as KA
+    from kornia.enhance import normalize
+
+    norm = KA.Normalize(mean=torch.tensor([0.5, 0.5, 0.5]), std=torch.tensor([0.2, 0.2, 0.2]))
+    traced = lazytrace.trace_graph(norm)
+    img = torch.rand(1, 3, 8, 8)
+    traced(img), traced(img)
+    assert traced.forward.stats.hits == 1
+    norm.flags["mean"] = torch.tensor([0.1, 0.2, 0.3])       # another tensor in the same dict
+    assert torch.equal(traced(img), normalize(img, norm.flags["mean"], norm.flags["std"]))
+    norm.flags["std"].fill_(0.5)                              # the same tensor, written in place
+    assert torch.equal(traced(img), normalize(img, norm.flags["mean"], norm.flags["std"]))

@@ -188,7 +188,7 @@ def _guard_line(call: str, node, em, index: int) -> str:
     elif expected is False:
         test = f"{call}"
     else:
-        test = f"({call}) != {em.expr(expected)}"
+        test = f"{em.expr(expected)} != ({call})"      # expected first: its __eq__ decides (tracer._Same)
     return f"if {test}: raise _GuardFailed({index})"
 
 

@@ -9,6 +9,7 @@ in the current thread/context, so nested LazyGraphs inline into the outer trace.
 from __future__ import annotations
 
 import contextvars
+import copy
 import enum
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class TraceSession:
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
+        self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
 
@@ -316,9 +318,47 @@ class TraceSession:
             node = Node(len(self.nodes), Kind.GETATTR, getattr, args, {}, inputs, versions)
             self._register_outputs(node, value, False, False)
             self.nodes.append(node)
-        else:   # a literal is compared by value; any other object by identity (what it does is recorded)
+        else:
+            expected = self._snapshot(value)        # numbers, strings, a dict of flags or of samplers ...
+            if expected is _NOTHING:
+                self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object, and "
+                          f"lazytrace cannot record what is read from that")
+                return
+            same = isinstance(expected, _Same)      # an object: by identity, its attributes recorded too
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
-                                   expected=value, same_object=not _compares_by_value(value, self.backend)))
+                                   expected=value if same else expected, same_object=same))
+
+    def _snapshot(self, obj):
+        """What a guard compares a value read from a stateful object with: literals by value,
+        containers item by item (copied: they may change in place), other objects by identity
+        (and recorded themselves); _NOTHING if something in it cannot be checked (arrays)."""
+        if _is_literal(obj, self.backend):
+            return obj
+        if isinstance(obj, tuple) or type(obj) is list:
+            items = [self._snapshot(x) for x in obj]
+            if any(x is _NOTHING for x in items):
+                return _NOTHING
+            return obj if all(a is b for a, b in zip(items, obj)) and type(obj) is not list else \
+                (type(obj)(*items) if hasattr(type(obj), "_fields") else type(obj)(items))
+        if type(obj) is dict:
+            if not all(_is_literal(k, self.backend) for k in obj):
+                return _NOTHING
+            items = {k: self._snapshot(v) for k, v in obj.items()}
+            return _NOTHING if any(v is _NOTHING for v in items.values()) else items
+        if isinstance(obj, self._tracked) or self.value_of(obj) is not None or self._record_object(obj):
+            return _Same(obj)       # an array in a container: used live, checked by identity
+        return _NOTHING
+
+    def _record_object(self, obj) -> bool:
+        """Make an object read from a stateful one stateful too, for the rest of the trace."""
+        if self.stateful_stack is None or isinstance(obj, self._tracked) or type(obj) in (set, frozenset):
+            return False
+        try:
+            self.stateful_stack.enter_context(recording_class(obj, self, lambda s: _active.get() is s))
+        except TypeError:           # its class cannot be swapped (slots, builtins ...)
+            return False
+        self.add_stateful(obj)
+        return True
 
     def _unseen_state_changed(self):
         """Global state changed without a call showing it: record the change if the backend can
@@ -402,11 +442,26 @@ def _contains(obj, types) -> bool:
 _NOTHING = object()
 
 
-def _compares_by_value(obj, backend) -> bool:
-    """Literals and tuples of them: a guard on them compares values, not identity."""
-    if type(obj) is tuple:
-        return all(_compares_by_value(x, backend) for x in obj)
-    return _is_literal(obj, backend)
+class _Same:
+    """Compares equal to exactly the object it holds: identity inside a guard's value comparison
+    (`{"degrees": <sampler>}` read from a module compares its sampler by identity). Guards put
+    the expected value on the left, so this __eq__ runs first (a NumPy array on the left would
+    compare elementwise)."""
+
+    __slots__ = ("obj",)
+    __hash__ = None
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return other is self.obj
+
+    def __ne__(self, other):
+        return other is not self.obj
+
+    def __repr__(self):
+        return f"<the same {type(self.obj).__name__}>"
 
 
 def _is_literal(obj, backend) -> bool:
@@ -474,6 +529,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             session.add_input(leaf, path=f"self.tensors[{i}]")
     state = backend.global_state()
     with ExitStack() as stack:
+        session.stateful_stack = stack
         for obj in options.stateful:
             session.add_stateful(obj)
             stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))

@@ -40,6 +40,7 @@ class PersistentCache:
         self.store = store
         self.reason: str | None = None          # why nothing of this function is stored, if so
         self._function = None
+        self._fixed: dict = {}                  # backend name -> (key without the signature, as JSON)
         try:
             if extra is not None:
                 raise NotStorable("a module's method: its graphs take the module's parameters live")
@@ -58,10 +59,14 @@ class PersistentCache:
         if len(backends) != 1:
             raise NotStorable("the call's arrays are of several frameworks, or none")
         backend = backends[0]
-        ident = {**identity.environment(backend), **self._function, "options": self._options,
-                 "signature": identity.key_text(key, backend)}
+        fixed = self._fixed.get(backend.name)
+        if fixed is None:      # the key's parts that do not depend on the call, once per backend
+            ident = {**identity.environment(backend), **self._function, "options": self._options}
+            fixed = self._fixed[backend.name] = (ident, json.dumps(ident, sort_keys=True))
+        signature = identity.key_text(key, backend)
         module, _, function = self._function["function"].partition(":")
-        return backend, ident, self.store.path(module, function, identity.digest(ident))
+        return (backend, {**fixed[0], "signature": signature},
+                self.store.path(module, function, identity.digest(fixed[1], signature)))
 
     def load(self, key, backends) -> tuple:
         """(backend, [plans]) stored for this key; (None, []) when there are none."""

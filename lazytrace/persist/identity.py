@@ -1,6 +1,6 @@
 """What a stored graph's key is made of: everything that could make it wrong.
 
-The function (module, qualified name, hash of its source), the files of its
+The function (module, qualified name, hash of its compiled code and defaults), the files of its
 package and of lazytrace (sizes and modification times: an edit anywhere in the
 library or in lazytrace misses), the versions of the library's distribution and
 of the framework (importlib-metadata), the format version, the Python version,
@@ -12,12 +12,10 @@ from __future__ import annotations
 import enum
 import hashlib
 import inspect
-import json
 import linecache
 import os
 import sys
 from functools import lru_cache
-from pathlib import Path
 
 import importlib_metadata
 
@@ -34,19 +32,74 @@ def function_identity(fn) -> dict:
     if fn.__closure__ or "<locals>" in fn.__qualname__:
         raise NotStorable("a nested function: the values it captured are baked into its graphs "
                           "but are not part of a stored key")
-    source = _source(fn.__code__)
-    if not source:
-        raise NotStorable(f"the source of {fn.__qualname__} is not available")
     package = fn.__module__.partition(".")[0]
     return {"function": f"{fn.__module__}:{fn.__qualname__}",
-            "source": hashlib.sha256(source.encode()).hexdigest(),
+            "code": function_digest(fn),
             "package": package_fingerprint(package),
             "distributions": distribution_versions(package)}
 
 
+def function_digest(fn) -> str:
+    """A hash of what the function runs: its compiled code (bytecode, constants, names, nested
+    code, exception table) and its default values. Read from memory, no file: this runs at every
+    process's first load of each function. Defaults without a stable text form are covered by a
+    hash of the function's source instead."""
+    digest = hashlib.sha256()
+    _hash_code(fn.__code__, digest)
+    try:
+        digest.update(_literal_text((fn.__defaults__, fn.__kwdefaults__)).encode())
+    except NotStorable:
+        source = _source(fn.__code__)
+        if not source:
+            raise NotStorable(f"the source of {fn.__qualname__} is not available") from None
+        digest.update(source.encode())
+    return digest.hexdigest()
+
+
+_CODE_PARTS = ("co_name", "co_qualname", "co_argcount", "co_posonlyargcount", "co_kwonlyargcount",
+               "co_flags", "co_names", "co_varnames", "co_freevars", "co_cellvars")
+
+
+def _hash_code(code, digest) -> None:
+    nested, others, kinds = [], [], []
+    for c in code.co_consts:
+        if type(c) is str:        # docstrings are long: hashed as bytes, not repr'd
+            digest.update(b"%d:%s" % (len(c), c.encode("utf-8", "surrogatepass")))
+            kinds.append("s")
+        elif hasattr(c, "co_code"):
+            nested.append(c)
+            kinds.append("c")
+        else:
+            others.append(c)
+            kinds.append("o")
+    text = repr(("".join(kinds), others, [getattr(code, part, None) for part in _CODE_PARTS]))
+    if "frozenset(" in text:      # the only constants whose repr depends on the process (set order)
+        text = "".join(kinds) + _literal_text(others) + repr([getattr(code, p, None) for p in _CODE_PARTS])
+    table, text = code.co_exceptiontable, text.encode()
+    digest.update(b"%d\0%d\0%d\0%d\0%s%s%s" % (len(nested), len(code.co_code), len(table), len(text),
+                                                code.co_code, table, text))      # lengths: one reading
+    for c in nested:
+        _hash_code(c, digest)
+
+
+def _literal_text(obj) -> str:
+    """Text equal for two constants exactly when they are equal (the same in every process:
+    frozensets sorted); NotStorable for other objects."""
+    tp = type(obj)
+    if obj is None or obj is Ellipsis or tp in (bool, int, float, complex, str, bytes):
+        return f"{tp.__name__}:{obj!r}"
+    if tp in (tuple, list):
+        return f"{tp.__name__}(" + ",".join(_literal_text(x) for x in obj) + ")"
+    if tp is frozenset:
+        return "frozenset(" + ",".join(sorted(_literal_text(x) for x in obj)) + ")"
+    if tp is dict:
+        return "dict(" + ",".join(f"{_literal_text(k)}:{_literal_text(v)}" for k, v in obj.items()) + ")"
+    raise NotStorable(f"a {tp.__qualname__} has no stable text form")
+
+
 def _source(code) -> str:
     """The source lines of a function: from its first line to the last line of its code or of any
-    code nested in it (line tables, no tokenizing: this runs at every process's first load)."""
+    code nested in it (line tables, no tokenizing)."""
     lines = linecache.getlines(code.co_filename)
     last = _last_line(code)
     if not lines or last > len(lines):
@@ -86,7 +139,7 @@ def package_fingerprint(package: str) -> str:
     digest = hashlib.sha256()
     for path in files:
         stat = os.stat(path)
-        digest.update(f"{Path(path).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        digest.update(f"{path.replace(os.sep, '/')}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
@@ -99,7 +152,8 @@ def distribution_versions(package: str) -> list:
     except importlib_metadata.PackageNotFoundError:
         dist = None
     if dist is not None and _provides(dist, package):
-        return [[dist.metadata["Name"], dist.version]]
+        metadata = dist.metadata          # parsed once (a long description makes it slow)
+        return [[metadata["Name"], metadata["Version"]]]
     names = importlib_metadata.packages_distributions().get(package, [])
     return sorted([name, _version(name)] for name in set(names))
 
@@ -167,5 +221,6 @@ def _type_name(tp: type) -> str:
     return name
 
 
-def digest(identity: dict) -> str:
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+def digest(fixed_text: str, signature: str) -> str:
+    """The file name's hash of a key: its call-independent parts as JSON, and the signature text."""
+    return hashlib.sha256(f"{fixed_text}\0{signature}".encode()).hexdigest()

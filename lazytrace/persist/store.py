@@ -22,6 +22,7 @@ ENV_MAX_MB = "LAZYTRACE_CACHE_MAX_MB"  # size bound in MiB (default 1024)
 SUFFIX = ".lzt"
 _TMP_PREFIX = ".tmp-"
 _DEFAULT_MAX_BYTES = 1024 * 2**20
+_TOUCH_AFTER_S = 60          # a file read again within this time keeps its modification time
 
 
 def default_directory() -> Path:
@@ -70,14 +71,19 @@ class GraphStore:
         return self.directory / _safe_module(module) / f"{safe}-{digest[:40]}{SUFFIX}"
 
     def read(self, path: Path) -> bytes | None:
+        """The file's bytes (None if there is none); its modification time is set to now (least
+        recently used goes first) unless it was already set in the last minute."""
         try:
-            data = path.read_bytes()
+            f = open(path, "rb", buffering=0)
         except FileNotFoundError:
             return None
-        try:
-            os.utime(path)                 # least recently used goes first
-        except OSError:
-            pass
+        with f:
+            data = f.readall()
+            if os.fstat(f.fileno()).st_mtime < time.time() - _TOUCH_AFTER_S:
+                try:
+                    os.utime(f.fileno() if os.utime in os.supports_fd else path)
+                except OSError:
+                    pass
         return data
 
     def update(self, path: Path, change) -> None:
