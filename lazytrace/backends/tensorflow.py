@@ -85,6 +85,10 @@ _RAW_BINARY = {"__add__": gen_math_ops.add_v2, "__sub__": gen_math_ops.sub, "__m
 _RAW_NAMES = {gen_math_ops.add_v2: "raw_ops.AddV2", gen_math_ops.sub: "raw_ops.Sub", gen_math_ops.mul: "raw_ops.Mul",
               gen_math_ops.real_div: "raw_ops.RealDiv"}
 _FLOATS = {tf.float16, tf.bfloat16, tf.float32, tf.float64}
+#: the TensorFlow versions whose operator code was read to justify the raw-op replay; others keep
+#: the operators (correct, ~20-30 us slower each) until someone reads theirs
+RAW_OPERATORS_CHECKED = ("2.21.",)
+_RAW_OK = tf.__version__.startswith(RAW_OPERATORS_CHECKED)
 
 
 _KINDS = {np.asarray: CallKind.ESCAPE, **dict.fromkeys(READBACK_BUILTINS, CallKind.READBACK),
@@ -302,7 +306,7 @@ class TensorflowBackend(Backend):
             return func, recorded
         reflected = name is not None and name.startswith("__r")
         op = _RAW_BINARY.get(name.replace("__r", "__", 1) if reflected else name)
-        if op is None:
+        if op is None or not _RAW_OK:
             return func, recorded
         operands = [r if isinstance(r, tf.Tensor) else self.unwrap(a) for a, r in zip(args, recorded)]
         if any(type(t) is not EagerTensor for t in operands) or operands[0].dtype != operands[1].dtype \
