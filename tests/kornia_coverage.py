@@ -533,6 +533,8 @@ def run_case(case: Case, provider, gradients: bool = True) -> Result:
             return Result(case.name, "wrong", f"traced call {i + 1} raised {type(exc).__name__}: {exc}"[:300])
         try:
             assert_same(actual, expected)
+            if case.module_args is not None:        # what an augmentation keeps for the caller
+                assert_same(_module_state(traced), _module_state(eager))
         except AssertionError as exc:
             return Result(case.name, "wrong", f"call {i + 1} differs from eager: {exc}"[:500])
     result = _classify(case, provider, traced, before)
@@ -541,6 +543,20 @@ def run_case(case: Case, provider, gradients: bool = True) -> Result:
         if result.gradient.startswith("differs"):
             result.status, result.detail = "wrong", f"gradients: {result.gradient}"
     return result
+
+
+def _module_state(module) -> dict:
+    """The sampled parameters and the transformation matrix an augmentation keeps after a call
+    (users read them to transform boxes or to invert the augmentation)."""
+    state = {}
+    for name in ("transform_matrix", "_params"):
+        try:
+            value = getattr(module, name)
+        except Exception:  # noqa: BLE001 - a property that has nothing to give
+            continue
+        if value is not None:
+            state[name] = value
+    return state
 
 
 def _traced_callable(case: Case, provider):
