@@ -274,10 +274,10 @@ class TraceSession:
         if isinstance(lifted, Value):
             if not lifted.foldable or lifted.source is Source.EXTERNAL or lifted.obj is None:
                 return lifted
-            copy = self.backend.clone(lifted.obj)
+            fresh = self.backend.clone(lifted.obj)
             node = Node(len(self.nodes), Kind.OP, self.backend.clone, (lifted,), {}, [lifted],
                         [self.version(lifted)])
-            self._register_outputs(node, copy, False, lifted.dynamic)
+            self._register_outputs(node, fresh, False, lifted.dynamic)
             self.nodes.append(node)
             inputs.append(node.outputs[0])
             return node.outputs[0]
