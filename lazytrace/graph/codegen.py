@@ -150,7 +150,7 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
             v.name = f"v{next(counter)}" if id(v) in used else "_"
         call = em.call(node)
         if node.kind is Kind.GUARD:
-            body.append(_guard_line(call, node, em, i))
+            body.append(_guard_line(call, node.expected, em, i))
         else:
             body.append(_assign(node, call))
         dead = [v.name for v in _values_in(plan.nodes, i) if last_use.get(id(v)) == i
@@ -175,15 +175,12 @@ def node_lines(backend, plan: Plan, inputs: list[Value]) -> list[str]:
     """The line of generated source each node of `plan` became (for views; run after `generate`,
     which names the values)."""
     em = _Emitter(backend, plan, inputs)
-    return [_guard_line(em.call(n), n, em, i) if n.kind is Kind.GUARD else _assign(n, em.call(n))
+    return [_guard_line(em.call(n), n.expected, em, i) if n.kind is Kind.GUARD else _assign(n, em.call(n))
             for i, n in enumerate(plan.nodes)]
 
 
-def _guard_line(call: str, node, em, index: int) -> str:
-    expected = node.expected
-    if node.same_object:
-        test = f"({call}) is not {em._const(expected)}"      # the object itself, never a rebuilt literal
-    elif expected is True:
+def _guard_line(call: str, expected, em, index: int) -> str:
+    if expected is True:
         test = f"not ({call})"
     elif expected is False:
         test = f"{call}"

@@ -32,8 +32,7 @@ def run(plan: Plan, leaves: list, backend):
         result = node.target(*sub(node.args), **sub(node.kwargs))
         if node.kind is Kind.GUARD:
             expected = node.expected
-            if result is not expected if node.same_object else (not result) if expected is True else \
-                    bool(result) if expected is False else expected != result:
+            if (not result) if expected is True else bool(result) if expected is False else expected != result:
                 raise GuardFailed(i)
         elif node.result_structure == "single":
             if node.outputs:

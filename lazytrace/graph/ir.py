@@ -65,7 +65,6 @@ class Node:
     result_structure: Any = None    # "single", or the length of a flat tuple/list
     mutated: list = field(default_factory=list)   # Values whose memory it wrote
     expected: Any = None            # for guards: the value read back at trace time
-    same_object: bool = False       # for guards: compare with `is` (an object read from a stateful one)
     foldable: bool = False
 
     @property

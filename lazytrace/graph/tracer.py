@@ -324,9 +324,8 @@ class TraceSession:
                 self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object, and "
                           f"lazytrace cannot record what is read from that")
                 return
-            same = isinstance(expected, _Same)      # an object: by identity, its attributes recorded too
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
-                                   expected=value if same else expected, same_object=same))
+                                   expected=expected))
 
     def _snapshot(self, obj):
         """What a guard compares a value read from a stateful object with: literals by value,
