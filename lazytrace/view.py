@@ -76,9 +76,10 @@ def layout(graph) -> Layout:
     for v in plan.constants:
         external = v.source is Source.EXTERNAL
         home[id(v)] = f"const_{v.name}"
+        what = "array" if isinstance(v.obj, backend.array_types) else "object"
         boxes.append(Box(home[id(v)], "external" if external else "constant",
                          f"{v.name}{' (external)' if external else ' (cached)'}\n{meta(v)}",
-                         [f"external array {v.name}: reached by the function itself, referenced, not copied"
+                         [f"external {what} {v.name}: reached by the function itself, referenced, not copied"
                           if external else f"constant {v.name}: computed once when traced, made by "
                           f"{_call_name(backend, v.node)}", meta(v)]))
     for node, line in zip(plan.nodes, lines):
@@ -119,6 +120,8 @@ def _meta_text(backend):
 def _call_name(backend, node) -> str:
     if node.kind in (Kind.GETATTR, Kind.SETATTR) or node.target in (getattr, setattr) and len(node.args) > 1:
         return f"{'write' if node.kind is Kind.SETATTR else 'read'} .{node.args[1]}"
+    if hasattr(node.target, "label"):       # a check of a global or closure variable (graph/reads.py)
+        return node.target.label(node)
     return backend.qualified_name(node.target)
 
 

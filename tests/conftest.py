@@ -106,3 +106,9 @@ def temp_library(tmp_path, monkeypatch):
 
 
 pytest_plugins = ["pytester"]
+
+
+def calls(graph) -> list:
+    """A graph's nodes besides its checks of Python globals and closure variables (graph/reads.py)."""
+    from lazytrace.graph.reads import READERS
+    return [n for n in graph.nodes if n.target not in READERS]

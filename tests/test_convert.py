@@ -21,15 +21,17 @@ def test_agnostic_code_becomes_a_graph_of_the_named_framework(to, fw):
         pytest.importorskip("jax")
     lazy = lazytrace.trace_graph(agnostic, to=to)
     target = lazytrace.backends.get_backend(to)
-    for seed in range(3):
+    for seed in range(4):
         data = np.random.default_rng(seed).random((2, 3, 4, 4), dtype=np.float32)
         out = lazy(fw.from_numpy(data))
         assert isinstance(out, target.array_types)
         assert np.allclose(np.asarray(out), agnostic(data), rtol=1e-6)
     if to == "numpy":
-        assert lazy.stats.eager == 3        # einops does not know NumPy tracer objects: eager, correct
+        assert lazy.stats.eager == 4        # einops does not know NumPy tracer objects: eager, correct
     else:
-        assert lazy.stats.hits == 2 and lazy.stats.traces == 1
+        # einops fills a global cache of backends on its first call with a new array type: that
+        # trace is not kept (graph/reads.py), the next call traces again; every other call is a hit
+        assert lazy.stats.traces <= 2 and lazy.stats.hits == 4 - lazy.stats.traces
 
 
 def test_default_is_the_framework_of_the_inputs_and_mixing_needs_to():

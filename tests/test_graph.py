@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import lazytrace
+from conftest import calls
 
 
 def test_dead_code_print_logging_and_unused_ops_are_dropped(fw, capsys):
@@ -21,7 +22,7 @@ def test_dead_code_print_logging_and_unused_ops_are_dropped(fw, capsys):
     x, y = fw.array([1, 2, 3]), fw.array([2, 3, 4])
     graph = lazytrace.trace_graph(fn, args=(x, y))
     assert capsys.readouterr().out           # the trace ran the function, print included
-    assert len(graph.nodes) == 1
+    assert len(calls(graph)) == 1
     assert len(graph.dropped["pruned"]) == 3
     assert "cat" not in graph.source and "concatenate" not in graph.source
     x2, y2 = fw.array([3, 1, 2]), fw.array([1, 2, 2])
@@ -40,7 +41,7 @@ def test_argument_checks_on_shapes_are_gone(fw):
         return x * 2
 
     graph = lazytrace.trace_graph(fn, args=(fw.rand(3, 4),))
-    assert len(graph.nodes) == 1
+    assert len(calls(graph)) == 1
     x = fw.rand(3, 4, seed=1)
     assert fw.equal(graph(x), fn(x))
 
@@ -53,9 +54,10 @@ def test_constant_subexpressions_are_folded(fw):
 
     x = fw.rand(3)
     graph = lazytrace.trace_graph(fn, args=(x,))
-    assert len(graph.nodes) == 1              # only the power remains
-    assert len(graph.constants) == 1
-    assert fw.numpy(next(iter(graph.constants.values()))).tolist() == [4.0]
+    assert len(calls(graph)) == 1              # only the power remains
+    folded = [c for c in graph.constants.values() if isinstance(c, type(x))]
+    assert len(folded) == 1
+    assert fw.numpy(folded[0]).tolist() == [4.0]
     x2 = fw.rand(3, seed=5)
     assert fw.equal(graph(x2), fn(x2))
 
@@ -391,7 +393,7 @@ def test_nested_lazygraphs_inline_into_the_outer_trace(fw):
     x = fw.rand(3)
     outer(x)
     assert inner.stats.calls == 0          # the inner call became part of the outer graph
-    assert len(outer.graphs[0].nodes) == 2
+    assert len(calls(outer.graphs[0])) == 2
     assert fw.equal(outer(x), x * 3 + 1)
 
 

@@ -42,6 +42,10 @@ def shifted(x, y):
     return (x + y).T.contiguous()
 
 SCALE = torch.ones(3)
+GAIN = 2.0
+
+def gained(x):
+    return x * GAIN
 
 def uses_global(x):
     return x * SCALE
@@ -92,6 +96,23 @@ def test_fresh_process_replays_stored_graphs_without_tracing(lib, tmp_path):
     """)
     assert result["ok"] == [True, True, True]
     assert result["traces"] == 0 and result["loaded"] == 2 and result["hits"] == 3
+
+
+def test_guards_on_module_globals_are_stored_and_checked_after_loading(lib, tmp_path):
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.gained, cache=cache)(torch.rand(3))
+    assert len(stored_files(cache)) == 1
+    result = run_fresh(lib, cache, """
+        gained = lazytrace.trace_graph(lib.gained, cache=cache)
+        x = torch.rand(3)
+        ok = [torch.equal(gained(x), x * 2.0)]
+        loaded, traces = gained.stats.loaded, gained.stats.traces
+        lib.GAIN = 3.0                            # the stored graph's check sees the change
+        ok.append(torch.equal(gained(x), x * 3.0))
+        print(json.dumps({"ok": ok, "loaded": loaded, "traces_before": traces, **gained.stats.as_dict()}))
+    """)
+    assert result["ok"] == [True, True]
+    assert result["loaded"] == 1 and result["traces_before"] == 0 and result["traces"] == 1
 
 
 def test_other_signature_in_fresh_process_traces(lib, tmp_path):

@@ -61,11 +61,12 @@ class Stats:
 
 
 class _Entry:
-    __slots__ = ("graphs", "eager_reason", "dispatch", "described")
+    __slots__ = ("graphs", "eager_reason", "dispatch", "described", "unsettled")
 
     def __init__(self):
         self.graphs: list = []
         self.eager_reason: str | None = None
+        self.unsettled = False      # a trace changed Python state it reads: the next call traces again
         self.dispatch = None        # compiled check_and_call (guards.py), made on the first hit
         self.described: dict = {}   # {argument path: description} of this signature
 
@@ -308,7 +309,9 @@ class LazyGraph:
             if entry is None:
                 entry = self._cache.get(key) or _Entry()
                 self._cache[key] = entry
-            if isinstance(graph, NotTraceable):
+            if isinstance(graph, NotTraceable) and graph.transient and not entry.unsettled:
+                entry.unsettled = True      # e.g. a cache the first call filled: try once more
+            elif isinstance(graph, NotTraceable):
                 entry.eager_reason = graph.reason
                 entry.graphs.clear()
             else:
@@ -352,6 +355,8 @@ class LazyGraph:
         if index is None or not 0 <= index < len(nodes):
             return "a guard of the earlier graph failed"
         node = nodes[index]
+        if hasattr(node.target, "describe"):        # a global or closure variable (graph/reads.py)
+            return node.target.describe(node)
         return (f"a value read back from an array changed: {graph.backend.qualified_name(node.target)} "
                 f"gave {node.expected!r} when traced and something else now")
 

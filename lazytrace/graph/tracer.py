@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ..backends import CallKind, get_backend
 from . import codegen, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
+from .reads import PythonReads
 from .signature import Signature, container_snapshot, containers_changed, walk
 from .stateful import StatefulProxy, recording_class
 
@@ -45,6 +46,7 @@ class TraceSession:
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
+        self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
@@ -327,14 +329,16 @@ class TraceSession:
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
                                    expected=expected))
 
-    def _snapshot(self, obj):
+    def _snapshot(self, obj, record=True):
         """What a guard compares a value read from a stateful object with: literals by value,
         containers item by item (copied: they may change in place), other objects by identity
-        (and recorded themselves); _NOTHING if something in it cannot be checked (arrays)."""
+        (and recorded themselves if `record`); _NOTHING if something in it cannot be checked."""
         if _is_literal(obj, self.backend):
             return obj
+        if type(obj) in (set, frozenset) and all(_is_literal(x, self.backend) for x in obj):
+            return type(obj)(obj)
         if isinstance(obj, tuple) or type(obj) is list:
-            items = [self._snapshot(x) for x in obj]
+            items = [self._snapshot(x, record) for x in obj]
             if any(x is _NOTHING for x in items):
                 return _NOTHING
             return obj if all(a is b for a, b in zip(items, obj)) and type(obj) is not list else \
@@ -342,9 +346,10 @@ class TraceSession:
         if type(obj) is dict:
             if not all(_is_literal(k, self.backend) for k in obj):
                 return _NOTHING
-            items = {k: self._snapshot(v) for k, v in obj.items()}
+            items = {k: self._snapshot(v, record) for k, v in obj.items()}
             return _NOTHING if any(v is _NOTHING for v in items.values()) else items
-        if isinstance(obj, self._tracked) or self.value_of(obj) is not None or self._record_object(obj):
+        if (not record or isinstance(obj, self._tracked) or self.value_of(obj) is not None
+                or self._record_object(obj)):
             return _Same(obj)       # an array in a container: used live, checked by identity
         return _NOTHING
 
@@ -358,6 +363,21 @@ class TraceSession:
             return False
         self.add_stateful(obj)
         return True
+
+    def add_reads(self, reads: PythonReads):
+        """Guards on the globals and closure variables the function read by itself (graph.reads)."""
+        changed = reads.changed()
+        if changed is not None:
+            self.changed_reads = (f"changes the {changed} while it runs: a graph could not replay that "
+                                  f"(traced once more in case it was a cache being filled)")
+            return
+        for reader, (obj, *rest), expected, what in reads.guards():
+            value = self.value_of(obj)
+            if value is None:
+                value = self.add_stateful(obj)
+                value.meta = what
+            self.nodes.append(Node(len(self.nodes), Kind.GUARD, reader, (value, *rest), {}, [value],
+                                   [self.version(value)], expected=expected))
 
     def _unseen_state_changed(self):
         """Global state changed without a call showing it: record the change if the backend can
@@ -481,9 +501,10 @@ class TraceOptions:
 class NotTraceable(Exception):
     """This call cannot become a graph; `reason` says why. The caller runs it eagerly."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, transient: bool = False):
         super().__init__(reason)
         self.reason = reason
+        self.transient = transient      # the next call may trace successfully (graph/reads.py)
 
 
 def choose_backend(backends: list, to: str | None):
@@ -533,6 +554,9 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             session.add_stateful(obj)
             stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))
         stack.enter_context(session.activate())
+        reads = stack.enter_context(PythonReads(
+            lambda v: session._snapshot(v, record=False), _NOTHING, _Same,
+            known=lambda obj: session.value_of(obj) is not None).watching(getattr(fn, "__func__", fn)))
         try:
             result = fn(*targs, **tkwargs)
         except Exception as exc:
@@ -543,10 +567,13 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
             fn(*args, **kwargs)
+    session.add_reads(reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
     if plan.untraceable:
         return NotTraceable(plan.untraceable), real
+    if session.changed_reads:
+        return NotTraceable(session.changed_reads, transient=True), real
 
     graph = make_graph(backend, plan, name=name, key=key, signature=signature, original=fn, options=options,
                        extra=extra, state=state)

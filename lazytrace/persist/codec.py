@@ -7,6 +7,9 @@ and only to objects the backend allows (calls its interceptor could have recorde
 Python literals are tagged JSON, framework constants (dtypes, devices) are encoded
 by the backend, arrays go to the safetensors part of the file under a name. Source
 is generated again from the rebuilt plan by `codegen`, as after a trace.
+A guard on a module global (graph/reads.py) is stored as the module's name, the
+global's name and the expected type and value: at load the module is looked up in
+`sys.modules` only (nothing is imported) and the global is checked at every call.
 
 A graph that holds anything else (arrays the function reached by itself,
 stateful objects, namedtuples, enums ...) is not stored: `NotStorable` says why.
@@ -15,10 +18,16 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
 from types import ModuleType, SimpleNamespace
 
 from ..graph.ir import Kind, Node, Source, Value
 from ..graph.passes import Plan
+from ..graph.reads import read_global
+
+_GLOBAL_GUARD = "lazytrace:read_global"       # the one call a stored graph may make outside the framework
+_TYPES = {tp.__name__: tp for tp in (bool, int, float, complex, str, bytes, type(None), tuple, list, dict,
+                                     set, frozenset)}     # the types a guard on a global compares
 
 
 class NotStorable(Exception):
@@ -40,6 +49,8 @@ def resolve(backend, ref):
     own modules; anything else is refused (CorruptEntry)."""
     if not isinstance(ref, str) or ref.count(":") != 1:
         raise CorruptEntry(f"malformed call name {ref!r}")
+    if ref == _GLOBAL_GUARD:
+        return read_global
     root, path = ref.split(":")
     if root not in backend.persist_roots:
         raise CorruptEntry(f"call {ref!r} is outside the {backend.name} modules a stored graph may use")
@@ -57,6 +68,8 @@ def resolve(backend, ref):
 
 
 def _ref(backend, func) -> str:
+    if func is read_global:
+        return _GLOBAL_GUARD
     ref = backend.target_ref(func)
     if ref is None:
         raise NotStorable(f"the call {_name(func)} has no name in {backend.name}'s own modules")
@@ -67,6 +80,20 @@ def _ref(backend, func) -> str:
     if found is not func and found != func:
         raise NotStorable(f"the call {_name(func)} cannot be found again by its name {ref!r}")
     return ref
+
+
+def _module_of(obj) -> str | None:
+    """The name of the module whose globals `obj` is, if it is a module's globals."""
+    name = obj.get("__name__") if type(obj) is dict else None
+    module = sys.modules.get(name) if type(name) is str else None
+    return name if module is not None and getattr(module, "__dict__", None) is obj else None
+
+
+def _namespace(name):
+    module = sys.modules.get(name) if type(name) is str else None
+    if module is None:
+        raise CorruptEntry(f"a guard reads globals of {name!r:.80}, which is not imported")
+    return module.__dict__
 
 
 def _name(func) -> str:
@@ -107,6 +134,10 @@ class _Encoder:
             return [self(x) for x in obj]
         if tp is dict:
             return {"d": [[self(k), self(v)] for k, v in obj.items()]}
+        if tp is set or tp is frozenset:
+            return {"S" if tp is set else "Z": [self(x) for x in obj]}
+        if tp is type and _TYPES.get(obj.__name__) is obj:
+            return {"y": obj.__name__}
         if tp is slice:
             return {"s": [self(obj.start), self(obj.stop), self(obj.step)]}
         if isinstance(obj, self.backend.array_types):
@@ -156,6 +187,10 @@ class _Decoder:
                 return {_hashable(self(k)): self(v) for k, v in _list(body)}
             if tag == "s":
                 return slice(*(self(x) for x in _list(body, 3)))
+            if tag == "S" or tag == "Z":
+                return (set if tag == "S" else frozenset)(_hashable(self(x)) for x in _list(body))
+            if tag == "y":
+                return _TYPES[body]
             if tag == "a":
                 return self.arrays[body]
             if tag == "x":
@@ -200,10 +235,14 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
     enc = _Encoder(backend, refs)
     constants = []
     for i, v in enumerate(plan.constants):
+        refs[id(v)] = ["c", i]
+        module = _module_of(v.obj) if v.source is Source.EXTERNAL else None
+        if module is not None:
+            constants.append({"g": module})
+            continue
         if v.source is not Source.NODE or not v.foldable:
             raise NotStorable("the function reads an array it reached by itself (a global, a closure "
                               "variable, a module parameter): a stored copy would not follow its changes")
-        refs[id(v)] = ["c", i]
         constants.append(f"c{i}")
         enc.arrays[f"c{i}"] = backend.unwrap(v.obj)
     nodes = []
@@ -245,7 +284,10 @@ def _decode(backend, doc, arrays):
     values = {("i", i): v for i, v in enumerate(inputs)}
     constants = []
     for i, name in enumerate(_list(doc["constants"])):
-        v = Value(Source.NODE, foldable=True, obj=arrays[name])
+        if type(name) is dict:          # {"g": module}: the namespace a guard on a global reads
+            v = Value(Source.EXTERNAL, obj=_namespace(name["g"]))
+        else:
+            v = Value(Source.NODE, foldable=True, obj=arrays[name])
         values[("c", i)] = v
         constants.append(v)
     dec = _Decoder(backend, values, arrays)

@@ -1,0 +1,157 @@
+"""Python values a function reaches by itself (module globals, closure variables, config objects)
+are checked at every call (graph/reads.py): a change traces again, never a stale result."""
+import dataclasses
+import types
+
+import numpy as np
+import pytest
+import torch
+
+import lazytrace
+
+SCALE = 2.0
+TABLE = {"gain": 2.0, "shift": [1.0, 2.0]}
+WEIGHT = torch.ones(3)
+CONFIG = types.SimpleNamespace(gain=2.0, mode="add")
+CALLS = 0
+BACKENDS: dict = {}
+
+
+@dataclasses.dataclass
+class Settings:
+    gain: float = 2.0
+
+
+SETTINGS = Settings()
+
+
+def scaled(x):
+    return x * SCALE
+
+
+def tabled(x):
+    return x * TABLE["gain"] + TABLE["shift"][1]
+
+
+def weighted(x):
+    return x * WEIGHT
+
+
+def configured(x):
+    out = x * CONFIG.gain
+    return out + 1 if CONFIG.mode == "add" else out - 1
+
+
+def with_settings(x):
+    return x * SETTINGS.gain
+
+
+def counting(x):
+    global CALLS
+    CALLS += 1
+    return x * CALLS
+
+
+def cached_backend(x):
+    backend = BACKENDS.setdefault(type(x), "filled once")
+    return x + len(backend)
+
+
+@pytest.fixture(autouse=True)
+def restore_globals():
+    saved = dict(SCALE=SCALE, TABLE=TABLE, WEIGHT=WEIGHT, CONFIG=CONFIG, CALLS=CALLS, SETTINGS=SETTINGS)
+    saved_table = {k: list(v) if isinstance(v, list) else v for k, v in TABLE.items()}
+    yield
+    globals().update(saved)
+    TABLE.clear()
+    TABLE.update(saved_table)
+    CONFIG.gain, CONFIG.mode, SETTINGS.gain = 2.0, "add", 2.0
+    BACKENDS.clear()
+
+
+def test_a_rebound_global_number_is_seen(fw):
+    global SCALE
+    lazy = lazytrace.trace_graph(scaled)
+    x = fw.rand(4)
+    assert fw.equal(lazy(x), scaled(x)) and fw.equal(lazy(x), scaled(x))
+    assert lazy.stats.hits == 1
+    SCALE = 3.0
+    assert fw.equal(lazy(x), x * 3.0)
+    assert lazy.stats.guard_failures == 1 and lazy.stats.traces == 2
+    assert "the global 'SCALE' changed" in lazy.explain()
+    assert fw.equal(lazy(x), x * 3.0) and lazy.stats.hits == 2
+
+
+def test_the_type_of_a_global_number_is_checked_too():
+    global SCALE
+    lazy = lazytrace.trace_graph(scaled)
+    x = torch.arange(4)
+    SCALE = 2
+    assert lazy(x).dtype == torch.int64
+    SCALE = 2.0                                   # equal as numbers, but int * 2.0 is a float tensor
+    assert lazy(x).dtype == torch.float32 and torch.equal(lazy(x), scaled(x))
+
+
+def test_a_global_dict_changed_in_place_is_seen(fw):
+    lazy = lazytrace.trace_graph(tabled)
+    x = fw.rand(4)
+    assert fw.equal(lazy(x), tabled(x))
+    TABLE["gain"] = 5.0
+    assert fw.equal(lazy(x), tabled(x))
+    TABLE["shift"][1] = -1.0                      # a list inside it
+    assert fw.equal(lazy(x), tabled(x))
+    assert lazy.stats.traces == 3
+
+
+def test_a_global_array_is_read_live_and_rebinding_it_is_seen():
+    global WEIGHT
+    lazy = lazytrace.trace_graph(weighted)
+    x = torch.rand(3)
+    assert torch.equal(lazy(x), x)
+    WEIGHT.mul_(3)                                # in place: the graph reads the same tensor
+    assert torch.equal(lazy(x), x * 3) and lazy.stats.traces == 1
+    WEIGHT = torch.full((3,), 7.0)                # rebound: another tensor
+    assert torch.equal(lazy(x), x * 7) and lazy.stats.traces == 2
+
+
+def test_config_objects_are_checked_attribute_by_attribute(fw):
+    lazy = lazytrace.trace_graph(configured)
+    settings = lazytrace.trace_graph(with_settings)
+    x = fw.rand(4)
+    assert fw.equal(lazy(x), configured(x)) and fw.equal(settings(x), with_settings(x))
+    CONFIG.mode = "subtract"
+    SETTINGS.gain = 4.0
+    assert fw.equal(lazy(x), configured(x)) and fw.equal(settings(x), x * 4.0)
+    assert lazy.stats.traces == 2 and settings.stats.traces == 2
+
+
+def test_closure_variables_are_checked(fw):
+    factor = 2.0
+
+    def fn(x):
+        return x * factor
+
+    lazy = lazytrace.trace_graph(fn)
+    x = fw.rand(4)
+    assert fw.equal(lazy(x), x * 2.0)
+    factor = 5.0                                  # the cell fn reads is rebound
+    assert fw.equal(lazy(x), x * 5.0)
+    assert "closure changed" in lazy.explain()
+
+
+def test_a_function_changing_what_it_reads_runs_eagerly_after_one_retry():
+    lazy = lazytrace.trace_graph(counting)
+    x = torch.ones(2)
+    outs = [lazy(x) for _ in range(4)]
+    assert [o.tolist() for o in outs] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]
+    assert CALLS == 4                             # every call ran the function: the side effect too
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 0
+    assert any("changes the global 'CALLS'" in r for r in lazy.stats.reasons)
+
+
+def test_a_cache_filled_by_the_first_call_is_traced_again_then_replayed():
+    lazy = lazytrace.trace_graph(cached_backend)
+    x = np.ones(3)
+    for _ in range(4):
+        assert np.array_equal(lazy(x), x + len("filled once"))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2 and lazy.stats.eager == 1
