@@ -57,9 +57,33 @@ def cached_backend(x):
     return x + len(backend)
 
 
+METHOD_GAIN = 2.0
+
+
+def helper_gain():
+    return SCALE
+
+
+def via_helper(x):
+    return x * helper_gain()          # SCALE is read by a function the traced one calls
+
+
+class Scaler:
+    def apply(self, x):
+        return x * METHOD_GAIN        # read by a method: seen on the stack at the multiplication
+
+
+SCALER = Scaler()
+
+
+def via_method(x):
+    return SCALER.apply(x)
+
+
 @pytest.fixture(autouse=True)
 def restore_globals():
-    saved = dict(SCALE=SCALE, TABLE=TABLE, WEIGHT=WEIGHT, CONFIG=CONFIG, CALLS=CALLS, SETTINGS=SETTINGS)
+    saved = dict(SCALE=SCALE, TABLE=TABLE, WEIGHT=WEIGHT, CONFIG=CONFIG, CALLS=CALLS, SETTINGS=SETTINGS,
+                 METHOD_GAIN=METHOD_GAIN)
     saved_table = {k: list(v) if isinstance(v, list) else v for k, v in TABLE.items()}
     yield
     globals().update(saved)
@@ -155,3 +179,13 @@ def test_a_cache_filled_by_the_first_call_is_traced_again_then_replayed():
     for _ in range(4):
         assert np.array_equal(lazy(x), x + len("filled once"))
     assert lazy.stats.traces == 2 and lazy.stats.hits == 2 and lazy.stats.eager == 1
+
+
+def test_globals_read_by_called_functions_and_methods_are_checked(fw):
+    global SCALE, METHOD_GAIN
+    helper, method = lazytrace.trace_graph(via_helper), lazytrace.trace_graph(via_method)
+    x = fw.rand(4)
+    assert fw.equal(helper(x), x * 2.0) and fw.equal(method(x), x * 2.0)
+    SCALE, METHOD_GAIN = 3.0, 4.0
+    assert fw.equal(helper(x), x * 3.0) and fw.equal(method(x), x * 4.0)
+    assert helper.stats.traces == 2 and method.stats.traces == 2

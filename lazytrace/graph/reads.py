@@ -2,10 +2,13 @@
 
 A graph bakes the Python values its calls were given. Arguments are keyed (signature.py), but
 `scale` in `def f(x): return x * scale`, a `CONFIG = {...}` dict, a global tensor that may be
-rebound or a closure variable reach the calls without passing through the arguments. While a
-trace runs, a `sys.settrace` hook sees each Python function entered (call events only: it turns
-line tracing off for every frame) and notes the globals its code loads or stores
-(LOAD_GLOBAL / STORE_GLOBAL / DELETE_GLOBAL, read once per code object with `dis`). Those holding
+rebound or a closure variable reach the calls without passing through the arguments.
+`PythonReads` notes the globals a function's code loads or stores (LOAD_GLOBAL / STORE_GLOBAL /
+DELETE_GLOBAL, read once per code object with `dis`): before the function runs, for its own code,
+its closure and the Python functions its globals hold (a few levels deep); and at each framework
+call, for every function on the stack between the traced one and the call (methods, code reached
+through attributes). A `sys.settrace` hook would see every function run, but it slows every line of
+Python while it is set (a trace took twice as long), so it is not used. Those holding
 data become guards at the start of the graph:
 
 - numbers, strings, enums, framework dtypes and devices: by type and value;
@@ -16,11 +19,14 @@ data become guards at the start of the graph:
   identity, and their attributes by value.
 
 A failed check traces the signature again, as a failed guard does. A value the function itself
-changes during the trace (a counter, a cache it fills) makes the signature run eagerly: the
-graph could not replay the change. The traced function's own closure cells are guarded the same
+changes during the trace (a counter, a cache it fills) is traced once more and then makes the
+signature run eagerly: the graph could not replay the change. The traced function's own closure cells are guarded the same
 way. Not watched (the README lists them): globals holding functions, classes or modules
 (rebinding a function after the trace is not seen), code of the standard library, lazytrace, the
-frameworks and the tools listed in UNWATCHED, and closure cells of inner functions.
+frameworks and the tools listed in UNWATCHED, closure cells of functions seen only on the stack,
+and Python code that makes no framework call and is reached only through attributes (a method
+computing a number from a global); a value such code changes before the first framework call
+below it is seen at its new value.
 """
 from __future__ import annotations
 
@@ -28,10 +34,8 @@ import argparse
 import dataclasses
 import dis
 import functools
-import gc
 import sys
 import types
-from contextlib import contextmanager
 
 MISSING = object()      # what a guard reads for a global that no longer exists
 
@@ -40,6 +44,7 @@ _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunction
                types.ClassMethodDescriptorType, types.GetSetDescriptorType, functools.partial,
                staticmethod, classmethod, property)
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
+_DEPTH = 3        # how many calls deep `start` follows functions held by globals
 _GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL"})
 #: packages whose code's globals are never guarded: the standard library (logging, typing ...),
 #: lazytrace, the frameworks and what they run internally (their own state is theirs: a
@@ -126,40 +131,52 @@ class PythonReads:
         self._nothing = nothing
         self._same = same
         self._codes: set = set()
+        self._root = None
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
 
-    # ---- while the trace runs ------------------------------------------------------
-    @contextmanager
-    def watching(self, fn):
-        """Note what `fn`'s closure holds now and what each function entered reads."""
+    # ---- before and while the trace runs ------------------------------------------------
+    def start(self, fn):
+        """Note what `fn` can read before it runs: its closure, the globals of its code and of
+        the Python functions those globals hold, a few levels deep (a counter the function
+        bumps before its first framework call is then seen as changed)."""
+        fn = getattr(fn, "__func__", fn)
+        self._root = getattr(fn, "__code__", None)
+        self._function(fn, depth=0)
+
+    def on_call(self, frame):
+        """A framework call is being made from `frame`: note the code of every function on the
+        stack down to the traced one (methods and other code the start could not see)."""
+        codes = self._codes
+        while frame is not None:
+            code = frame.f_code
+            if code is self._root:
+                return
+            if code not in codes:
+                self._code(code, frame.f_globals, depth=_DEPTH)
+            frame = frame.f_back
+
+    def _function(self, fn, depth):
+        wrapped = getattr(fn, "__wrapped__", None)      # functools.wraps, a LazyGraph
+        if wrapped is not None and wrapped is not fn:
+            self._function(wrapped, depth)
         code = getattr(fn, "__code__", None)
-        for name, cell in zip(code.co_freevars if code else (), getattr(fn, "__closure__", None) or ()):
+        if not isinstance(code, types.CodeType) or code in self._codes:
+            return
+        for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
             value = read_cell(cell)[1]
             expected = self._expect(value)
             if expected is not self._nothing:
                 self.cells.append((cell, name, value, expected))
-        previous = sys.gettrace()
-        self._codes.update(getattr(cb, "__code__", None) for cb in gc.callbacks)   # run by the collector
+            elif depth < _DEPTH and isinstance(value, types.FunctionType):
+                self._function(value, depth + 1)
+        self._code(code, fn.__globals__, depth)
 
-        def hook(frame, event, arg):
-            if event == "call" and frame.f_code not in self._codes:
-                self._enter(frame)
-            return previous(frame, event, arg) if previous is not None else None
-
-        sys.settrace(hook)
-        try:
-            yield self
-        finally:
-            sys.settrace(previous)
-
-    def _enter(self, frame):
-        code = frame.f_code
+    def _code(self, code, namespace, depth):
         self._codes.add(code)
-        namespace = frame.f_globals
-        if (str(namespace.get("__name__", "")).partition(".")[0] in UNWATCHED
-                or code.co_filename.startswith("<lazytrace")):     # a graph inlined into this trace
+        if str(namespace.get("__name__", "")).partition(".")[0] in UNWATCHED \
+                or code.co_filename.startswith("<lazytrace"):       # a graph inlined into this trace
             return
         for name in global_names(code):
             key = (id(namespace), name)
@@ -171,6 +188,11 @@ class PythonReads:
             expected = self._expect(value)
             if expected is not self._nothing:
                 self.globals[key] = (namespace, name, value, expected)
+            elif depth < _DEPTH and isinstance(value, types.FunctionType):
+                self._function(value, depth + 1)
+        for const in code.co_consts:        # comprehensions, lambdas and inner functions
+            if isinstance(const, types.CodeType) and const not in self._codes:
+                self._code(const, namespace, depth)
 
     def _expect(self, value):
         """(type, snapshot) a guard compares, or `nothing` for code (functions, classes, modules)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import enum
+import sys
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -47,6 +48,8 @@ class TraceSession:
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
+        self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
+                                 known=lambda obj: self.value_of(obj) is not None)
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
@@ -141,6 +144,7 @@ class TraceSession:
             raise
 
     def _on_call(self, func, args, kwargs):
+        self.reads.on_call(sys._getframe(2))    # the code making this call (graph.reads)
         backend = self.backend
         if backend.unseen_state() != self._unseen:
             self._unseen_state_changed()
@@ -553,10 +557,8 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         for obj in options.stateful:
             session.add_stateful(obj)
             stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))
+        session.reads.start(fn)
         stack.enter_context(session.activate())
-        reads = stack.enter_context(PythonReads(
-            lambda v: session._snapshot(v, record=False), _NOTHING, _Same,
-            known=lambda obj: session.value_of(obj) is not None).watching(getattr(fn, "__func__", fn)))
         try:
             result = fn(*targs, **tkwargs)
         except Exception as exc:
@@ -567,7 +569,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
             fn(*args, **kwargs)
-    session.add_reads(reads)
+    session.add_reads(session.reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
     if plan.untraceable:
