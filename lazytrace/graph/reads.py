@@ -45,7 +45,9 @@ _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunction
                staticmethod, classmethod, property)
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 _DEPTH = 3        # how many calls deep `start` follows functions held by globals
-_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL"})
+_LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG = (
+    dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG"))
+_LOAD_GLOBAL_SHIFT = 1 if sys.version_info >= (3, 11) else 0     # 3.11+: the low bit means "push NULL"
 #: packages whose code's globals are never guarded: the standard library (logging, typing ...),
 #: lazytrace, the frameworks and what they run internally (their own state is theirs: a
 #: framework call is recorded as a whole), and tools running around user code (printing,
@@ -108,8 +110,20 @@ read_attributes.describe = lambda node: "an attribute of an object the function 
 
 @functools.lru_cache(maxsize=8192)
 def global_names(code) -> tuple[str, ...]:
-    """Names a code object loads, stores or deletes as globals."""
-    return tuple({ins.argval for ins in dis.get_instructions(code) if ins.opname in _GLOBAL_OPS})
+    """Names a code object loads, stores or deletes as globals. Read from the bytecode directly:
+    `dis.get_instructions` costs ~10x more, and the first trace reads dozens of code objects."""
+    raw, names, found, extended = code.co_code, code.co_names, set(), 0
+    for i in range(0, len(raw), 2):
+        op, arg = raw[i], raw[i + 1] | extended
+        if op == _EXTENDED_ARG:
+            extended = arg << 8
+            continue
+        extended = 0
+        if op == _LOAD_GLOBAL:
+            found.add(names[arg >> _LOAD_GLOBAL_SHIFT])
+        elif op == _STORE_GLOBAL or op == _DELETE_GLOBAL:
+            found.add(names[arg])
+    return tuple(found)
 
 
 def _attributes(obj):
