@@ -189,3 +189,29 @@ def test_globals_read_by_called_functions_and_methods_are_checked(fw):
     SCALE, METHOD_GAIN = 3.0, 4.0
     assert fw.equal(helper(x), x * 3.0) and fw.equal(method(x), x * 4.0)
     assert helper.stats.traces == 2 and method.stats.traces == 2
+
+
+MODEL = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+
+
+def use_model(x):
+    return MODEL(x)
+
+
+def test_a_global_model_is_recorded_eval_and_swapped_parts_are_seen():
+    lazy = lazytrace.trace_graph(use_model)
+    x = torch.rand(2, 4)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        first = lazy(x)
+        torch.manual_seed(0)
+        assert torch.equal(first, use_model(x))           # dropout on: the same draws
+        MODEL.eval()                                      # a module flag read by Dropout.forward
+        assert torch.equal(lazy(x), use_model(x)) and lazy.stats.traces == 2
+        MODEL[0].weight.mul_(2)                            # in place: read live, no new trace
+        assert torch.equal(lazy(x), use_model(x)) and lazy.stats.traces == 2
+        MODEL[0].weight = torch.nn.Parameter(torch.ones(4, 4))     # another parameter object
+        assert torch.equal(lazy(x), use_model(x)) and lazy.stats.traces == 3
+        MODEL[0] = torch.nn.Linear(4, 4)                   # another submodule
+        assert torch.equal(lazy(x), use_model(x)) and lazy.stats.traces == 4
+    assert type(MODEL) is torch.nn.Sequential              # its class is given back after each trace

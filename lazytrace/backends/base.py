@@ -57,6 +57,13 @@ class Backend:
         reads and writes: recorded as stateful); else None."""
         return None
 
+    def reached_model(self, obj) -> tuple[tuple, tuple]:
+        """For an object the function reaches by itself (a global model): the objects whose
+        attribute use a trace records (the module and its submodules), and the containers that
+        hold its structure, checked item by item at every call (parameters, buffers, submodules).
+        ((), ()) for other objects."""
+        return (), ()
+
     def traced_method(self, cls: type) -> str | None:
         """For a class whose instances `bind` handles (torch.nn.Module subclasses): the name of
         the method `bind` traces and installs on an instance ('forward'); else None."""

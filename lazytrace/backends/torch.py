@@ -118,19 +118,29 @@ class TorchBackend(Backend):
 
     #: nn.Module's own attributes: parameters and buffers are live inputs, submodules are recorded
     #: themselves, hooks run around the traced forward, `training` is keyed
-    bookkeeping_attributes = frozenset(vars(torch.nn.Module()))
+    # nn.Module's own containers; `training` is not among them: reading it is recorded (a
+    # module bound by trace_graph(module) also has it in its key)
+    bookkeeping_attributes = frozenset(vars(torch.nn.Module())) - {"training"}
 
     def bind(self, obj):
         if not isinstance(obj, torch.nn.Module):
             return None
 
         def install(traced):
-            obj.forward = traced
+            # straight into the instance dict: not a write a trace recording `obj` should replay
+            # (a model reached by an outer traced function has its attribute writes recorded)
+            vars(obj)["forward"] = traced
             return obj
 
         # every submodule's plain attributes (`self.p`, kornia's `self._params`) are read and written
         # by forward: recorded like stateful objects (reads guarded, writes replayed)
         return ModuleForward(obj), ModuleLiveInputs(obj), install, tuple(obj.modules())
+
+    def reached_model(self, obj):
+        if not isinstance(obj, torch.nn.Module):
+            return (), ()
+        modules = tuple(obj.modules())
+        return modules, tuple(vars(m)[name] for m in modules for name in ("_parameters", "_buffers", "_modules"))
 
     def traced_method(self, cls):
         return "forward" if issubclass(cls, torch.nn.Module) else None

@@ -14,7 +14,8 @@ data become guards at the start of the graph:
 - numbers, strings, enums, framework dtypes and devices: by type and value;
 - tuples, lists, dicts of them: item by item, compared with a copy;
 - arrays, and any other object (a model, a sampler): by identity (an array is read live, so
-  writes into it are seen; rebinding the name is seen here);
+  writes into it are seen; rebinding the name is seen here); a model (an `nn.Module`) and its
+  submodules also have their attributes recorded, as `stateful=[...]` objects do (`.eval()`);
 - plain objects holding only data (a config object, `argparse.Namespace`, a dataclass): by
   identity, and their attributes by value.
 
@@ -104,7 +105,7 @@ read_global.label = lambda node: f"global {node.args[1]}"
 read_global.describe = lambda node: f"the global {node.args[1]!r} changed"
 read_cell.label = lambda node: "closure variable"
 read_cell.describe = lambda node: "a variable of the function's closure changed"
-read_attributes.label = lambda node: "attributes"
+read_attributes.label = lambda node: "items" if type(node.args[0].obj) is dict else "attributes"
 read_attributes.describe = lambda node: "an attribute of an object the function reads by itself changed"
 
 
@@ -127,6 +128,8 @@ def global_names(code) -> tuple[str, ...]:
 
 
 def _attributes(obj):
+    if type(obj) is dict:           # the structure of a model (its parameters, submodules ...)
+        return dict(obj)
     if dataclasses.is_dataclass(obj) and not hasattr(obj, "__dict__"):
         return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     return dict(vars(obj))
@@ -139,9 +142,10 @@ class PythonReads:
     marker for arrays and objects) or `nothing` when the value holds something it cannot check.
     """
 
-    def __init__(self, snapshot, nothing, same, known):
+    def __init__(self, snapshot, nothing, same, known, record):
         self._snapshot = snapshot
         self._known = known
+        self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
         self._nothing = nothing
         self._same = same
         self._codes: set = set()
@@ -214,6 +218,9 @@ class PythonReads:
             return self._nothing
         expected = self._snapshot(value)
         if expected is self._nothing or isinstance(expected, self._same):
+            for container in self._record(value):       # a model: its parameters, submodules ...
+                if container:                           # (forward cannot use what was not there)
+                    self.objects[id(container)] = (container, self._snapshot(container))
             self._note_object(value)
             return _ANY, self._same(value)     # identity (a stateful object's class is swapped meanwhile)
         return type(value), expected

@@ -49,7 +49,7 @@ class TraceSession:
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
-                                 known=lambda obj: self.value_of(obj) is not None)
+                                 known=lambda obj: self.value_of(obj) is not None, record=self._record_reached)
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
@@ -382,6 +382,17 @@ class TraceSession:
                 value.meta = what
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, reader, (value, *rest), {}, [value],
                                    [self.version(value)], expected=expected))
+
+    def _record_reached(self, obj) -> tuple:
+        """A model the function reaches by itself (a global, a closure variable): its attributes
+        are recorded like those of `stateful` objects (`model.eval()` after the trace is seen);
+        returns the containers of its structure, which the caller checks item by item."""
+        objects, structure = self.backend.reached_model(obj)
+        if any(self.value_of(o) is not None for o in objects):
+            return ()           # bound or stateful already
+        for o in objects:
+            self._record_object(o)
+        return structure
 
     def _unseen_state_changed(self):
         """Global state changed without a call showing it: record the change if the backend can
