@@ -215,3 +215,14 @@ def test_a_global_model_is_recorded_eval_and_swapped_parts_are_seen():
         MODEL[0] = torch.nn.Linear(4, 4)                   # another submodule
         assert torch.equal(lazy(x), use_model(x)) and lazy.stats.traces == 4
     assert type(MODEL) is torch.nn.Sequential              # its class is given back after each trace
+
+
+def test_a_global_changing_at_every_call_ends_eager_naming_it():
+    global SCALE
+    lazy = lazytrace.trace_graph(scaled)
+    x = torch.rand(3)
+    for step in range(8):
+        SCALE = float(step)
+        assert torch.equal(lazy(x), x * float(step))
+    assert lazy.stats.traces == 4 and lazy.stats.eager >= 3
+    assert any("the global 'SCALE' changed" in reason for reason in lazy.stats.reasons)

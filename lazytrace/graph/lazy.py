@@ -194,8 +194,9 @@ class LazyGraph:
     # ---- tracing ------------------------------------------------------------------
     def _miss(self, key, backends, entry, args, kwargs, failed=None, leaves=None):
         if entry is not None and len(entry.graphs) >= MAX_VARIANTS:
+            last = f" (last: {self._guard_text(*failed)})" if failed else ""
             entry.eager_reason = (f"guards failed for {MAX_VARIANTS} traced variants: values read back "
-                                  f"from arrays keep changing")
+                                  f"from arrays or globals keep changing{last}")
             entry.graphs.clear()
             self._fast = None
             return self._eager(entry.eager_reason, args, kwargs)
