@@ -127,6 +127,10 @@ def global_names(code) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _is_code(value) -> bool:
+    return isinstance(value, _CODE_TYPES) or callable(value) and hasattr(value, "__wrapped__")
+
+
 def _attributes(obj):
     if type(obj) is dict:           # the structure of a model (its parameters, submodules ...)
         return dict(obj)
@@ -206,15 +210,16 @@ class PythonReads:
             expected = self._expect(value)
             if expected is not self._nothing:
                 self.globals[key] = (namespace, name, value, expected)
-            elif depth < _DEPTH and isinstance(value, types.FunctionType):
+            elif depth < _DEPTH and (isinstance(value, types.FunctionType) or hasattr(value, "__wrapped__")):
                 self._function(value, depth + 1)
         for const in code.co_consts:        # comprehensions, lambdas and inner functions
             if isinstance(const, types.CodeType) and const not in self._codes:
                 self._code(const, namespace, depth)
 
     def _expect(self, value):
-        """(type, snapshot) a guard compares, or `nothing` for code (functions, classes, modules)."""
-        if isinstance(value, _CODE_TYPES):
+        """(type, snapshot) a guard compares, or `nothing` for code (functions, classes, modules,
+        decorated functions such as lru_cache wrappers and LazyGraphs)."""
+        if _is_code(value):
             return self._nothing
         expected = self._snapshot(value)
         if expected is self._nothing or isinstance(expected, self._same):
