@@ -15,6 +15,9 @@ import re
 
 from .ir import Kind, Source, Value
 from .passes import Plan, output_values
+from .reads import MISSING, read_global
+
+_SINGLETONS = (True, False, None)
 
 _counter = itertools.count()
 
@@ -150,7 +153,7 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
             v.name = f"v{next(counter)}" if id(v) in used else "_"
         call = em.call(node)
         if node.kind is Kind.GUARD:
-            body.append(_guard_line(call, node.expected, em, i))
+            body.append(_guard_line(call, node.expected, em, i, node))
         else:
             body.append(_assign(node, call))
         dead = [v.name for v in _values_in(plan.nodes, i) if last_use.get(id(v)) == i
@@ -163,6 +166,8 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     while fn_name in em.namespace:      # `def one_hot` must not rebind the one_hot it calls
         fn_name = f"{fn_name}_graph"
     header = [f"# {alias} = {qual}" for alias, qual in em.aliases.items() if alias != qual]
+    header += [f"# {v.name}: {v.meta}" for v in plan.constants      # module globals, closure cells ...
+               if v.source is Source.EXTERNAL and isinstance(v.meta, str) and " " in v.meta]
     params = ", ".join(v.name for v in inputs)
     source = "\n".join(header + [f"def {fn_name}({params}):"] + [f"    {line}" for line in body]) + "\n"
     filename = f"<lazytrace {fn_name} #{next(_counter)}>"
@@ -175,11 +180,17 @@ def node_lines(backend, plan: Plan, inputs: list[Value]) -> list[str]:
     """The line of generated source each node of `plan` became (for views; run after `generate`,
     which names the values)."""
     em = _Emitter(backend, plan, inputs)
-    return [_guard_line(em.call(n), n.expected, em, i) if n.kind is Kind.GUARD else _assign(n, em.call(n))
+    return [_guard_line(em.call(n), n.expected, em, i, n) if n.kind is Kind.GUARD else _assign(n, em.call(n))
             for i, n in enumerate(plan.nodes)]
 
 
-def _guard_line(call: str, expected, em, index: int) -> str:
+def _guard_line(call: str, expected, em, index: int, node=None) -> str:
+    if node is not None and node.target is read_global and expected[1] in _SINGLETONS \
+            and type(expected[1]) in (bool, type(None)):
+        # a flag: `if c0.get('_KORNIA_CHECKS_ENABLED', _MISSING) is not True` (type and value at once)
+        em.namespace["_MISSING"] = MISSING
+        namespace, name = node.args
+        return f"if {em.expr(namespace)}.get({name!r}, _MISSING) is not {expected[1]!r}: raise _GuardFailed({index})"
     if expected is True:
         test = f"not ({call})"
     elif expected is False:

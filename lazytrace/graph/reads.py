@@ -113,7 +113,7 @@ read_attributes.describe = lambda node: "an attribute of an object the function 
 def global_names(code) -> tuple[str, ...]:
     """Names a code object loads, stores or deletes as globals. Read from the bytecode directly:
     `dis.get_instructions` costs ~10x more, and the first trace reads dozens of code objects."""
-    raw, names, found, extended = code.co_code, code.co_names, set(), 0
+    raw, names, found, extended = code.co_code, code.co_names, {}, 0      # in order of use
     for i in range(0, len(raw), 2):
         op, arg = raw[i], raw[i + 1] | extended
         if op == _EXTENDED_ARG:
@@ -121,9 +121,9 @@ def global_names(code) -> tuple[str, ...]:
             continue
         extended = 0
         if op == _LOAD_GLOBAL:
-            found.add(names[arg >> _LOAD_GLOBAL_SHIFT])
+            found[names[arg >> _LOAD_GLOBAL_SHIFT]] = None
         elif op == _STORE_GLOBAL or op == _DELETE_GLOBAL:
-            found.add(names[arg])
+            found[names[arg]] = None
     return tuple(found)
 
 
