@@ -115,6 +115,20 @@ def test_guards_on_module_globals_are_stored_and_checked_after_loading(lib, tmp_
     assert result["loaded"] == 1 and result["traces_before"] == 0 and result["traces"] == 1
 
 
+def test_a_stored_guard_on_a_module_not_imported_is_skipped_and_the_file_kept(lib, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.gained, cache=cache)(torch.rand(3))
+    files = [(f, f.read_bytes()) for f in stored_files(cache)]
+    monkeypatch.delitem(sys.modules, lib.__name__)       # loading a graph never imports anything
+    fresh = lazytrace.trace_graph(lib.gained, cache=cache)
+    x = torch.rand(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)      # not a damaged file: no warning
+        assert torch.equal(fresh(x), x * 2.0)
+    assert fresh.stats.loaded == 0 and fresh.stats.traces == 1
+    assert [(f, f.read_bytes()) for f in stored_files(cache)] == files
+
+
 def test_other_signature_in_fresh_process_traces(lib, tmp_path):
     cache = tmp_path / "cache"
     lazytrace.trace_graph(lib.blur, cache=cache)(torch.rand(1, 3, 8, 8), 1.5)

@@ -80,6 +80,14 @@ def via_method(x):
     return SCALER.apply(x)
 
 
+SETTINGS_MODULE = types.ModuleType("lazytrace_test_settings")     # like `from . import config`
+SETTINGS_MODULE.GAIN = 2.0
+
+
+def via_module(x):
+    return x * SETTINGS_MODULE.GAIN
+
+
 @pytest.fixture(autouse=True)
 def restore_globals():
     saved = dict(SCALE=SCALE, TABLE=TABLE, WEIGHT=WEIGHT, CONFIG=CONFIG, CALLS=CALLS, SETTINGS=SETTINGS,
@@ -89,7 +97,7 @@ def restore_globals():
     globals().update(saved)
     TABLE.clear()
     TABLE.update(saved_table)
-    CONFIG.gain, CONFIG.mode, SETTINGS.gain = 2.0, "add", 2.0
+    CONFIG.gain, CONFIG.mode, SETTINGS.gain, SETTINGS_MODULE.GAIN = 2.0, "add", 2.0, 2.0
     BACKENDS.clear()
 
 
@@ -226,3 +234,12 @@ def test_a_global_changing_at_every_call_ends_eager_naming_it():
         assert torch.equal(lazy(x), x * float(step))
     assert lazy.stats.traces == 4 and lazy.stats.eager >= 3
     assert any("the global 'SCALE' changed" in reason for reason in lazy.stats.reasons)
+
+
+def test_a_global_of_another_module_read_through_it_is_checked(fw):
+    lazy = lazytrace.trace_graph(via_module)
+    x = fw.rand(4)
+    assert fw.equal(lazy(x), x * 2.0)
+    SETTINGS_MODULE.GAIN = 5.0
+    assert fw.equal(lazy(x), x * 5.0) and lazy.stats.traces == 2
+    assert "the global 'GAIN' changed" in lazy.explain()

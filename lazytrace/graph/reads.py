@@ -4,7 +4,7 @@ A graph bakes the Python values its calls were given. Arguments are keyed (signa
 `scale` in `def f(x): return x * scale`, a `CONFIG = {...}` dict, a global tensor that may be
 rebound or a closure variable reach the calls without passing through the arguments.
 `PythonReads` notes the globals a function's code loads or stores (LOAD_GLOBAL / STORE_GLOBAL /
-DELETE_GLOBAL, read once per code object with `dis`): before the function runs, for its own code,
+DELETE_GLOBAL, and `config.SCALE` read through a module, found once per code object in its bytecode): before the function runs, for its own code,
 its closure and the Python functions its globals hold (a few levels deep); and at each framework
 call, for every function on the stack between the traced one and the call (methods, code reached
 through attributes). A `sys.settrace` hook would see every function run, but it slows every line of
@@ -46,9 +46,12 @@ _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunction
                staticmethod, classmethod, property)
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 _DEPTH = 3        # how many calls deep `start` follows functions held by globals
-_LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG = (
-    dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG"))
-_LOAD_GLOBAL_SHIFT = 1 if sys.version_info >= (3, 11) else 0     # 3.11+: the low bit means "push NULL"
+_LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR, _CACHE = (
+    dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR",
+                                 "CACHE"))
+_LOAD_METHOD = dis.opmap.get("LOAD_METHOD", -1)                   # 3.11; folded into LOAD_ATTR in 3.12
+_LOAD_GLOBAL_SHIFT = 1                                          # the low bit means "push NULL"
+_LOAD_ATTR_SHIFT = 1 if sys.version_info >= (3, 12) else 0       # 3.12: the low bit means "a method"
 #: packages whose code's globals are never guarded: the standard library (logging, typing ...),
 #: lazytrace, the frameworks and what they run internally (their own state is theirs: a
 #: framework call is recorded as a whole), and tools running around user code (printing,
@@ -110,20 +113,30 @@ read_attributes.describe = lambda node: "an attribute of an object the function 
 
 
 @functools.lru_cache(maxsize=8192)
-def global_names(code) -> tuple[str, ...]:
-    """Names a code object loads, stores or deletes as globals. Read from the bytecode directly:
-    `dis.get_instructions` costs ~10x more, and the first trace reads dozens of code objects."""
-    raw, names, found, extended = code.co_code, code.co_names, {}, 0      # in order of use
+def global_reads(code) -> tuple[tuple[str, ...], ...]:
+    """What a code object reads as globals: (name,) for each global it loads, stores or deletes,
+    and (name, attribute, ...) for each chain of attribute reads on a loaded global
+    (`config.SCALE`, `pkg.settings.MODE`), in order of use. Read from the bytecode directly:
+    `dis.get_instructions` costs ~20x more, and the first trace reads dozens of code objects."""
+    raw, names, found, extended, chain = code.co_code, code.co_names, {}, 0, None
     for i in range(0, len(raw), 2):
         op, arg = raw[i], raw[i + 1] | extended
         if op == _EXTENDED_ARG:
             extended = arg << 8
             continue
         extended = 0
+        if op == _CACHE:
+            continue
+        if chain is not None and (op == _LOAD_ATTR or op == _LOAD_METHOD):
+            chain = (*chain, names[arg >> _LOAD_ATTR_SHIFT if op == _LOAD_ATTR else arg])
+            found[chain] = None
+            continue
+        chain = None
         if op == _LOAD_GLOBAL:
-            found[names[arg >> _LOAD_GLOBAL_SHIFT]] = None
+            chain = (names[arg >> _LOAD_GLOBAL_SHIFT],)
+            found[chain] = None
         elif op == _STORE_GLOBAL or op == _DELETE_GLOBAL:
-            found[names[arg]] = None
+            found[(names[arg],)] = None
     return tuple(found)
 
 
@@ -200,21 +213,32 @@ class PythonReads:
         if str(namespace.get("__name__", "")).partition(".")[0] in UNWATCHED \
                 or code.co_filename.startswith("<lazytrace"):       # a graph inlined into this trace
             return
-        for name in global_names(code):
-            key = (id(namespace), name)
-            if key in self.globals:
-                continue
-            value = namespace.get(name, MISSING)
-            if value is MISSING:
-                continue        # a builtin, or a name the function stores later
-            expected = self._expect(value)
-            if expected is not self._nothing:
-                self.globals[key] = (namespace, name, value, expected)
-            elif depth < _DEPTH and (isinstance(value, types.FunctionType) or hasattr(value, "__wrapped__")):
-                self._function(value, depth + 1)
+        for name, *attributes in global_reads(code):
+            space = namespace
+            while attributes and isinstance(space.get(name), types.ModuleType):    # config.SCALE
+                module = space[name]
+                if module.__name__.partition(".")[0] in UNWATCHED:
+                    break
+                space, name = vars(module), attributes.pop(0)
+            if attributes and space is namespace:
+                continue        # an attribute of something else than a module: the global itself is noted
+            self._global(space, name, depth)
         for const in code.co_consts:        # comprehensions, lambdas and inner functions
             if isinstance(const, types.CodeType) and const not in self._codes:
                 self._code(const, namespace, depth)
+
+    def _global(self, namespace, name, depth):
+        key = (id(namespace), name)
+        if key in self.globals:
+            return
+        value = namespace.get(name, MISSING)
+        if value is MISSING:
+            return          # a builtin, or a name the function stores later
+        expected = self._expect(value)
+        if expected is not self._nothing:
+            self.globals[key] = (namespace, name, value, expected)
+        elif depth < _DEPTH and (isinstance(value, types.FunctionType) or hasattr(value, "__wrapped__")):
+            self._function(value, depth + 1)
 
     def _expect(self, value):
         """(type, snapshot) a guard compares, or `nothing` for code (functions, classes, modules,

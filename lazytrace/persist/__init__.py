@@ -15,7 +15,7 @@ import logging
 import warnings
 
 from . import codec, identity
-from .codec import CorruptEntry, NotStorable
+from .codec import CorruptEntry, NotStorable, Unavailable
 from .store import GraphStore, StoredFile, default_directory, store_for
 
 log = logging.getLogger("lazytrace")
@@ -79,6 +79,9 @@ class PersistentCache:
             if data is None:
                 return backend, []
             return backend, read_file(backend, data, ident)
+        except Unavailable as exc:
+            log.info("lazytrace: %s not used in this process: %s", path, exc)
+            return backend, []
         except (CorruptEntry, OSError) as exc:
             warnings.warn(f"lazytrace: skipped the cache file {path}: {exc}; the function is traced again",
                           CacheWarning, stacklevel=2)
@@ -97,7 +100,7 @@ class PersistentCache:
             if current is not None:
                 try:
                     existing = [codec.encode(backend, p) for p in read_file(backend, current, ident)]
-                except CorruptEntry:
+                except (CorruptEntry, Unavailable):
                     existing = []      # replaced by ours
             texts = {json.dumps(doc, sort_keys=True) for doc, _ in existing}
             new = [d for d in docs if json.dumps(d[0], sort_keys=True) not in texts]

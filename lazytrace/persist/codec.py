@@ -38,6 +38,11 @@ class CorruptEntry(ValueError):
     """A stored graph that does not decode to a valid plan (damaged or tampered)."""
 
 
+class Unavailable(Exception):
+    """A valid stored graph that cannot be used in this process yet: it checks globals of a module
+    not imported (nothing is imported to load a graph). The call traces instead; the file stays."""
+
+
 _STORED_KINDS = (Kind.OP, Kind.GENERATOR, Kind.GUARD, Kind.STATE)
 _KIND_OF = {k.value: k for k in _STORED_KINDS}
 
@@ -90,9 +95,11 @@ def _module_of(obj) -> str | None:
 
 
 def _namespace(name):
-    module = sys.modules.get(name) if type(name) is str else None
+    if type(name) is not str:
+        raise CorruptEntry(f"malformed module name {name!r:.80}")
+    module = sys.modules.get(name)
     if module is None:
-        raise CorruptEntry(f"a guard reads globals of {name!r:.80}, which is not imported")
+        raise Unavailable(f"a guard reads globals of {name!r:.80}, which is not imported")
     return module.__dict__
 
 
