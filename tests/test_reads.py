@@ -236,6 +236,31 @@ def test_a_global_changing_at_every_call_ends_eager_naming_it():
     assert any("the global 'SCALE' changed" in reason for reason in lazy.stats.reasons)
 
 
+class Transform:
+    def __init__(self, gain):
+        self.gain = gain
+        self.post = abs                 # holds code too
+
+    def __call__(self, x):
+        return self.post(x * self.gain)
+
+
+TRANSFORM = Transform(2.0)
+
+
+def transformed(x):
+    return TRANSFORM(x)
+
+
+def test_attributes_of_a_callable_object_are_checked():
+    lazy = lazytrace.trace_graph(transformed)
+    x = torch.rand(4) - 0.5
+    assert torch.equal(lazy(x), transformed(x))
+    TRANSFORM.gain = -3.0
+    assert torch.equal(lazy(x), transformed(x)) and lazy.stats.traces == 2
+    TRANSFORM.gain = 2.0
+
+
 def test_a_global_of_another_module_read_through_it_is_checked(fw):
     lazy = lazytrace.trace_graph(via_module)
     x = fw.rand(4)

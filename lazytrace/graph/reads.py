@@ -16,8 +16,8 @@ data become guards at the start of the graph:
 - arrays, and any other object (a model, a sampler): by identity (an array is read live, so
   writes into it are seen; rebinding the name is seen here); a model (an `nn.Module`) and its
   submodules also have their attributes recorded, as `stateful=[...]` objects do (`.eval()`);
-- plain objects holding only data (a config object, `argparse.Namespace`, a dataclass): by
-  identity, and their attributes by value.
+- other objects with attributes (a config object, `argparse.Namespace`, a dataclass, a callable
+  transform): by identity, and their attributes (data by value, objects by identity).
 
 A failed check traces the signature again, as a failed guard does. A value the function itself
 changes during the trace (a counter, a cache it fills) is traced once more and then makes the
@@ -255,11 +255,12 @@ class PythonReads:
         return type(value), expected
 
     def _note_object(self, obj):
-        """A plain object holding only data (a config object): its attributes are guarded too.
-        Not objects of the standard library (a threading.Event ...) besides namespaces, nor
-        objects the trace records itself (stateful ones)."""
+        """An object with attributes (a config object, a callable transform): its attributes are
+        guarded too, data by value and objects among them by identity. Not objects of the
+        standard library (a threading.Event ...) besides namespaces, nor objects the trace records
+        itself (stateful ones, models)."""
         tp = type(obj)
-        if (id(obj) in self.objects or self._known(obj) or callable(obj)
+        if (id(obj) in self.objects or self._known(obj)
                 or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj))
                 or tp.__module__.partition(".")[0] in UNWATCHED and tp not in _NAMESPACES):
             return
@@ -267,8 +268,6 @@ class PythonReads:
             attributes = _attributes(obj)
         except TypeError:
             return
-        if any(isinstance(v, _CODE_TYPES) for v in attributes.values()):
-            return              # it holds code (a helper object, a model): its identity is checked
         snapshot = self._snapshot(attributes)
         if snapshot is not self._nothing:
             self.objects[id(obj)] = (obj, snapshot)
