@@ -261,6 +261,22 @@ def test_attributes_of_a_callable_object_are_checked():
     TRANSFORM.gain = 2.0
 
 
+NESTED = types.SimpleNamespace(inner=types.SimpleNamespace(gain=2.0))
+
+
+def nested(x):
+    return x * NESTED.inner.gain
+
+
+def test_objects_held_by_a_global_object_are_checked_too(fw):
+    lazy = lazytrace.trace_graph(nested)
+    x = fw.rand(4)
+    assert fw.equal(lazy(x), x * 2.0)
+    NESTED.inner.gain = 6.0
+    assert fw.equal(lazy(x), x * 6.0) and lazy.stats.traces == 2
+    NESTED.inner.gain = 2.0
+
+
 def test_a_global_of_another_module_read_through_it_is_checked(fw):
     lazy = lazytrace.trace_graph(via_module)
     x = fw.rand(4)

@@ -247,20 +247,20 @@ class PythonReads:
             return self._nothing
         expected = self._snapshot(value)
         if expected is self._nothing or isinstance(expected, self._same):
-            for container in self._record(value):       # a model: its parameters, submodules ...
-                if container:                           # (forward cannot use what was not there)
-                    self.objects[id(container)] = (container, self._snapshot(container))
-            self._note_object(value)
+            self._note_object(value, depth=0)
             return _ANY, self._same(value)     # identity (a stateful object's class is swapped meanwhile)
         return type(value), expected
 
-    def _note_object(self, obj):
+    def _note_object(self, obj, depth):
         """An object with attributes (a config object, a callable transform): its attributes are
         guarded too, data by value and objects among them by identity. Not objects of the
         standard library (a threading.Event ...) besides namespaces, nor objects the trace records
         itself (stateful ones, models)."""
+        for container in self._record(obj):         # a model: its parameters, submodules ...
+            if container:                           # (forward cannot use what was not there)
+                self.objects[id(container)] = (container, self._snapshot(container))
         tp = type(obj)
-        if (id(obj) in self.objects or self._known(obj)
+        if (id(obj) in self.objects or self._known(obj) or _is_code(obj)
                 or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj))
                 or tp.__module__.partition(".")[0] in UNWATCHED and tp not in _NAMESPACES):
             return
@@ -269,8 +269,13 @@ class PythonReads:
         except TypeError:
             return
         snapshot = self._snapshot(attributes)
-        if snapshot is not self._nothing:
-            self.objects[id(obj)] = (obj, snapshot)
+        if snapshot is self._nothing:
+            return
+        self.objects[id(obj)] = (obj, snapshot)
+        if depth < _DEPTH:                      # CONFIG.model.scale: objects it holds, in turn
+            for value in attributes.values():
+                if isinstance(self._snapshot(value), self._same) and not _is_code(value):
+                    self._note_object(value, depth + 1)
 
     # ---- after the trace ---------------------------------------------------------------
     def changed(self) -> str | None:
