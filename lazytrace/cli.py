@@ -16,6 +16,8 @@ import sys
 import time
 from collections import Counter
 
+from .graph.ir import Source
+
 _ARRAY = re.compile(r"^(?P<shape>scalar|\d+(?:x\d+)*)(?::(?P<dtype>\w+))?$")
 
 ARG_HELP = """\
@@ -158,7 +160,11 @@ def run_show(ns, out=None) -> int:
         print(f"\n{graph.source}", file=out)
     dropped = graph.dropped
     pruned = Counter(dropped["pruned"])
-    print(f"kept:    {len(graph.nodes)} calls, {len(graph.constants)} cached constants", file=out)
+    plan = graph._plan
+    checks = sum(hasattr(n.target, "describe") for n in plan.nodes)      # globals, closures (graph.reads)
+    cached = sum(v.source is Source.NODE for v in plan.constants)
+    print(f"kept:    {len(plan.nodes) - checks} calls, {cached} cached constants"
+          + (f", {checks} checks of globals or closure variables" if checks else ""), file=out)
     print(f"folded:  {dropped['folded']} calls computed once into constants", file=out)
     print(f"pruned:  {sum(pruned.values())} calls that feed no output" +
           (": " + ", ".join(f"{name} x{n}" if n > 1 else name for name, n in pruned.most_common())
