@@ -284,3 +284,15 @@ def test_a_global_of_another_module_read_through_it_is_checked(fw):
     SETTINGS_MODULE.GAIN = 5.0
     assert fw.equal(lazy(x), x * 5.0) and lazy.stats.traces == 2
     assert "the global 'GAIN' changed" in lazy.explain()
+
+
+def test_compiled_graphs_keep_checking_globals_in_python():
+    """jax.jit runs Python once, when it traces: the checks of globals run before the jitted body."""
+    jax = pytest.importorskip("jax")
+    global SCALE
+    lazy = lazytrace.trace_graph(scaled, return_backend_traced_fn=True)
+    x = jax.numpy.arange(4.0)
+    assert np.array_equal(lazy(x), x * 2.0) and np.array_equal(lazy(x), x * 2.0)
+    assert hasattr(lazy.graphs[0].fn.fn, "lower")            # the body is jitted: the check was split off
+    SCALE = 3.0
+    assert np.array_equal(lazy(x), x * 3.0) and lazy.stats.traces == 2

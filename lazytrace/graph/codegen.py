@@ -176,6 +176,28 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     return source, em.namespace[fn_name], em.constants, em.aliases
 
 
+class Checked:
+    """A compiled graph body preceded by the graph's checks of globals and closure variables
+    (`checks`: (index in the plan, node) pairs). A compiler runs Python lines once, while it
+    traces, so these run here at every call. Other attributes are the body's (`choice` ...)."""
+
+    __slots__ = ("fn", "_items")
+
+    def __init__(self, fn, checks: list):
+        self.fn = fn
+        self._items = [(index, node.target, tuple(a.obj if isinstance(a, Value) else a for a in node.args),
+                        node.expected) for index, node in checks]
+
+    def __call__(self, *leaves):
+        for index, reader, args, expected in self._items:
+            if expected != reader(*args):
+                raise GuardFailed(index)
+        return self.fn(*leaves)
+
+    def __getattr__(self, name):
+        return getattr(self.fn, name)
+
+
 def node_lines(backend, plan: Plan, inputs: list[Value]) -> list[str]:
     """The line of generated source each node of `plan` became (for views; run after `generate`,
     which names the values)."""

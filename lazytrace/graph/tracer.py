@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import dataclasses
 import enum
 import sys
 from contextlib import ExitStack, contextmanager
@@ -19,7 +20,7 @@ from typing import Any, Callable
 from ..backends import CallKind, get_backend
 from . import codegen, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
-from .reads import PythonReads
+from .reads import READERS, PythonReads
 from .signature import Signature, container_snapshot, containers_changed, walk
 from .stateful import StatefulProxy, recording_class
 
@@ -596,12 +597,19 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
 def make_graph(backend, plan, *, name, key, signature, original, options, extra=None, state=None) -> Graph:
     """A Graph over a plan (from a trace, or loaded from the persistent cache)."""
     def build():    # code generation waits for the first replay: the first call pays only the trace
-        source, gfn, constants, aliases = codegen.generate(backend, plan, plan.inputs, plan.output_structure,
-                                                           name)
         compiler = options.return_backend_traced_fn
         if compiler:
-            gfn = backend.compile(gfn, plan, **dict(compiler)) if isinstance(compiler, tuple) else \
-                backend.compile(gfn, plan)
+            # the checks of globals (graph.reads) stay Python, run before the compiled body: a
+            # compiler would run them once, when it traces
+            checks = [(i, n) for i, n in enumerate(plan.nodes) if n.target in READERS]
+            body = dataclasses.replace(plan, nodes=[n for n in plan.nodes if n.target not in READERS])
+            compiled = codegen.generate(backend, body, body.inputs, body.output_structure, name)[1]
+            compiled = backend.compile(compiled, body, **dict(compiler)) if isinstance(compiler, tuple) else \
+                backend.compile(compiled, body)
+        source, gfn, constants, aliases = codegen.generate(backend, plan, plan.inputs, plan.output_structure,
+                                                           name)
+        if compiler:
+            gfn = codegen.Checked(compiled, checks) if checks else compiled
         return source, gfn, constants, aliases
 
     return Graph(name=name, build=build, key=key, signature=signature, original=original, plan=plan,
