@@ -171,6 +171,12 @@ class Backend:
     def requires_grad(self, array) -> bool:
         return False
 
+    def write_count(self, array) -> int | None:
+        """How many in-place writes `array` has had (torch: its version counter), if the framework
+        counts them: an input written more often than the trace saw was written by a call the
+        interceptor missed (torch's `set_`), which a graph could not replay."""
+        return None
+
     def clone(self, array):
         raise NotImplementedError
 

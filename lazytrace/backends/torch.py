@@ -263,10 +263,11 @@ class TorchBackend(Backend):
             t = tensors[0]
             before = t._version
             result = func(*args, **kwargs)
-            return result, (tensors if t._version != before else ())
+            return result, (tensors if t._version != before or _changed_in_place(func, args, result) else ())
         before = [t._version for t in tensors]
         result = func(*args, **kwargs)
-        return result, [t for t, v in zip(tensors, before) if t._version != v]
+        return result, [t for t, v in zip(tensors, before)
+                        if t._version != v or t is result and _changed_in_place(func, args, result)]
 
     def specialize_args(self, func, args, kwargs, recorded):
         if kwargs or len(args) != 2 or type(args[1]) not in (int, float):
@@ -290,8 +291,18 @@ class TorchBackend(Backend):
     def requires_grad(self, t) -> bool:
         return t.requires_grad
 
+    def write_count(self, t) -> int:
+        return t._version
+
     def clone(self, t):
-        return t.clone()
+        """A copy with `t`'s strides (eager's result may be a view of a constant: `c[:, 1:]`), or
+        contiguous where its elements overlap (`expand`)."""
+        if t.is_contiguous():
+            return t.clone()
+        try:
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+        except RuntimeError:            # overlapping elements cannot be written
+            return t.clone()
 
     def to_numpy(self, t):
         return t.detach().cpu().numpy()
@@ -589,6 +600,12 @@ def _tensors_in(args, kwargs) -> list:
                     if isinstance(x, Tensor):
                         found.append(x)
     return found
+
+
+def _changed_in_place(func, args, result) -> bool:
+    """An in-place call that changed `self` without a data write (`requires_grad_()`): an effect
+    on the caller's tensor that a graph must replay even when nothing reads the result."""
+    return bool(args) and result is args[0] and _func_name(func).endswith("_")
 
 
 def _has_mask_index(index) -> bool:

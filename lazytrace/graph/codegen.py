@@ -158,7 +158,14 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
         if dead:
             body.append(f"del {', '.join(dead)}")
 
-    ret = _output_expr(em, output_structure, plan.cloned_outputs)
+    returned = [v for v in output_values(output_structure) if v in plan.cloned_outputs]
+    copies = {}         # a constant returned more than once is copied once: the results are one array, as in eager
+    for v in returned:
+        if returned.count(v) > 1 and v not in copies:
+            em.namespace["_clone"] = backend.clone
+            copies[v] = f"r{len(copies)}"
+            body.append(f"{copies[v]} = _clone({v.name})")
+    ret = _output_expr(em, output_structure, plan.cloned_outputs, copies)
     body.append(f"return {ret}")
     while fn_name in em.namespace:      # `def one_hot` must not rebind the one_hot it calls
         fn_name = f"{fn_name}_graph"
@@ -209,24 +216,26 @@ def _assign(node, call: str) -> str:
     return f"{', '.join(names)}{',' if len(names) == 1 else ''} = {call}"
 
 
-def _output_expr(em: _Emitter, obj, cloned) -> str:
+def _output_expr(em: _Emitter, obj, cloned, copies) -> str:
     if isinstance(obj, Value):
+        if obj in copies:
+            return copies[obj]
         if obj in cloned:
             em.namespace["_clone"] = em.backend.clone
             return f"_clone({obj.name})"
         return obj.name
     tp = type(obj)
     if tp is tuple:
-        inner = ", ".join(_output_expr(em, x, cloned) for x in obj)
+        inner = ", ".join(_output_expr(em, x, cloned, copies) for x in obj)
         return f"({inner},)" if len(obj) == 1 else f"({inner})"
     if tp is list:
-        return "[" + ", ".join(_output_expr(em, x, cloned) for x in obj) + "]"
+        return "[" + ", ".join(_output_expr(em, x, cloned, copies) for x in obj) + "]"
     if isinstance(obj, tuple):     # a namedtuple takes its fields as arguments, torch.Size a tuple
-        items = ", ".join(_output_expr(em, x, cloned) for x in obj)
+        items = ", ".join(_output_expr(em, x, cloned, copies) for x in obj)
         if hasattr(tp, "_fields"):
             return f"{em._const(tp)}({items})"
         return f"{em._const(tp)}(({items}{',' if len(obj) == 1 else ''}))"
     if isinstance(obj, dict):
-        items = ", ".join(f"{em.expr(k)}: {_output_expr(em, v, cloned)}" for k, v in obj.items())
+        items = ", ".join(f"{em.expr(k)}: {_output_expr(em, v, cloned, copies)}" for k, v in obj.items())
         return f"{em._const(tp)}({{{items}}})" if tp is not dict else f"{{{items}}}"
     return em.expr(obj)

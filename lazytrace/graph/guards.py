@@ -17,7 +17,7 @@ import enum
 import itertools
 import math
 
-from .signature import _VALUE_TYPES
+from .signature import _VALUE_TYPES, alias_pattern
 
 MISS = object()
 _counter = itertools.count()
@@ -32,6 +32,7 @@ class _Builder:
         self.signature = signature
         self.conditions: list[str] = []
         self.leaves: list[str] = []
+        self.leaf_objects: list = []      # the objects of this call the leaf expressions name
         self.namespace: dict = {"MISS": MISS}
         self.arrays: list = []            # (expression, example, backend) of array leaves
 
@@ -46,6 +47,7 @@ class _Builder:
         elif where in stateful:
             self.conditions.append(f"type({expr}) is {self.const(type(obj))}")
             self.leaves.append(expr)
+            self.leaf_objects.append(obj)
         else:
             self.leaf(expr, obj)
 
@@ -56,6 +58,7 @@ class _Builder:
             self.conditions.append(f"type({expr}) is {self.const(tp)}")
             self.arrays.append((expr, obj, entry[1]))
             self.leaves.append(expr)
+            self.leaf_objects.append(obj)
             return
         t = self.const(tp)
         if tp in _VALUE_TYPES:
@@ -102,6 +105,12 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
         for expr, obj, array_backend in b.arrays:
             b.conditions.extend(array_backend.guard_conditions(expr, obj, b.const))
     b.conditions.extend(backend.state_conditions(graph._state, b.const))
+    if len(b.leaves) > 1:       # which leaves are the same object is part of the key (signature.alias_pattern)
+        pattern = alias_pattern(b.leaf_objects)
+        b.conditions.append(f"{b.const(alias_pattern)}([{', '.join(b.leaves)}]) == {b.const(pattern)}"
+                            if len(b.leaves) > 4 else
+                            " and ".join(f"{b.leaves[i]} {'is' if pattern[j] == pattern[i] else 'is not'} "
+                                         f"{b.leaves[j]}" for j in range(len(b.leaves)) for i in range(j)))
     b.namespace["graph_fn"] = graph.fn
     shape = (f"len(kwargs) != {len(kwargs)} or tuple(kwargs) != {b.const(tuple(kwargs))}" if kwargs
              else "kwargs") + f" or len(args) != {len(args)}"

@@ -41,10 +41,16 @@ def run(plan: Plan, leaves: list, backend):
             for v in node.outputs:
                 env[id(v)] = result[v.index]
 
+    copies = {}
+
     def out(obj):
         if isinstance(obj, Value):
             value = env[id(obj)]
-            return backend.clone(value) if obj in plan.cloned_outputs else value
+            if obj not in plan.cloned_outputs:
+                return value
+            if id(obj) not in copies:       # one copy per constant, however often it is returned
+                copies[id(obj)] = backend.clone(value)
+            return copies[id(obj)]
         tp = type(obj)
         if tp is tuple or tp is list:
             return tp([out(x) for x in obj])

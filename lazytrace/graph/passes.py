@@ -51,7 +51,7 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
                 constants.setdefault(id(v), v)
     cloned = set()
     for v in outputs:
-        if v.source is Source.NODE and v.foldable:
+        if v.source is not Source.INPUT and v.foldable:     # a constant (EXTERNAL: one made by unseen calls)
             constants.setdefault(id(v), v)
             cloned.add(v)
         elif v.source is Source.EXTERNAL:

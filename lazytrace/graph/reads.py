@@ -258,6 +258,27 @@ class PythonReads:
                 return f"an attribute of {type(obj).__name__} object"
         return None
 
+    def reached(self) -> set:
+        """ids of the objects guarded by identity (arrays held by globals, closures, containers)."""
+        found: set = set()
+
+        def rec(expected):
+            if isinstance(expected, self._same):
+                found.add(id(expected.obj))
+            elif isinstance(expected, (tuple, list)):
+                for x in expected:
+                    rec(x)
+            elif isinstance(expected, dict):
+                for x in expected.values():
+                    rec(x)
+        for *_, expected in self.globals.values():
+            rec(expected)
+        for *_, expected in self.cells:
+            rec(expected)
+        for _, expected in self.objects.values():
+            rec(expected)
+        return found
+
     def guards(self):
         """(reader, arguments, expected, what the object read is) for each guard, objects'
         attributes after their identity."""

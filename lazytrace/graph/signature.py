@@ -78,6 +78,8 @@ class Signature:
             else:
                 kparts = tuple([(k, self._leaf(v, leaves, backends)) for k, v in kwargs.items()])
             parts = (parts, kparts)
+        if len(leaves) > 1 and len({id(x) for x in leaves}) != len(leaves):
+            parts = (parts, _ALIASED, alias_pattern(leaves))
         if backends:
             if len(backends) == 1:
                 return (parts, backends[0].global_state()), leaves, backends
@@ -144,6 +146,16 @@ class Signature:
         raise Unkeyable(f"argument of type {tp.__module__}.{tp.__qualname__} cannot be part of "
                         f"a cache key (pass it in static_argnums/static_argnames if it is "
                         f"hashable and immutable)")
+
+
+_ALIASED = "the same object passed as several arguments"
+
+
+def alias_pattern(leaves: list) -> tuple:
+    """For each leaf, the index of the first leaf that is the same object: a graph traced with
+    `f(x, x)` knows one array where `f(x, y)` has two (a write to x is seen through y)."""
+    first: dict = {}
+    return tuple([first.setdefault(id(x), i) for i, x in enumerate(leaves)])
 
 
 def _object_kind(obj) -> str | None:

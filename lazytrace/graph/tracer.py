@@ -47,6 +47,7 @@ class TraceSession:
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
+        self._input_writes: list = []           # (input array, its Value, its write count before the call)
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
                                  known=lambda obj: self.value_of(obj) is not None, record=self._record_reached)
@@ -58,6 +59,7 @@ class TraceSession:
         if kind == "array":
             handed = self.backend.wrap_input(obj, self)
             value = Value(Source.INPUT, meta=self.backend.brief(obj), storage=self.backend.storage_key(obj))
+            self._input_writes.append((obj, value, self.backend.write_count(obj)))
         else:
             handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
             token = self.backend.rng_token(obj) if kind == "live" else None
@@ -206,7 +208,8 @@ class TraceSession:
             node_kind, foldable = Kind.STATE, False
         else:
             node_kind = Kind.OP
-            foldable = self.array_caching and constant_inputs
+            # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
+            foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
         if not foldable:
             args = self.backend.specialize_args(func, raw_args, kwargs, args)
             func, args = self.backend.replay_call(func, raw_args, kwargs, args)
@@ -226,6 +229,10 @@ class TraceSession:
                    or any(v.dynamic for v in inputs))
         self._register_outputs(node, result, foldable, dynamic)
         self.nodes.append(node)
+
+    def _requires_grad(self, result) -> bool:
+        items = result if isinstance(result, (tuple, list)) else (result,)
+        return any(isinstance(x, self._tracked) and self.backend.requires_grad(self.backend.unwrap(x)) for x in items)
 
     def _register_outputs(self, node: Node, result, foldable: bool, dynamic: bool):
         tracked = self._tracked
@@ -406,6 +413,13 @@ class TraceSession:
         self.nodes.append(Node(len(self.nodes), Kind.STATE, func, args, {}, [], []))
         self._unseen = now
 
+    def check_input_writes(self):
+        """An input written more often than the calls recorded show (torch's `set_` reaches no
+        TorchFunctionMode) cannot be replayed: this signature runs eagerly."""
+        for obj, value, before in self._input_writes:
+            if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
+                self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
+
     def fail(self, reason: str):
         if self.untraceable is None:
             self.untraceable = reason
@@ -432,13 +446,25 @@ class TraceSession:
         to hand back to the caller (real arrays, not tracer objects)."""
         backend = self.backend
         tracked = self._tracked
+        copies: dict = {}       # id(cached constant) -> the copy handed to the caller
+        reached = self.reads.reached() if not backend.sees_creation else ()
 
         def out(obj):
             if isinstance(obj, tracked):
                 value = self.value_of(obj)
                 if value is None:
                     value = self.add_external(obj)
-                return value, backend.unwrap(obj)
+                real = backend.unwrap(obj)
+                if value.source is Source.EXTERNAL and not backend.sees_creation and id(real) not in reached:
+                    value.foldable = True       # made inside by calls lazytrace does not see (np.zeros): a
+                                                # new array at every call in eager, so a copy of the constant
+                if value.foldable:
+                    # the graph keeps this object as a constant: the caller gets a copy, as at
+                    # every replay, so writing into the result cannot change later calls
+                    if id(real) not in copies:
+                        copies[id(real)] = backend.clone(real)
+                    real = copies[id(real)]
+                return value, real
             tp = type(obj)
             if isinstance(obj, (tuple, list)):
                 pairs = [out(x) for x in obj]
@@ -580,6 +606,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
             fn(*args, **kwargs)
+    session.check_input_writes()
     session.add_reads(session.reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)

@@ -1,0 +1,136 @@
+"""Aliasing and in-place effects a replay must reproduce (found by red-teaming the core): results
+that are cached constants, the same array passed twice, writes a TorchFunctionMode cannot see."""
+import numpy as np
+import pytest
+import torch
+
+import lazytrace
+
+
+def _ones_and_double(x):
+    return torch.ones(3), x * 2
+
+
+@pytest.mark.parametrize("xp", ["torch", "numpy"])
+def test_writing_into_a_returned_constant_does_not_change_later_calls(xp):
+    def fn(x):
+        if xp == "torch":
+            return torch.ones(3), x * 2
+        return np.ones(3) + 0, x * 2     # np.ones is not seen: `+ 0` is folded into a constant
+
+    lazy = lazytrace.trace_graph(fn)
+    make = (lambda: torch.rand(3)) if xp == "torch" else (lambda: np.random.rand(3))
+    for _ in range(3):                  # the first call (trace) too
+        ones, _ = lazy(make())
+        assert (ones == 1).all()
+        ones += 10                      # the caller writes into what it got
+    assert lazy.stats.hits == 2
+
+
+def test_a_constant_returned_twice_is_one_array_as_in_eager():
+    def fn(x):
+        c = torch.arange(3.0)
+        return c, c, x + c
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        a, b, _ = lazy(torch.rand(3))
+        assert a is b
+        a += 1                          # seen through b, as in eager
+        assert torch.equal(b, torch.arange(3.0) + 1)
+    assert lazy.stats.hits == 2
+    a, b, _ = lazy(torch.rand(3))
+    assert torch.equal(a, torch.arange(3.0))
+
+
+def test_a_returned_view_of_a_constant_keeps_eager_strides():
+    def fn(x):
+        return torch.arange(6.0).reshape(2, 3)[:, 1:], x + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    expected = fn(torch.rand(3))[0]
+    for _ in range(3):
+        got = lazy(torch.rand(3))[0]
+        assert got.stride() == expected.stride() and torch.equal(got, expected)
+    assert lazy.stats.hits == 2
+
+
+def _write_first_read_second(x, y):
+    x.add_(1)
+    return y * 2
+
+
+def test_the_same_tensor_passed_twice_is_keyed_apart_from_two_tensors():
+    lazy = lazytrace.trace_graph(_write_first_read_second)
+    t = torch.rand(3)
+    a, b = t.clone(), t.clone()
+    out = lazy(a, a)                                     # traced with x is y: y sees the write
+    assert torch.equal(out, (t + 1) * 2)
+    for _ in range(2):
+        x, y = torch.rand(3), torch.rand(3)
+        xe, ye = x.clone(), y.clone()
+        expected = _write_first_read_second(xe, ye)
+        assert torch.equal(lazy(x, y), expected) and torch.equal(x, xe) and torch.equal(y, ye)
+    a = torch.rand(3)
+    ae = a.clone()
+    assert torch.equal(lazy(a, a), _write_first_read_second(ae, ae)) and torch.equal(a, ae)
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+
+
+def test_a_set_that_no_call_shows_makes_the_signature_eager():
+    def fn(x, y):
+        x.set_(y)               # Tensor.set_ does not reach a TorchFunctionMode
+        return x + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x, y = torch.rand(3), torch.rand(4)
+        xe = x.clone()
+        expected = fn(xe, y)
+        assert torch.equal(lazy(x, y), expected) and torch.equal(x, xe)
+    assert lazy.stats.hits == 0
+    assert any("does not see" in reason for reason in lazy.stats.reasons)
+
+
+def test_requires_grad_set_on_an_input_is_replayed():
+    def fn(x):
+        x.requires_grad_()
+        return torch.zeros(2) + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.rand(3)
+        lazy(x)
+        assert x.requires_grad
+    assert lazy.stats.hits == 2
+
+
+def test_a_leaf_requiring_grad_made_inside_is_made_at_every_call():
+    def fn(x):
+        w = torch.ones(3, requires_grad=True)
+        return x * w, w
+
+    lazy = lazytrace.trace_graph(fn)
+    seen = []
+    for _ in range(3):
+        x = torch.rand(3)
+        out, w = lazy(x)
+        out.sum().backward()
+        assert torch.equal(w.grad, x) and w.requires_grad and w.is_leaf
+        seen.append(w)
+    assert seen[0] is not seen[1] is not seen[2]
+    assert lazy.stats.hits == 2
+
+
+GLOBAL_TABLE = np.arange(3.0)
+
+
+def _table_and_double(x):
+    return GLOBAL_TABLE, x * 2
+
+
+def test_a_global_array_returned_is_the_global_itself():
+    lazy = lazytrace.trace_graph(_table_and_double)
+    for _ in range(3):
+        assert lazy(np.random.rand(3))[0] is GLOBAL_TABLE
+    assert lazy.stats.hits == 2
