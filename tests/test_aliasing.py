@@ -134,3 +134,92 @@ def test_a_global_array_returned_is_the_global_itself():
     for _ in range(3):
         assert lazy(np.random.rand(3))[0] is GLOBAL_TABLE
     assert lazy.stats.hits == 2
+
+
+# ---- what the key must hold, found by red-teaming --------------------------------------------------
+
+
+def test_is_leaf_of_an_input_is_part_of_the_key():
+    def fn(x):
+        return x * 2 if x.is_leaf else x * 3
+
+    lazy = lazytrace.trace_graph(fn)
+    calls = [torch.rand(3, requires_grad=True), torch.rand(3, requires_grad=True) * 1,
+             torch.rand(3, requires_grad=True) * 1, torch.rand(3, requires_grad=True)]
+    for x in calls:
+        assert torch.equal(lazy(x), fn(x))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+
+
+@pytest.mark.parametrize("case", ["is_view", "is_inference", "retains_grad"])
+def test_tensor_flags_outside_the_key_are_guarded(case):
+    def fn(x):
+        flag = {"is_view": x._is_view, "is_inference": x.is_inference,
+                "retains_grad": lambda: x.retains_grad}[case]()
+        return x * 2 if flag else x * 3
+
+    def plain():
+        return torch.rand(3, requires_grad=case == "retains_grad") * 1
+
+    def flagged():
+        if case == "is_view":
+            return torch.rand(2, 3)[0]
+        if case == "is_inference":
+            with torch.inference_mode():
+                return torch.rand(3)
+        t = torch.rand(3, requires_grad=True) * 1
+        t.retain_grad()
+        return t
+
+    lazy = lazytrace.trace_graph(fn)
+    for make in (plain, flagged, plain, flagged):
+        x = make()
+        assert torch.equal(lazy(x), fn(x))
+
+
+@pytest.mark.parametrize("xp", ["torch", "numpy"])
+def test_numpy_scalar_arguments_minus_zero_and_zero_are_keyed_apart(xp):
+    def fn(x, s):
+        return x / s
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.ones(3) if xp == "torch" else np.ones(3)
+    for s in (np.float32(0.0), np.float32(-0.0), np.float64(-0.0), np.float64(0.0)):
+        got, expected = lazy(x, s), fn(x, s)
+        assert (got == expected).all()
+    assert lazy.stats.traces == 4
+
+
+@pytest.mark.parametrize("where", ["inputs", "calls"])
+def test_inference_mode_and_inference_tensors_are_traced(where):
+    def fn(x):
+        y = x * 2
+        y[0] = 5.0                      # a write into an inference tensor: no version counter
+        c = torch.zeros(3)
+        c.copy_(y)                      # written by input data: not folded
+        return torch.nn.functional.relu(c, inplace=True) + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        with torch.inference_mode():
+            x = torch.randn(3)
+            if where == "calls":
+                out = lazy(x)
+        if where == "inputs":
+            out = lazy(x)
+        assert torch.equal(out, fn(x))
+    assert lazy.stats.hits == 2
+
+
+@pytest.mark.xfail(strict=True, reason="a function's default values (__defaults__, a mutable default) are baked "
+                                       "into its graphs; guarding them needs a guard the persistent cache can store")
+def test_changed_default_values_are_seen():
+    def fn(x, scale=[2.0]):
+        return x * scale[0]
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.rand(3)
+    lazy(x)
+    lazy(x)
+    fn.__defaults__[0][0] = 5.0
+    assert torch.equal(lazy(x), fn(x))

@@ -31,9 +31,11 @@ _METADATA = {"size", "dim", "ndimension", "numel", "nelement", "__len__", "eleme
              "is_floating_point", "is_complex", "get_device", "shape", "dtype", "device", "ndim",
              "requires_grad", "is_cuda", "is_cpu", "is_sparse", "is_mps", "is_meta", "layout", "is_leaf",
              "is_quantized", "names", "itemsize", "nbytes", "grad_fn", "_version", "__hash__",
-             "is_same_size", "is_signed", "type", "_is_view", "__torch_function__", "_base",
-             "is_inference", "output_nr", "retains_grad", "is_nested", "is_xla", "is_mkldnn",
+             "is_same_size", "is_signed", "type", "__torch_function__", "is_inference", "is_nested", "is_xla", "is_mkldnn",
              "stride", "is_contiguous", "is_non_overlapping_and_dense"}    # strides are keyed too
+# not in the key, so read back and guarded: `_is_view()`, `_base`, `retains_grad`, `output_nr` (is_leaf is
+# keyed for tensors requiring grad, see describe, so `grad_fn is None` is too). `_version` stays unguarded:
+# kornia records the version counters of the parameters it just drew (the same at every replay)
 _STATE = {"_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype", "autocast_increment_nesting",
           "autocast_decrement_nesting", "set_autocast_cache_enabled", "clear_autocast_cache",
           "_enter_autocast", "_exit_autocast", "_set_fwd_grad_enabled"}
@@ -148,22 +150,31 @@ class TorchBackend(Backend):
     # ---- signature ----------------------------------------------------------
     @staticmethod
     def describe(t):
-        return (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+        # requires_grad: False, or True for a leaf and "non-leaf" for a result of autograd
+        # (`x.is_leaf`, `x.grad_fn is None` are read from the key); inference tensors apart
+        grad = t.requires_grad and (t.is_leaf or "non-leaf")
+        return (type(t), t.shape, t.stride(), t.dtype, t.device, grad, t.is_inference())
 
     def guard_conditions(self, expr, t, const):
         return [f"{expr}.shape == {const(t.shape)}", f"{expr}.stride() == {const(t.stride())}",
                 f"{expr}.dtype is {const(t.dtype)}",
-                f"{expr}.device == {const(t.device)}", f"{expr}.requires_grad is {t.requires_grad}"]
+                f"{expr}.device == {const(t.device)}", f"{expr}.requires_grad is {t.requires_grad}"] + \
+            ([f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []) + \
+            [f"{expr}.is_inference() is {t.is_inference()}"]
 
     def array_check(self, tensors):
         """dynamo's C++ TensorGuards: dtype, device, requires_grad, sizes, strides and dispatch keys
         of several tensors in one call (about twice as fast as the same checks in Python)."""
         try:
             from torch._C._dynamo.guards import TensorGuards
-            return TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
-                                dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
+            check = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                                 dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
         except (ImportError, TypeError, RuntimeError):
             return None
+        leaves = [(i, t.is_leaf) for i, t in enumerate(tensors) if t.requires_grad]
+        if not leaves:
+            return check
+        return lambda *ts: check(*ts) and all(ts[i].is_leaf is leaf for i, leaf in leaves)   # keyed too
 
     def state_conditions(self, state, const):
         grad, (dtype, inference, autocast) = state
@@ -259,15 +270,16 @@ class TorchBackend(Backend):
         tensors = _tensors_in(args, kwargs)
         if not tensors:
             return func(*args, **kwargs), ()
-        if len(tensors) == 1:                    # the common case, without the lists
+        if len(tensors) == 1 and not tensors[0].is_inference():    # the common case, without the lists
             t = tensors[0]
             before = t._version
             result = func(*args, **kwargs)
             return result, (tensors if t._version != before or _changed_in_place(func, args, result) else ())
-        before = [t._version for t in tensors]
+        before = [_version(t) for t in tensors]
         result = func(*args, **kwargs)
         return result, [t for t, v in zip(tensors, before)
-                        if t._version != v or t is result and _changed_in_place(func, args, result)]
+                        if (_wrote_inference(func, args, t, result) if v is None else t._version != v)
+                        or t is result and _changed_in_place(func, args, result)]
 
     def specialize_args(self, func, args, kwargs, recorded):
         if kwargs or len(args) != 2 or type(args[1]) not in (int, float):
@@ -291,8 +303,8 @@ class TorchBackend(Backend):
     def requires_grad(self, t) -> bool:
         return t.requires_grad
 
-    def write_count(self, t) -> int:
-        return t._version
+    def write_count(self, t) -> int | None:
+        return None if t.is_inference() else t._version      # inference tensors count nothing
 
     def clone(self, t):
         """A copy with `t`'s strides (eager's result may be a view of a constant: `c[:, 1:]`), or
@@ -600,6 +612,26 @@ def _tensors_in(args, kwargs) -> list:
                     if isinstance(x, Tensor):
                         found.append(x)
     return found
+
+
+def _version(t) -> int | None:
+    return None if t.is_inference() else t._version
+
+
+#: in-place operators (their names start with "__i", as `__index__` and `__int__` do too)
+_INPLACE_OPERATORS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+                                               "and", "or", "xor", "lshift", "rshift", "div")}
+
+
+def _wrote_inference(func, args, t, result) -> bool:
+    """Inference tensors (made under `torch.inference_mode()`) keep no version counter: a call
+    is taken to write `t` when it returns it (`add_`, `out=t`, `relu(t, inplace=True)`), is named
+    as an in-place call, or assigns into it; never fewer writes than happened."""
+    if result is t:
+        return True
+    name = _func_name(func)
+    return bool(args) and args[0] is t and (name.endswith("_") and not name.startswith("__")
+                                             or name == "__setitem__" or name in _INPLACE_OPERATORS)
 
 
 def _changed_in_place(func, args, result) -> bool:

@@ -137,12 +137,12 @@ class Signature:
         if kind == "":
             kind = self._object_kinds[tp] = _object_kind(obj)
         if kind == "static":
-            return (tp, obj)
+            return _static_key(obj)
         if kind == "live":
             leaves.append(obj)
             return (_LIVE, tp)
         if tp in (int, float) or isinstance(obj, (int, float, str)) and not isinstance(obj, bool):
-            return (tp, obj)   # subclasses of int/float/str
+            return _static_key(obj)   # subclasses of int/float/str
         raise Unkeyable(f"argument of type {tp.__module__}.{tp.__qualname__} cannot be part of "
                         f"a cache key (pass it in static_argnums/static_argnames if it is "
                         f"hashable and immutable)")
@@ -156,6 +156,17 @@ def alias_pattern(leaves: list) -> tuple:
     `f(x, x)` knows one array where `f(x, y)` has two (a write to x is seen through y)."""
     first: dict = {}
     return tuple([first.setdefault(id(x), i) for i, x in enumerate(leaves)])
+
+
+def _static_key(obj):
+    """An object keyed by value (a NumPy scalar, a dtype): its text tells apart what equality
+    does not (`np.float32(-0.0) == np.float32(0.0)`, yet `1 / x` differs), and a NaN, unequal to
+    itself, is keyed by its text alone."""
+    try:
+        same = bool(obj == obj)
+    except Exception:           # noqa: BLE001 - an object whose == is not a plain comparison
+        same = False
+    return (type(obj), obj, repr(obj)) if same else (type(obj), repr(obj))
 
 
 def _object_kind(obj) -> str | None:
