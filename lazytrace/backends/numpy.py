@@ -199,6 +199,11 @@ class NumpyBackend(Backend):
             return type(result)(*(self._wrap(x, session, by_array) for x in result))
         return result
 
+    def unseen_state(self):
+        """`np.errstate` / `np.seterr` inside a function decide whether a division by zero raises,
+        warns or passes, and no call shows them: a change makes the signature run eagerly."""
+        return tuple(np.geterr().items())
+
     def storage_key(self, a):
         a = self.unwrap(a)
         while isinstance(getattr(a, "base", None), np.ndarray):

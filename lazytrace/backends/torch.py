@@ -26,7 +26,8 @@ from .base import Backend, CallKind, operator_syntax
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
 _ESCAPE = {"numpy", "__array__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
-           "__dlpack__", "__array_interface__", "__reduce_ex__", "__getstate__"}
+           "__dlpack__", "__array_interface__", "__reduce_ex__", "__getstate__",
+           "register_hook", "register_post_accumulate_grad_hook"}    # Python code autograd runs later
 _METADATA = {"size", "dim", "ndimension", "numel", "nelement", "__len__", "element_size",
              "is_floating_point", "is_complex", "get_device", "shape", "dtype", "device", "ndim",
              "requires_grad", "is_cuda", "is_cpu", "is_sparse", "is_mps", "is_meta", "layout", "is_leaf",
@@ -186,13 +187,18 @@ class TorchBackend(Backend):
         return conditions + [f"{const(_autocast_state)}() == {const(autocast)}"]
 
     def global_state(self):
-        return torch.is_grad_enabled(), self.unseen_state()
+        return torch.is_grad_enabled(), (torch.get_default_dtype(), torch.is_inference_mode_enabled(),
+                                         _autocast_state())
 
     def unseen_state(self):
-        """Default dtype, inference mode, autocast: `torch.autocast` and `set_default_dtype` inside a
-        function do not reach a TorchFunctionMode, so the tracer compares this before every call
-        (autocast switches are replayed, see state_change; the others make the signature eager)."""
-        return torch.get_default_dtype(), torch.is_inference_mode_enabled(), _autocast_state()
+        """Default dtype, inference mode, autocast, and the torch.func transform level:
+        `torch.autocast`, `set_default_dtype` and `torch.func.grad(f)(x)` inside a function do not
+        reach a TorchFunctionMode (a transform's result is unwrapped where no call shows it), so
+        the tracer compares this before every call (autocast switches are replayed, see
+        state_change; the others make the signature eager). A graph replays under an outer
+        transform as eager code does, so the level is not in the key."""
+        return (torch.get_default_dtype(), torch.is_inference_mode_enabled(), _autocast_state(),
+                torch._C._functorch.maybe_current_level())
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])
@@ -202,8 +208,8 @@ class TorchBackend(Backend):
     def state_change(self, before, after):
         # autocast switched inside the function (kornia's `_stack_without_autocast`, `with autocast`):
         # replayed as a call that puts autocast in the state the next call saw
-        if before[:2] != after[:2]:
-            return None             # default dtype or inference mode: not replayable
+        if before[:2] != after[:2] or before[3:] != after[3:]:
+            return None             # default dtype, inference mode or a transform: not replayable
         return _set_autocast, (after[2],)
 
     # ---- tracing --------------------------------------------------------------
@@ -285,6 +291,8 @@ class TorchBackend(Backend):
         if kwargs or len(args) != 2 or type(args[1]) not in (int, float):
             return recorded
         x, number = args
+        if type(number) is int and abs(number) > 2 ** 53:
+            return recorded     # eager rounds the int to the dtype once; torch.tensor() through a double first
         if not isinstance(x, torch.Tensor) or x.dtype not in _SCALAR_DTYPES or not x.is_cpu or \
                 _func_name(func) not in _SCALAR_OPERAND_OPS:
             return recorded
@@ -338,7 +346,10 @@ class TorchBackend(Backend):
     def rng_token(self, source=None):
         if source is None:
             source = torch.random.default_generator
-        return source.get_state().numpy().tobytes() if isinstance(source, torch.Generator) else None
+        if not isinstance(source, torch.Generator):
+            return None
+        with torch._C._DisableFuncTorch():      # under torch.func.grad the state is no plain tensor
+            return source.get_state().numpy().tobytes()
 
     def rng_sources(self, func, args, kwargs) -> list:
         explicit = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Generator)]

@@ -155,7 +155,7 @@ class TraceSession:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
         if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
             if kind is CallKind.ESCAPE:
-                self.fail(f"{_name(func)} hands array memory to code lazytrace cannot see")
+                self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
             return backend.run(func, args, kwargs)[0]
         inputs: list[Value] = []
         largs = self._lift(args, inputs)
@@ -427,10 +427,10 @@ class TraceSession:
     # ---- running ---------------------------------------------------------------
     @contextmanager
     def activate(self):
-        token = _active.set(self)
         for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
             self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
-        try:
+        token = _active.set(self)       # reset below whatever happens: a session left active would
+        try:                            # make every later LazyGraph call of this thread run eagerly
             with self.backend.intercept(self):
                 yield self
         finally:
@@ -565,7 +565,8 @@ def choose_backend(backends: list, to: str | None):
 
 
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
-                 "set_default_dtype, inference_mode ...): a graph could not replay it")
+                 "set_default_dtype, inference_mode, torch.func transforms, np.errstate ...): a graph could not "
+                 "replay it")
 
 
 _UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazytrace does not see "

@@ -1,5 +1,6 @@
-"""Aliasing and in-place effects a replay must reproduce (found by red-teaming the core): results
-that are cached constants, the same array passed twice, writes a TorchFunctionMode cannot see."""
+"""What a replay must reproduce, found by red-teaming the core: aliasing and in-place effects
+(results that are cached constants, the same array passed twice, writes a TorchFunctionMode cannot
+see), tensor flags the key must hold, and state no call shows (torch.func, np.errstate, hooks)."""
 import numpy as np
 import pytest
 import torch
@@ -223,3 +224,69 @@ def test_changed_default_values_are_seen():
     lazy(x)
     fn.__defaults__[0][0] = 5.0
     assert torch.equal(lazy(x), fn(x))
+
+
+# ---- state and computation no call shows -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("number", [2 ** 60 + 2 ** 36 + 1, -(2 ** 62 + 2 ** 38 + 1), 16777217, 3])
+def test_large_int_operands_round_as_in_eager(number):
+    def fn(x, n):
+        return x + n, x * n, x < n
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.tensor([1.0, 2.0 ** 40, -3.0])
+    for _ in range(3):
+        for got, expected in zip(lazy(x, number), fn(x, number)):
+            assert torch.equal(got, expected)
+    assert lazy.stats.hits == 2
+
+
+def test_a_torch_func_transform_inside_runs_eagerly():
+    def fn(x):
+        return torch.func.grad(lambda t: (t ** 2 * x.sum()).sum())(x)
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.randn(3)
+        assert torch.equal(lazy(x), fn(x))
+    assert lazy.stats.hits == 0
+    assert any("torch.func" in reason for reason in lazy.stats.reasons)
+
+
+def test_torch_func_grad_of_a_lazy_graph():
+    def fn(t):
+        return (t.sin() * torch.arange(3.0)).sum()
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.randn(3)
+        assert torch.equal(torch.func.grad(lazy)(x), torch.func.grad(fn)(x))
+    assert lazy.stats.hits == 2
+
+
+def test_a_hook_registered_inside_is_registered_once_per_call():
+    seen = []
+
+    def fn(x):
+        x.register_hook(lambda g: seen.append(1) or g * 2)
+        return (x * 3).sum()
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.randn(3, requires_grad=True)
+        seen.clear()
+        lazy(x).backward()
+        assert len(seen) == 1 and torch.equal(x.grad, torch.full((3,), 6.0))
+
+
+def test_np_errstate_inside_the_function_is_kept():
+    def fn(x, y):
+        with np.errstate(divide="raise"):
+            return x / y
+
+    lazy = lazytrace.trace_graph(fn)
+    assert np.array_equal(lazy(np.ones(3), np.full(3, 2.0)), np.full(3, 0.5))
+    with pytest.raises(FloatingPointError):
+        lazy(np.ones(3), np.zeros(3))
+    assert np.array_equal(lazy(np.ones(3), np.full(3, 4.0)), np.full(3, 0.25))
