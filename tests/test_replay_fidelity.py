@@ -290,3 +290,41 @@ def test_np_errstate_inside_the_function_is_kept():
     with pytest.raises(FloatingPointError):
         lazy(np.ones(3), np.zeros(3))
     assert np.array_equal(lazy(np.ones(3), np.full(3, 4.0)), np.full(3, 0.25))
+
+
+# ---- models ---------------------------------------------------------------------------------------
+
+MODELS = {}
+
+
+def _through_global_dict(x):
+    return MODELS["net"](x)
+
+
+def test_a_model_held_in_a_global_dict_is_recorded():
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5))
+    MODELS["net"] = net
+    lazy = lazytrace.trace_graph(_through_global_dict)
+    x = torch.rand(2, 3)
+    net.eval()
+    assert torch.equal(lazy(x), net(x))
+    net.train()             # dropout active again: eager output changes with the RNG
+    torch.manual_seed(0)
+    got = lazy(x)
+    torch.manual_seed(0)
+    assert torch.equal(got, net(x))
+    assert not torch.equal(got, net.eval()(x))
+
+
+@pytest.mark.parametrize("reached", ["bound", "global"])
+def test_a_hook_added_to_a_submodule_after_the_trace_is_seen(reached):
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    MODELS["net"] = net
+    call = lazytrace.trace_graph(net) if reached == "bound" else lazytrace.trace_graph(_through_global_dict)
+    x = torch.rand(2, 3)
+    call(x)
+    call(x)
+    handle = net[0].register_forward_hook(lambda module, args, out: out * 2)
+    assert torch.equal(call(x), torch.relu(net[0](x)))          # net[0](x) runs the hook: doubled
+    handle.remove()
+    assert torch.equal(call(x), net(x))

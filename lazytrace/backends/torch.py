@@ -143,7 +143,10 @@ class TorchBackend(Backend):
         if not isinstance(obj, torch.nn.Module):
             return (), ()
         modules = tuple(obj.modules())
-        return modules, tuple(vars(m)[name] for m in modules for name in ("_parameters", "_buffers", "_modules"))
+        # hook dicts even when empty: a hook added after the trace changes what forward computes
+        return modules, tuple(c for m in modules for c in (vars(m)[name] for name in ("_parameters", "_buffers",
+                                                                                     "_modules")) if c) + \
+            tuple(vars(m)[name] for m in modules for name in _HOOK_DICTS)
 
     def traced_method(self, cls):
         return "forward" if issubclass(cls, torch.nn.Module) else None
@@ -588,6 +591,10 @@ class ModuleForward:
         return inspect.signature(type(self.module).forward.__get__(self.module))
 
 
+#: a module's hooks, which Module.__call__ runs around forward (a submodule's are inside the trace)
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+
+
 class ModuleLiveInputs:
     """Parameters and buffers are graph inputs read at every call; train/eval mode is keyed."""
 
@@ -597,13 +604,15 @@ class ModuleLiveInputs:
     def __call__(self):
         module = self.module
         tensors = tuple(module.parameters()) + tuple(module.buffers())
-        key = (tuple(m.training for m in module.modules()), tuple(TorchBackend.describe(t) for t in tensors))
+        modules = tuple(module.modules())
+        key = (tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors),
+               tuple(tuple(d) for m in modules for d in (vars(m)[n] for n in _HOOK_DICTS) if d))   # hook ids
         return key, tensors
 
     def describe(self, key) -> dict[str, str]:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
-        training, tensors = key
+        training, tensors, _ = key
         names = [n for n, _ in module.named_modules()]
         out = {f"self{'.' if n else ''}{n}.training": repr(t) for n, t in zip(names, training)}
         names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]

@@ -32,6 +32,7 @@ below it is seen at its new value.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import dis
 import functools
@@ -128,7 +129,7 @@ def global_names(code) -> tuple[str, ...]:
 
 
 def _attributes(obj):
-    if type(obj) is dict:           # the structure of a model (its parameters, submodules ...)
+    if type(obj) in (dict, collections.OrderedDict):    # the structure of a model (its parameters, hooks ...)
         return dict(obj)
     if dataclasses.is_dataclass(obj) and not hasattr(obj, "__dict__"):
         return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
@@ -218,12 +219,25 @@ class PythonReads:
             return self._nothing
         expected = self._snapshot(value)
         if expected is self._nothing or isinstance(expected, self._same):
-            for container in self._record(value):       # a model: its parameters, submodules ...
-                if container:                           # (forward cannot use what was not there)
-                    self.objects[id(container)] = (container, self._snapshot(container))
-            self._note_object(value)
+            self._reach(value)
             return _ANY, self._same(value)     # identity (a stateful object's class is swapped meanwhile)
+        self._reach_items(expected)            # a model held in a dict or list global is recorded too
         return type(value), expected
+
+    def _reach(self, value):
+        for container in self._record(value):       # a model: its parameters, submodules, hooks ...
+            self.objects[id(container)] = (container, self._snapshot(dict(container)))
+        self._note_object(value)
+
+    def _reach_items(self, expected):
+        if isinstance(expected, self._same):
+            self._reach(expected.obj)
+        elif isinstance(expected, (tuple, list)):
+            for x in expected:
+                self._reach_items(x)
+        elif isinstance(expected, dict):
+            for x in expected.values():
+                self._reach_items(x)
 
     def _note_object(self, obj):
         """A plain object holding only data (a config object): its attributes are guarded too.
