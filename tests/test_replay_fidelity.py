@@ -328,3 +328,38 @@ def test_a_hook_added_to_a_submodule_after_the_trace_is_seen(reached):
     assert torch.equal(call(x), torch.relu(net[0](x)))          # net[0](x) runs the hook: doubled
     handle.remove()
     assert torch.equal(call(x), net(x))
+
+
+# ---- stateful objects ---------------------------------------------------------------------------
+
+
+class _Holder:
+    pass
+
+
+def test_an_attribute_set_to_a_constant_is_a_new_array_at_every_call():
+    def fn(x, holder):
+        holder.kernel = torch.ones(3)
+        return x * 2
+
+    lazy = lazytrace.trace_graph(fn, arg_stateful_idxs=[1])
+    holder = _Holder()
+    for _ in range(3):
+        lazy(torch.rand(3), holder)
+        assert torch.equal(holder.kernel, torch.ones(3))
+        holder.kernel.add_(5)           # the caller writes into what it finds
+    assert lazy.stats.hits == 2
+
+
+def test_an_attribute_set_before_a_call_that_raises_is_set_as_in_eager():
+    def fn(x, y, holder):
+        holder.total = x.sum()
+        return torch.linalg.cholesky(y)
+
+    lazy = lazytrace.trace_graph(fn, arg_stateful_idxs=[2])
+    for _ in range(2):
+        lazy(torch.rand(3), torch.eye(2), _Holder())
+    holder, x = _Holder(), torch.rand(3)
+    with pytest.raises(torch.linalg.LinAlgError):
+        lazy(x, -torch.eye(2), holder)
+    assert torch.equal(holder.total, x.sum())

@@ -120,10 +120,13 @@ def _eliminate_dead_code(nodes, outputs, inputs):
 
 
 def _sink_attribute_writes(kept: list[Node]) -> list[Node]:
-    """Attribute writes on stateful objects go last, after every guard (so a failed guard has
-    nothing to undo). Nothing in the graph reads them back: reads of an attribute the call set
-    itself use the written values directly (TraceSession.on_getattr)."""
-    return [n for n in kept if n.kind is not Kind.SETATTR] + [n for n in kept if n.kind is Kind.SETATTR]
+    """Attribute writes on stateful objects go after every guard (so a failed guard has nothing
+    to undo), and no further: a call after them that raises (cholesky of a matrix that is not
+    positive-definite) leaves them done, as in eager. Nothing in the graph reads them back: reads
+    of an attribute the call set itself use the written values directly (TraceSession.on_getattr)."""
+    last_guard = max((i for i, n in enumerate(kept) if n.kind is Kind.GUARD), default=-1)
+    early = [n for n in kept[:last_guard + 1] if n.kind is Kind.SETATTR]
+    return [n for n in kept[:last_guard + 1] if n.kind is not Kind.SETATTR] + early + kept[last_guard + 1:]
 
 
 def _hoist_external_guards(kept: list[Node]) -> list[Node]:

@@ -288,6 +288,9 @@ class TraceSession:
             if not lifted.foldable or lifted.source is Source.EXTERNAL or lifted.obj is None:
                 return lifted
             fresh = self.backend.clone(lifted.obj)
+            # the attribute now holds the object this trace made; the graph keeps a copy of its own,
+            # which the caller cannot write into
+            lifted.obj = self.backend.clone(lifted.obj)
             node = Node(len(self.nodes), Kind.OP, self.backend.clone, (lifted,), {}, [lifted],
                         [self.version(lifted)])
             self._register_outputs(node, fresh, False, lifted.dynamic)
