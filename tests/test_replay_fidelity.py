@@ -212,18 +212,35 @@ def test_inference_mode_and_inference_tensors_are_traced(where):
     assert lazy.stats.hits == 2
 
 
-@pytest.mark.xfail(strict=True, reason="a function's default values (__defaults__, a mutable default) are baked "
-                                       "into its graphs; guarding them needs a guard the persistent cache can store")
-def test_changed_default_values_are_seen():
-    def fn(x, scale=[2.0]):
-        return x * scale[0]
+@pytest.mark.parametrize("where", ["positional", "keyword-only"])
+def test_a_default_value_changed_in_place_is_seen(where):
+    if where == "positional":
+        def fn(x, scale=[2.0], table={"shift": 1.0}):
+            return x * scale[0] + table["shift"]
+    else:
+        def fn(x, *, scale=[2.0], table={"shift": 1.0}):
+            return x * scale[0] + table["shift"]
 
     lazy = lazytrace.trace_graph(fn)
     x = torch.rand(3)
     lazy(x)
     lazy(x)
-    fn.__defaults__[0][0] = 5.0
+    defaults = fn.__defaults__ or tuple(fn.__kwdefaults__.values())
+    defaults[0][0] = 5.0
     assert torch.equal(lazy(x), fn(x))
+    defaults[1]["shift"] = -1.0
+    assert torch.equal(lazy(x), fn(x))
+    assert lazy.stats.traces == 3 and lazy.stats.hits == 1
+    assert "default value" in lazy.explain()
+
+
+def test_literal_defaults_add_no_check():
+    def fn(x, scale=2.0, mode="a", size=(3, 3)):
+        return x * scale
+
+    lazy = lazytrace.trace_graph(fn)
+    lazy(torch.rand(3))
+    assert "default" not in lazy.graphs[0].source
 
 
 # ---- state and computation no call shows -----------------------------------------------------------

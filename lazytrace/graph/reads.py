@@ -99,7 +99,12 @@ def read_attributes(obj) -> dict:
     return _attributes(obj)
 
 
-READERS = (read_global, read_cell, read_attributes)
+def read_defaults(fn) -> tuple:
+    """What a guard compares for a function's default values (positional, then keyword-only)."""
+    return tuple(fn.__defaults__ or ()), tuple((fn.__kwdefaults__ or {}).items())
+
+
+READERS = (read_global, read_cell, read_attributes, read_defaults)
 
 # how views name each check, and how an explanation of a retrace says what failed
 read_global.label = lambda node: f"global {node.args[1]}"
@@ -108,6 +113,15 @@ read_cell.label = lambda node: "closure variable"
 read_cell.describe = lambda node: "a variable of the function's closure changed"
 read_attributes.label = lambda node: "items" if type(node.args[0].obj) is dict else "attributes"
 read_attributes.describe = lambda node: "an attribute of an object the function reads by itself changed"
+read_defaults.label = lambda node: "default values"
+read_defaults.describe = lambda node: "a default value of the function changed (a list or dict default, or __defaults__)"
+
+
+def _changeable(value) -> bool:
+    """Whether a value holds something that can change in place: a list, dict or set, an array."""
+    if isinstance(value, (list, dict, set, bytearray)) or hasattr(type(value), "__array__"):
+        return True
+    return isinstance(value, tuple) and any(_changeable(x) for x in value)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -153,6 +167,7 @@ class PythonReads:
         self._root = None
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
+        self.defaults: list = []    # (function, expected): defaults that can change in place (a list, a dict ...)
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
 
     # ---- before and while the trace runs ------------------------------------------------
@@ -163,6 +178,16 @@ class PythonReads:
         fn = getattr(fn, "__func__", fn)
         self._root = getattr(fn, "__code__", None)
         self._function(fn, depth=0)
+        if isinstance(fn, types.FunctionType) and (fn.__defaults__ or fn.__kwdefaults__):
+            defaults = read_defaults(fn)
+            # a list, a dict, an array can change in place: checked. Numbers, strings, other objects
+            # are the same objects unless __defaults__ is replaced, which is not watched (the
+            # persistent cache keys them; a check would keep such graphs out of it)
+            if _changeable(defaults):
+                expected = self._snapshot(defaults)
+                if expected is not self._nothing:
+                    self._reach_items(expected)
+                    self.defaults.append((fn, expected))
 
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
@@ -270,6 +295,9 @@ class PythonReads:
         for obj, expected in self.objects.values():
             if not self._known(obj) and expected != read_attributes(obj):
                 return f"an attribute of {type(obj).__name__} object"
+        for fn, expected in self.defaults:
+            if expected != read_defaults(fn):
+                return f"default values of {fn.__qualname__}"
         return None
 
     def reached(self) -> set:
@@ -291,6 +319,8 @@ class PythonReads:
             rec(expected)
         for _, expected in self.objects.values():
             rec(expected)
+        for _, expected in self.defaults:
+            rec(expected)
         return found
 
     def guards(self):
@@ -303,3 +333,5 @@ class PythonReads:
         for obj, expected in self.objects.values():
             if not self._known(obj):        # recorded by the trace itself meanwhile
                 yield read_attributes, (obj,), expected, f"{type(obj).__name__} object"
+        for fn, expected in self.defaults:
+            yield read_defaults, (fn,), expected, f"defaults of {fn.__qualname__}"
