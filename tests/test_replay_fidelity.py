@@ -76,6 +76,7 @@ def test_the_same_tensor_passed_twice_is_keyed_apart_from_two_tensors():
     ae = a.clone()
     assert torch.equal(lazy(a, a), _write_first_read_second(ae, ae)) and torch.equal(a, ae)
     assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+    assert "(the same object as args[0])" in lazy.explain()
 
 
 def test_a_set_that_no_call_shows_makes_the_signature_eager():

@@ -84,6 +84,10 @@ class Backend:
         has the describe() of the matching example (it may be stricter, e.g. on strides)."""
         return None
 
+    def array_check_extra(self, expr: str, array, const) -> list[str]:
+        """Conditions the native `array_check` leaves out but describe() holds."""
+        return []
+
     def state_conditions(self, state: tuple, const) -> list[str]:
         """Python conditions that hold exactly when global_state() == state."""
         return [f"{const(self.global_state)}() == {const(state)}"] if state else []

@@ -175,10 +175,10 @@ class TorchBackend(Backend):
                                  dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
         except (ImportError, TypeError, RuntimeError):
             return None
-        leaves = [(i, t.is_leaf) for i, t in enumerate(tensors) if t.requires_grad]
-        if not leaves:
-            return check
-        return lambda *ts: check(*ts) and all(ts[i].is_leaf is leaf for i, leaf in leaves)   # keyed too
+        return check
+
+    def array_check_extra(self, expr, t, const):
+        return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const):
         grad, (dtype, inference, autocast) = state
@@ -605,8 +605,9 @@ class ModuleLiveInputs:
         module = self.module
         tensors = tuple(module.parameters()) + tuple(module.buffers())
         modules = tuple(module.modules())
-        key = (tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors),
-               tuple(tuple(d) for m in modules for d in (vars(m)[n] for n in _HOOK_DICTS) if d))   # hook ids
+        hooks = tuple([tuple(d) for m in modules for d in (m._forward_pre_hooks, m._forward_hooks,
+                                                           m._backward_pre_hooks, m._backward_hooks) if d])
+        key = (tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors), hooks)
         return key, tensors
 
     def describe(self, key) -> dict[str, str]:

@@ -101,6 +101,8 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
     native = backend.array_check([obj for _, obj, _ in b.arrays]) if b.arrays else None
     if native is not None:
         b.conditions.append(f"{b.const(native)}({', '.join(expr for expr, _, _ in b.arrays)})")
+        for expr, obj, array_backend in b.arrays:
+            b.conditions.extend(array_backend.array_check_extra(expr, obj, b.const))
     else:
         for expr, obj, array_backend in b.arrays:
             b.conditions.extend(array_backend.guard_conditions(expr, obj, b.const))

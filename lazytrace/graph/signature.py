@@ -254,10 +254,13 @@ def _items(container) -> list:
 def describe_paths(args: tuple, kwargs: dict, signature: Signature) -> dict[str, str]:
     """{argument path: description} for explaining why a call traced again."""
     out: dict[str, str] = {}
+    first: dict = {}            # id(leaf) -> the path it was first seen at (alias_pattern is keyed)
 
     def visit(path, leaf, kind):
         backend = backend_for_type(type(leaf))
         out[path] = backend.meta(leaf) if kind == "array" else type(leaf).__name__
+        if first.setdefault(id(leaf), path) != path:
+            out[path] += f" (the same object as {first[id(leaf)]})"
         return leaf
 
     def scalars(obj, path):
