@@ -381,3 +381,31 @@ def test_an_attribute_set_before_a_call_that_raises_is_set_as_in_eager():
     with pytest.raises(torch.linalg.LinAlgError):
         lazy(x, -torch.eye(2), holder)
     assert torch.equal(holder.total, x.sum())
+
+
+# ---- values read back from arrays ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("xp", ["torch", "numpy"])
+def test_a_read_back_minus_zero_is_told_from_zero(xp):
+    def fn(x):
+        return x * 0 + float(x[0])
+
+    lazy = lazytrace.trace_graph(fn)
+    make = torch.tensor if xp == "torch" else np.array
+    for first in (0.0, -0.0, -0.0, 0.0):
+        x = make([first, 1.0])
+        got, expected = lazy(x), fn(x)
+        assert (np.signbit(np.asarray(got)) == np.signbit(np.asarray(expected))).all()
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+
+
+def test_a_read_back_nan_is_replayed():
+    def fn(x):
+        return x + (1.0 if float(x.max()) != float(x.max()) else 2.0)
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.tensor([float("nan"), 1.0])
+        assert torch.equal(lazy(x).nan_to_num(), fn(x).nan_to_num())
+    assert lazy.stats.traces == 1 and lazy.stats.hits == 2

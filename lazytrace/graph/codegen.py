@@ -186,7 +186,25 @@ def node_lines(backend, plan: Plan, inputs: list[Value]) -> list[str]:
             for i, n in enumerate(plan.nodes)]
 
 
+def special_float(expected) -> bool:
+    """A float a plain `!=` cannot check: 0.0 equals -0.0 (yet `1 / x` tells them apart), NaN
+    equals nothing."""
+    return isinstance(expected, float) and (expected == 0.0 or expected != expected)
+
+
+def same_float(expected: float, got) -> bool:
+    """`got` is the float `expected` is, sign of zero and NaN included."""
+    if not isinstance(got, float):
+        return False
+    if expected != expected:
+        return got != got
+    return got == 0.0 and math.copysign(1.0, got) == math.copysign(1.0, expected)
+
+
 def _guard_line(call: str, expected, em, index: int) -> str:
+    if special_float(expected):
+        em.namespace["_same_float"] = same_float
+        return f"if not _same_float({em.expr(expected)}, {call}): raise _GuardFailed({index})"
     if expected is True:
         test = f"not ({call})"
     elif expected is False:
