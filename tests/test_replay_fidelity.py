@@ -409,3 +409,24 @@ def test_a_read_back_nan_is_replayed():
         x = torch.tensor([float("nan"), 1.0])
         assert torch.equal(lazy(x).nan_to_num(), fn(x).nan_to_num())
     assert lazy.stats.traces == 1 and lazy.stats.hits == 2
+
+
+SIGNED = 0.0
+
+
+def _times_signed(x):
+    return x * SIGNED
+
+
+def test_a_global_changed_from_zero_to_minus_zero_is_seen():
+    global SIGNED
+    lazy = lazytrace.trace_graph(_times_signed)
+    x = torch.ones(2)
+    lazy(x)
+    lazy(x)
+    SIGNED = -0.0
+    try:
+        assert torch.signbit(lazy(x)).all()
+    finally:
+        SIGNED = 0.0
+    assert not torch.signbit(lazy(x)).any()

@@ -36,6 +36,7 @@ import collections
 import dataclasses
 import dis
 import functools
+import math
 import sys
 import types
 
@@ -82,7 +83,7 @@ _ANY = _AnyType()
 def read_global(namespace: dict, name: str):
     """What a guard compares for a module global: its type and value."""
     value = namespace.get(name, MISSING)
-    return type(value), value
+    return type(value), value, _zero_sign(value)
 
 
 def read_cell(cell):
@@ -91,7 +92,12 @@ def read_cell(cell):
         value = cell.cell_contents
     except ValueError:          # the variable was deleted
         value = MISSING
-    return type(value), value
+    return type(value), value, _zero_sign(value)
+
+
+def _zero_sign(value):
+    """The sign of a float zero (0.0 == -0.0, yet `x * value` differs), else None."""
+    return math.copysign(1.0, value) if type(value) is float and value == 0.0 else None
 
 
 def read_attributes(obj) -> dict:
@@ -245,9 +251,9 @@ class PythonReads:
         expected = self._snapshot(value)
         if expected is self._nothing or isinstance(expected, self._same):
             self._reach(value)
-            return _ANY, self._same(value)     # identity (a stateful object's class is swapped meanwhile)
+            return _ANY, self._same(value), None     # identity (a stateful object's class is swapped meanwhile)
         self._reach_items(expected)            # a model held in a dict or list global is recorded too
-        return type(value), expected
+        return type(value), expected, _zero_sign(value)
 
     def _reach(self, value):
         for container in self._record(value):       # a model: its parameters, submodules, hooks ...
