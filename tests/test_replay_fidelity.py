@@ -430,3 +430,24 @@ def test_a_global_changed_from_zero_to_minus_zero_is_seen():
     finally:
         SIGNED = 0.0
     assert not torch.signbit(lazy(x)).any()
+
+
+def test_a_tensor_without_strides_runs_eagerly_instead_of_raising():
+    def fn(x):
+        return x * 2
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.eye(3).to_sparse_csr()
+    assert torch.equal(lazy(x).to_dense(), fn(x).to_dense())
+    assert any("cannot be described" in reason for reason in lazy.stats.reasons)
+
+
+def test_complex_arguments_with_signed_zero_parts_are_keyed_and_replayed_exactly():
+    def fn(x, c):
+        return torch.view_as_real(x * c)
+
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.tensor([1 + 1j], dtype=torch.complex128)
+    for c in (0j, complex(-0.0, -0.0), complex(-0.0, -0.0), 0j, complex(-0.0, -0.0)):
+        assert torch.equal(torch.signbit(lazy(x, c)), torch.signbit(fn(x, c)))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 3

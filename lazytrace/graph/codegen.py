@@ -72,8 +72,8 @@ class _Emitter:
             return repr(obj)
         if tp is float:
             return repr(obj) if math.isfinite(obj) else self._const(obj)
-        if tp is complex and math.isfinite(obj.real) and math.isfinite(obj.imag):
-            return repr(obj)
+        if tp is complex and all(math.isfinite(p) and p != 0.0 for p in (obj.real, obj.imag)):
+            return repr(obj)        # `(-0-0j)` would read back as 0j: such numbers are bound as constants
         if obj is Ellipsis:
             return "..."
         if tp is tuple:

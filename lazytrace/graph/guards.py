@@ -17,7 +17,7 @@ import enum
 import itertools
 import math
 
-from .signature import _VALUE_TYPES, alias_pattern
+from .signature import _VALUE_TYPES, _signed_parts, alias_pattern
 
 MISS = object()
 _counter = itertools.count()
@@ -64,6 +64,8 @@ class _Builder:
         if tp in _VALUE_TYPES:
             if tp is float and math.isnan(obj):
                 self.conditions.append(f"type({expr}) is {t} and {expr} != {expr}")
+            elif tp is complex and _signed_parts(obj):
+                raise _CannotCompile(tp)        # a signed zero or NaN part: the general path keys its text
             elif tp is float and obj == 0.0:
                 sign = self.const(math.copysign)
                 self.conditions.append(f"type({expr}) is {t} and {expr} == 0.0 and "

@@ -30,11 +30,18 @@ class Unkeyable(TypeError):
 
 
 def _value_key(obj):
+    if type(obj) is complex and _signed_parts(obj):
+        return (complex, repr(obj))          # complex(-0.0, 0.0) == 0j, yet x * it differs; nan parts
     if type(obj) is float and (obj != obj or obj == 0.0):
         if obj != obj:                      # nan != nan would miss the cache forever
             return (float, "nan")
         return (float, obj, math.copysign(1.0, obj))   # 0.0 == -0.0, but 1/x tells them apart
     return (type(obj), obj)
+
+
+def _signed_parts(c: complex) -> bool:
+    """Whether equality cannot check a complex number: a zero (signed) or NaN part."""
+    return any(part == 0.0 or part != part for part in (c.real, c.imag))
 
 
 class Signature:
@@ -53,38 +60,41 @@ class Signature:
     # ---- hot path ----------------------------------------------------------
     def key(self, args: tuple, kwargs: dict) -> tuple[tuple, list, list]:
         """(key, array leaves, backends seen) for a call."""
-        leaves: list = []
-        backends: list = []
-        if self._special:
-            parts = tuple([self._top(i, a, leaves, backends, self.static_argnums, self.stateful_argnums)
-                           for i, a in enumerate(args)])
-        else:
-            known = self._describers
-            parts = []
-            for a in args:                      # inlined _leaf for the common case: arrays, scalars
-                entry = known.get(type(a))
-                if entry is not None:
-                    leaves.append(a)
-                    parts.append(entry[0](a))
-                    if entry[1] not in backends:
-                        backends.append(entry[1])
-                else:
-                    parts.append(self._leaf(a, leaves, backends))
-            parts = tuple(parts)
-        if kwargs:
+        try:
+            leaves: list = []
+            backends: list = []
             if self._special:
-                kparts = tuple([(k, self._top(k, v, leaves, backends, self.static_argnames,
-                                              self.stateful_argnames)) for k, v in kwargs.items()])
+                parts = tuple([self._top(i, a, leaves, backends, self.static_argnums, self.stateful_argnums)
+                               for i, a in enumerate(args)])
             else:
-                kparts = tuple([(k, self._leaf(v, leaves, backends)) for k, v in kwargs.items()])
-            parts = (parts, kparts)
-        if len(leaves) > 1 and len({id(x) for x in leaves}) != len(leaves):
-            parts = (parts, _ALIASED, alias_pattern(leaves))
-        if backends:
-            if len(backends) == 1:
-                return (parts, backends[0].global_state()), leaves, backends
-            return (parts, tuple([b.global_state() for b in backends])), leaves, backends
-        return parts, leaves, backends
+                known = self._describers
+                parts = []
+                for a in args:                      # inlined _leaf for the common case: arrays, scalars
+                    entry = known.get(type(a))
+                    if entry is not None:
+                        leaves.append(a)
+                        parts.append(entry[0](a))
+                        if entry[1] not in backends:
+                            backends.append(entry[1])
+                    else:
+                        parts.append(self._leaf(a, leaves, backends))
+                parts = tuple(parts)
+            if kwargs:
+                if self._special:
+                    kparts = tuple([(k, self._top(k, v, leaves, backends, self.static_argnames,
+                                                  self.stateful_argnames)) for k, v in kwargs.items()])
+                else:
+                    kparts = tuple([(k, self._leaf(v, leaves, backends)) for k, v in kwargs.items()])
+                parts = (parts, kparts)
+            if len(leaves) > 1 and len({id(x) for x in leaves}) != len(leaves):
+                parts = (parts, _ALIASED, alias_pattern(leaves))
+            if backends:
+                if len(backends) == 1:
+                    return (parts, backends[0].global_state()), leaves, backends
+                return (parts, tuple([b.global_state() for b in backends])), leaves, backends
+            return parts, leaves, backends
+        except (RuntimeError, NotImplementedError) as exc:     # a sparse CSR tensor has no strides ...
+            raise Unkeyable(f"an argument cannot be described for the cache key ({exc})") from None
 
     def _top(self, where, obj, leaves, backends, static, stateful):
         if where in static:
