@@ -451,3 +451,16 @@ def test_complex_arguments_with_signed_zero_parts_are_keyed_and_replayed_exactly
     for c in (0j, complex(-0.0, -0.0), complex(-0.0, -0.0), 0j, complex(-0.0, -0.0)):
         assert torch.equal(torch.signbit(lazy(x, c)), torch.signbit(fn(x, c)))
     assert lazy.stats.traces == 2 and lazy.stats.hits == 3
+
+
+@pytest.mark.parametrize("make", [lambda: np.matrix([[1.0, 2.0], [3.0, 4.0]]),
+                                  lambda: np.ma.masked_array([[1.0, 2.0], [3.0, 4.0]], mask=[[0, 1], [0, 0]])],
+                         ids=["matrix", "masked"])
+def test_ndarray_subclasses_keep_their_own_operators(make):
+    def fn(a):
+        return (a * a).sum()
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        assert lazy(make()) == fn(make())
+    assert lazy.stats.hits == 0

@@ -70,6 +70,10 @@ class Backend:
         return None
 
     # --- signature -------------------------------------------------------
+    def unkeyable_reason(self, tp: type) -> str | None:
+        """Why arrays of this type (one of `array_types` or a subclass) cannot be traced, if so."""
+        return None
+
     def describe(self, array) -> tuple:
         """Everything about an array that a graph may bake in (not its values)."""
         raise NotImplementedError

@@ -131,6 +131,9 @@ class Signature:
         backend = backend_for_type(tp)
         if backend is not None:
             if isinstance(obj, backend.array_types):
+                reason = backend.unkeyable_reason(tp)
+                if reason is not None:
+                    raise Unkeyable(reason)
                 self._describers[tp] = (backend.describe, backend)
                 return self._leaf(obj, leaves, backends)
         if isinstance(obj, enum.Enum):
