@@ -464,3 +464,28 @@ def test_ndarray_subclasses_keep_their_own_operators(make):
     for _ in range(3):
         assert lazy(make()) == fn(make())
     assert lazy.stats.hits == 0
+
+
+GLOBAL_GENERATOR = torch.Generator().manual_seed(1)
+
+
+def _draw_from_global_generator(x):
+    return x + torch.rand(3, generator=GLOBAL_GENERATOR)
+
+
+def test_a_generator_made_inside_runs_eagerly_and_a_global_one_is_replayed():
+    def fn(x):
+        g = torch.Generator().manual_seed(0)        # the same numbers at every eager call
+        return x + torch.rand(3, generator=g)
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        assert torch.equal(lazy(torch.zeros(3)), fn(torch.zeros(3)))
+    assert lazy.stats.hits == 0
+
+    lazy = lazytrace.trace_graph(_draw_from_global_generator)
+    GLOBAL_GENERATOR.manual_seed(1)
+    got = [lazy(torch.zeros(3)) for _ in range(3)]
+    GLOBAL_GENERATOR.manual_seed(1)
+    assert all(torch.equal(a, _draw_from_global_generator(torch.zeros(3))) for a in got)
+    assert lazy.stats.hits == 2

@@ -48,6 +48,7 @@ class TraceSession:
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
+        self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
                                  known=lambda obj: self.value_of(obj) is not None, record=self._record_reached)
@@ -165,6 +166,8 @@ class TraceSession:
         for rng in rngs:
             if self._rng.get(id(rng), (rng, None))[1] not in (None, backend.rng_token(rng)):
                 self.fail(_UNSEEN_RNG)
+            if id(rng) not in self._rng:
+                self._new_rngs[id(rng)] = rng       # not passed in: a global, or made inside (add_reads)
         result, mutated = backend.run(func, args, kwargs)
         for rng in rngs:
             self._rng[id(rng)] = (rng, backend.rng_token(rng))
@@ -385,6 +388,12 @@ class TraceSession:
             self.changed_reads = (f"changes the {changed} while it runs: a graph could not replay that "
                                   f"(traced once more in case it was a cache being filled)")
             return
+        reached = reads.reached()
+        if any(i not in reached for i in self._new_rngs):
+            # `torch.Generator().manual_seed(0)` inside: eager draws from a new generator at every call,
+            # a graph would go on drawing from the one this trace made
+            self.fail("draws from a random generator made inside the function (not passed in, not a "
+                      "global): a graph could not replay that")
         for reader, (obj, *rest), expected, what in reads.guards():
             value = self.value_of(obj)
             if value is None:
