@@ -489,3 +489,17 @@ def test_a_generator_made_inside_runs_eagerly_and_a_global_one_is_replayed():
     GLOBAL_GENERATOR.manual_seed(1)
     assert all(torch.equal(a, _draw_from_global_generator(torch.zeros(3))) for a in got)
     assert lazy.stats.hits == 2
+
+
+def test_grad_mode_is_restored_when_a_graph_with_effects_raises():
+    def fn(x, y):
+        x.add_(1)                               # a visible effect: the graph's own error is raised
+        with torch.no_grad():
+            return torch.linalg.cholesky(y)
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(2):
+        lazy(torch.zeros(2), torch.eye(2))
+    with pytest.raises(torch.linalg.LinAlgError):
+        lazy(torch.zeros(2), -torch.eye(2))
+    assert torch.is_grad_enabled()
