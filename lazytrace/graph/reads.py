@@ -261,14 +261,8 @@ class PythonReads:
         self._note_object(value)
 
     def _reach_items(self, expected):
-        if isinstance(expected, self._same):
-            self._reach(expected.obj)
-        elif isinstance(expected, (tuple, list)):
-            for x in expected:
-                self._reach_items(x)
-        elif isinstance(expected, dict):
-            for x in expected.values():
-                self._reach_items(x)
+        for obj in self._held(expected):
+            self._reach(obj)
 
     def _note_object(self, obj):
         """A plain object holding only data (a config object): its attributes are guarded too.
@@ -308,26 +302,17 @@ class PythonReads:
 
     def reached(self) -> set:
         """ids of the objects guarded by identity (arrays held by globals, closures, containers)."""
-        found: set = set()
+        snapshots = [e[-1] for e in self.globals.values()] + [e[-1] for e in self.cells] + \
+            [e[-1] for e in self.objects.values()] + [e[-1] for e in self.defaults]
+        return {id(obj) for expected in snapshots for obj in self._held(expected)}
 
-        def rec(expected):
-            if isinstance(expected, self._same):
-                found.add(id(expected.obj))
-            elif isinstance(expected, (tuple, list)):
-                for x in expected:
-                    rec(x)
-            elif isinstance(expected, dict):
-                for x in expected.values():
-                    rec(x)
-        for *_, expected in self.globals.values():
-            rec(expected)
-        for *_, expected in self.cells:
-            rec(expected)
-        for _, expected in self.objects.values():
-            rec(expected)
-        for _, expected in self.defaults:
-            rec(expected)
-        return found
+    def _held(self, expected):
+        """The objects a snapshot checks by identity."""
+        if isinstance(expected, self._same):
+            yield expected.obj
+        elif isinstance(expected, (tuple, list, dict)):
+            for x in expected.values() if isinstance(expected, dict) else expected:
+                yield from self._held(x)
 
     def guards(self):
         """(reader, arguments, expected, what the object read is) for each guard, objects'
