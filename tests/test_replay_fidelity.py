@@ -503,3 +503,17 @@ def test_grad_mode_is_restored_when_a_graph_with_effects_raises():
     with pytest.raises(torch.linalg.LinAlgError):
         lazy(torch.zeros(2), -torch.eye(2))
     assert torch.is_grad_enabled()
+
+
+def test_a_write_into_an_inputs_grad_is_replayed():
+    def fn(x):
+        x.grad.zero_()
+        return x.detach() * 2
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.randn(3, requires_grad=True)
+        x.grad = torch.ones(3)
+        lazy(x)
+        assert torch.equal(x.grad, torch.zeros(3))
+    assert lazy.stats.hits == 2

@@ -179,6 +179,11 @@ class Backend:
     def requires_grad(self, array) -> bool:
         return False
 
+    def caller_owned(self, func) -> bool:
+        """Whether this call returns an array the caller can reach besides the inputs, without being
+        a view of one (torch's `x.grad`): a write into it is an effect to replay."""
+        return False
+
     def write_count(self, array) -> int | None:
         """How many in-place writes `array` has had (torch: its version counter), if the framework
         counts them: an input written more often than the trace saw was written by a call the

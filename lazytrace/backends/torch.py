@@ -314,6 +314,9 @@ class TorchBackend(Backend):
     def requires_grad(self, t) -> bool:
         return t.requires_grad
 
+    def caller_owned(self, func) -> bool:
+        return _func_name(func) == "grad"          # the property x.grad
+
     def write_count(self, t) -> int | None:
         return None if t.is_inference() else t._version      # inference tensors count nothing
 

@@ -59,7 +59,7 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     result = Plan(kept, list(constants.values()), cloned,
                   folded=sum(1 for n in nodes if n.foldable), pruned=pruned,
                   inputs=trace.inputs, output_structure=trace.output_structure)
-    unsafe, result.visible_effects = _effects(kept, trace.inputs)
+    unsafe, result.visible_effects = _effects(kept, _visible(nodes, trace.inputs))
     result.untraceable = trace.untraceable or unsafe
     return result
 
@@ -94,10 +94,18 @@ def output_values(structure) -> list[Value]:
     return found
 
 
-def _eliminate_dead_code(nodes, outputs, inputs):
+def _visible(nodes, inputs) -> set:
+    """Storages the caller can see besides the outputs: inputs, arrays the function reached by
+    itself, arrays such as `x.grad` that belong to an input."""
     visible = {v.storage for v in inputs}
     for n in nodes:
         visible.update(v.storage for v in n.inputs if v.source is Source.EXTERNAL)
+        visible.update(v.storage for v in n.outputs if v.caller_owned)
+    return visible
+
+
+def _eliminate_dead_code(nodes, outputs, inputs):
+    visible = _visible(nodes, inputs)
     live = {id(v) for v in outputs}
     live_storage = {v.storage for v in outputs}
     kept, pruned = [], []
@@ -156,9 +164,8 @@ def _visible_effect(node: Node, visible: set) -> str | None:
     return None
 
 
-def _effects(kept: list[Node], inputs) -> tuple[str | None, bool]:
+def _effects(kept: list[Node], visible: set) -> tuple[str | None, bool]:
     """(why the guards are unsafe, if they are; whether the graph has visible effects)."""
-    visible = {v.storage for v in inputs}
     effect = None
     for n in kept:
         if n.kind is Kind.GUARD and effect is not None:
