@@ -70,6 +70,10 @@ class Backend:
         return None
 
     # --- signature -------------------------------------------------------
+    def unkeyable_reason(self, tp: type) -> str | None:
+        """Why arrays of this type (one of `array_types` or a subclass) cannot be traced, if so."""
+        return None
+
     def describe(self, array) -> tuple:
         """Everything about an array that a graph may bake in (not its values)."""
         raise NotImplementedError
@@ -83,6 +87,10 @@ class Backend:
         """Optionally, a native callable checking all array leaves at once: True only if each
         has the describe() of the matching example (it may be stricter, e.g. on strides)."""
         return None
+
+    def array_check_extra(self, expr: str, array, const) -> list[str]:
+        """Conditions the native `array_check` leaves out but describe() holds."""
+        return []
 
     def state_conditions(self, state: tuple, const) -> list[str]:
         """Python conditions that hold exactly when global_state() == state."""
@@ -170,6 +178,17 @@ class Backend:
 
     def requires_grad(self, array) -> bool:
         return False
+
+    def caller_owned(self, func) -> bool:
+        """Whether this call returns an array the caller can reach besides the inputs, without being
+        a view of one (torch's `x.grad`): a write into it is an effect to replay."""
+        return False
+
+    def write_count(self, array) -> int | None:
+        """How many in-place writes `array` has had (torch: its version counter), if the framework
+        counts them: an input written more often than the trace saw was written by a call the
+        interceptor missed (torch's `set_`), which a graph could not replay."""
+        return None
 
     def clone(self, array):
         raise NotImplementedError

@@ -141,6 +141,14 @@ class NumpyBackend(Backend):
     def __init__(self):
         self._names: dict = {}
 
+    def unkeyable_reason(self, tp):
+        """A tracer stands in for an ndarray: it would multiply np.matrix objects elementwise and
+        sum a masked array's masked values. Subclasses run eagerly."""
+        if tp is not np.ndarray:
+            return (f"{tp.__module__}.{tp.__qualname__} is a subclass of ndarray, whose operators and "
+                    f"methods a tracer would not follow (np.matrix, masked arrays)")
+        return None
+
     def describe(self, a):
         return (type(a), a.shape, a.dtype)
 
@@ -198,6 +206,11 @@ class NumpyBackend(Backend):
         if isinstance(result, tuple) and hasattr(type(result), "_fields"):
             return type(result)(*(self._wrap(x, session, by_array) for x in result))
         return result
+
+    def unseen_state(self):
+        """`np.errstate` / `np.seterr` inside a function decide whether a division by zero raises,
+        warns or passes, and no call shows them: a change makes the signature run eagerly."""
+        return tuple(np.geterr().items())
 
     def storage_key(self, a):
         a = self.unwrap(a)

@@ -26,14 +26,17 @@ from .base import Backend, CallKind, operator_syntax
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
 _ESCAPE = {"numpy", "__array__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
-           "__dlpack__", "__array_interface__", "__reduce_ex__", "__getstate__"}
+           "__dlpack__", "__array_interface__", "__reduce_ex__", "__getstate__",
+           "register_hook", "register_post_accumulate_grad_hook"}    # Python code autograd runs later
 _METADATA = {"size", "dim", "ndimension", "numel", "nelement", "__len__", "element_size",
              "is_floating_point", "is_complex", "get_device", "shape", "dtype", "device", "ndim",
              "requires_grad", "is_cuda", "is_cpu", "is_sparse", "is_mps", "is_meta", "layout", "is_leaf",
              "is_quantized", "names", "itemsize", "nbytes", "grad_fn", "_version", "__hash__",
-             "is_same_size", "is_signed", "type", "_is_view", "__torch_function__", "_base",
-             "is_inference", "output_nr", "retains_grad", "is_nested", "is_xla", "is_mkldnn",
+             "is_same_size", "is_signed", "type", "__torch_function__", "is_inference", "is_nested", "is_xla", "is_mkldnn",
              "stride", "is_contiguous", "is_non_overlapping_and_dense"}    # strides are keyed too
+# not in the key, so read back and guarded: `_is_view()`, `_base`, `retains_grad`, `output_nr` (is_leaf is
+# keyed for tensors requiring grad, see describe, so `grad_fn is None` is too). `_version` stays unguarded:
+# kornia records the version counters of the parameters it just drew (the same at every replay)
 _STATE = {"_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype", "autocast_increment_nesting",
           "autocast_decrement_nesting", "set_autocast_cache_enabled", "clear_autocast_cache",
           "_enter_autocast", "_exit_autocast", "_set_fwd_grad_enabled"}
@@ -140,7 +143,10 @@ class TorchBackend(Backend):
         if not isinstance(obj, torch.nn.Module):
             return (), ()
         modules = tuple(obj.modules())
-        return modules, tuple(vars(m)[name] for m in modules for name in ("_parameters", "_buffers", "_modules"))
+        # hook dicts even when empty: a hook added after the trace changes what forward computes
+        return modules, tuple(c for m in modules for c in (vars(m)[name] for name in ("_parameters", "_buffers",
+                                                                                     "_modules")) if c) + \
+            tuple(vars(m)[name] for m in modules for name in _HOOK_DICTS)
 
     def traced_method(self, cls):
         return "forward" if issubclass(cls, torch.nn.Module) else None
@@ -148,22 +154,31 @@ class TorchBackend(Backend):
     # ---- signature ----------------------------------------------------------
     @staticmethod
     def describe(t):
-        return (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+        # requires_grad: False, or True for a leaf and "non-leaf" for a result of autograd
+        # (`x.is_leaf`, `x.grad_fn is None` are read from the key); inference tensors apart
+        grad = t.requires_grad and (t.is_leaf or "non-leaf")
+        return (type(t), t.shape, t.stride(), t.dtype, t.device, grad, t.is_inference())
 
     def guard_conditions(self, expr, t, const):
         return [f"{expr}.shape == {const(t.shape)}", f"{expr}.stride() == {const(t.stride())}",
                 f"{expr}.dtype is {const(t.dtype)}",
-                f"{expr}.device == {const(t.device)}", f"{expr}.requires_grad is {t.requires_grad}"]
+                f"{expr}.device == {const(t.device)}", f"{expr}.requires_grad is {t.requires_grad}"] + \
+            ([f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []) + \
+            [f"{expr}.is_inference() is {t.is_inference()}"]
 
     def array_check(self, tensors):
         """dynamo's C++ TensorGuards: dtype, device, requires_grad, sizes, strides and dispatch keys
         of several tensors in one call (about twice as fast as the same checks in Python)."""
         try:
             from torch._C._dynamo.guards import TensorGuards
-            return TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
-                                dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
+            check = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                                 dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
         except (ImportError, TypeError, RuntimeError):
             return None
+        return check
+
+    def array_check_extra(self, expr, t, const):
+        return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const):
         grad, (dtype, inference, autocast) = state
@@ -175,13 +190,18 @@ class TorchBackend(Backend):
         return conditions + [f"{const(_autocast_state)}() == {const(autocast)}"]
 
     def global_state(self):
-        return torch.is_grad_enabled(), self.unseen_state()
+        return torch.is_grad_enabled(), (torch.get_default_dtype(), torch.is_inference_mode_enabled(),
+                                         _autocast_state())
 
     def unseen_state(self):
-        """Default dtype, inference mode, autocast: `torch.autocast` and `set_default_dtype` inside a
-        function do not reach a TorchFunctionMode, so the tracer compares this before every call
-        (autocast switches are replayed, see state_change; the others make the signature eager)."""
-        return torch.get_default_dtype(), torch.is_inference_mode_enabled(), _autocast_state()
+        """Default dtype, inference mode, autocast, and the torch.func transform level:
+        `torch.autocast`, `set_default_dtype` and `torch.func.grad(f)(x)` inside a function do not
+        reach a TorchFunctionMode (a transform's result is unwrapped where no call shows it), so
+        the tracer compares this before every call (autocast switches are replayed, see
+        state_change; the others make the signature eager). A graph replays under an outer
+        transform as eager code does, so the level is not in the key."""
+        return (torch.get_default_dtype(), torch.is_inference_mode_enabled(), _autocast_state(),
+                torch._C._functorch.maybe_current_level())
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])
@@ -191,8 +211,8 @@ class TorchBackend(Backend):
     def state_change(self, before, after):
         # autocast switched inside the function (kornia's `_stack_without_autocast`, `with autocast`):
         # replayed as a call that puts autocast in the state the next call saw
-        if before[:2] != after[:2]:
-            return None             # default dtype or inference mode: not replayable
+        if before[:2] != after[:2] or before[3:] != after[3:]:
+            return None             # default dtype, inference mode or a transform: not replayable
         return _set_autocast, (after[2],)
 
     # ---- tracing --------------------------------------------------------------
@@ -259,19 +279,23 @@ class TorchBackend(Backend):
         tensors = _tensors_in(args, kwargs)
         if not tensors:
             return func(*args, **kwargs), ()
-        if len(tensors) == 1:                    # the common case, without the lists
+        if len(tensors) == 1 and not tensors[0].is_inference():    # the common case, without the lists
             t = tensors[0]
             before = t._version
             result = func(*args, **kwargs)
-            return result, (tensors if t._version != before else ())
-        before = [t._version for t in tensors]
+            return result, (tensors if t._version != before or _changed_in_place(func, args, result) else ())
+        before = [_version(t) for t in tensors]
         result = func(*args, **kwargs)
-        return result, [t for t, v in zip(tensors, before) if t._version != v]
+        return result, [t for t, v in zip(tensors, before)
+                        if (_wrote_inference(func, args, t, result) if v is None else t._version != v)
+                        or t is result and _changed_in_place(func, args, result)]
 
     def specialize_args(self, func, args, kwargs, recorded):
         if kwargs or len(args) != 2 or type(args[1]) not in (int, float):
             return recorded
         x, number = args
+        if type(number) is int and abs(number) > 2 ** 53:
+            return recorded     # eager rounds the int to the dtype once; torch.tensor() through a double first
         if not isinstance(x, torch.Tensor) or x.dtype not in _SCALAR_DTYPES or not x.is_cpu or \
                 _func_name(func) not in _SCALAR_OPERAND_OPS:
             return recorded
@@ -290,8 +314,21 @@ class TorchBackend(Backend):
     def requires_grad(self, t) -> bool:
         return t.requires_grad
 
+    def caller_owned(self, func) -> bool:
+        return _func_name(func) == "grad"          # the property x.grad
+
+    def write_count(self, t) -> int | None:
+        return None if t.is_inference() else t._version      # inference tensors count nothing
+
     def clone(self, t):
-        return t.clone()
+        """A copy with `t`'s strides (eager's result may be a view of a constant: `c[:, 1:]`), or
+        contiguous where its elements overlap (`expand`)."""
+        if t.is_contiguous():
+            return t.clone()
+        try:
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+        except RuntimeError:            # overlapping elements cannot be written
+            return t.clone()
 
     def to_numpy(self, t):
         return t.detach().cpu().numpy()
@@ -315,7 +352,10 @@ class TorchBackend(Backend):
     def rng_token(self, source=None):
         if source is None:
             source = torch.random.default_generator
-        return source.get_state().numpy().tobytes() if isinstance(source, torch.Generator) else None
+        if not isinstance(source, torch.Generator):
+            return None
+        with torch._C._DisableFuncTorch():      # under torch.func.grad the state is no plain tensor
+            return source.get_state().numpy().tobytes()
 
     def rng_sources(self, func, args, kwargs) -> list:
         explicit = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Generator)]
@@ -554,6 +594,10 @@ class ModuleForward:
         return inspect.signature(type(self.module).forward.__get__(self.module))
 
 
+#: a module's hooks, which Module.__call__ runs around forward (a submodule's are inside the trace)
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+
+
 class ModuleLiveInputs:
     """Parameters and buffers are graph inputs read at every call; train/eval mode is keyed."""
 
@@ -563,13 +607,16 @@ class ModuleLiveInputs:
     def __call__(self):
         module = self.module
         tensors = tuple(module.parameters()) + tuple(module.buffers())
-        key = (tuple(m.training for m in module.modules()), tuple(TorchBackend.describe(t) for t in tensors))
+        modules = tuple(module.modules())
+        hooks = tuple([tuple(d) for m in modules for d in (m._forward_pre_hooks, m._forward_hooks,
+                                                           m._backward_pre_hooks, m._backward_hooks) if d])
+        key = (tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors), hooks)
         return key, tensors
 
     def describe(self, key) -> dict[str, str]:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
-        training, tensors = key
+        training, tensors, _ = key
         names = [n for n, _ in module.named_modules()]
         out = {f"self{'.' if n else ''}{n}.training": repr(t) for n, t in zip(names, training)}
         names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
@@ -589,6 +636,32 @@ def _tensors_in(args, kwargs) -> list:
                     if isinstance(x, Tensor):
                         found.append(x)
     return found
+
+
+def _version(t) -> int | None:
+    return None if t.is_inference() else t._version
+
+
+#: in-place operators (their names start with "__i", as `__index__` and `__int__` do too)
+_INPLACE_OPERATORS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+                                               "and", "or", "xor", "lshift", "rshift", "div")}
+
+
+def _wrote_inference(func, args, t, result) -> bool:
+    """Inference tensors (made under `torch.inference_mode()`) keep no version counter: a call
+    is taken to write `t` when it returns it (`add_`, `out=t`, `relu(t, inplace=True)`), is named
+    as an in-place call, or assigns into it; never fewer writes than happened."""
+    if result is t:
+        return True
+    name = _func_name(func)
+    return bool(args) and args[0] is t and (name.endswith("_") and not name.startswith("__")
+                                             or name == "__setitem__" or name in _INPLACE_OPERATORS)
+
+
+def _changed_in_place(func, args, result) -> bool:
+    """An in-place call that changed `self` without a data write (`requires_grad_()`): an effect
+    on the caller's tensor that a graph must replay even when nothing reads the result."""
+    return bool(args) and result is args[0] and _func_name(func).endswith("_")
 
 
 def _has_mask_index(index) -> bool:

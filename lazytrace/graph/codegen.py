@@ -75,8 +75,8 @@ class _Emitter:
             return repr(obj)
         if tp is float:
             return repr(obj) if math.isfinite(obj) else self._const(obj)
-        if tp is complex and math.isfinite(obj.real) and math.isfinite(obj.imag):
-            return repr(obj)
+        if tp is complex and all(math.isfinite(p) and p != 0.0 for p in (obj.real, obj.imag)):
+            return repr(obj)        # `(-0-0j)` would read back as 0j: such numbers are bound as constants
         if obj is Ellipsis:
             return "..."
         if tp is tuple:
@@ -161,7 +161,14 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
         if dead:
             body.append(f"del {', '.join(dead)}")
 
-    ret = _output_expr(em, output_structure, plan.cloned_outputs)
+    returned = [v for v in output_values(output_structure) if v in plan.cloned_outputs]
+    copies = {}         # a constant returned more than once is copied once: the results are one array, as in eager
+    for v in returned:
+        if returned.count(v) > 1 and v not in copies:
+            em.namespace["_clone"] = backend.clone
+            copies[v] = f"r{len(copies)}"
+            body.append(f"{copies[v]} = _clone({v.name})")
+    ret = _output_expr(em, output_structure, plan.cloned_outputs, copies)
     body.append(f"return {ret}")
     while fn_name in em.namespace:      # `def one_hot` must not rebind the one_hot it calls
         fn_name = f"{fn_name}_graph"
@@ -206,6 +213,21 @@ def node_lines(backend, plan: Plan, inputs: list[Value]) -> list[str]:
             for i, n in enumerate(plan.nodes)]
 
 
+def special_float(expected) -> bool:
+    """A float a plain `!=` cannot check: 0.0 equals -0.0 (yet `1 / x` tells them apart), NaN
+    equals nothing."""
+    return isinstance(expected, float) and (expected == 0.0 or expected != expected)
+
+
+def same_float(expected: float, got) -> bool:
+    """`got` is the float `expected` is, sign of zero and NaN included."""
+    if not isinstance(got, float):
+        return False
+    if expected != expected:
+        return got != got
+    return got == 0.0 and math.copysign(1.0, got) == math.copysign(1.0, expected)
+
+
 def _guard_line(call: str, expected, em, index: int, node=None) -> str:
     if node is not None and node.target is read_global and expected[1] in _SINGLETONS \
             and type(expected[1]) in (bool, type(None)):
@@ -213,6 +235,9 @@ def _guard_line(call: str, expected, em, index: int, node=None) -> str:
         em.namespace["_MISSING"] = MISSING
         namespace, name = node.args
         return f"if {em.expr(namespace)}.get({name!r}, _MISSING) is not {expected[1]!r}: raise _GuardFailed({index})"
+    if special_float(expected):
+        em.namespace["_same_float"] = same_float
+        return f"if not _same_float({em.expr(expected)}, {call}): raise _GuardFailed({index})"
     if expected is True:
         test = f"not ({call})"
     elif expected is False:
@@ -242,24 +267,26 @@ def _assign(node, call: str) -> str:
     return f"{', '.join(names)}{',' if len(names) == 1 else ''} = {call}"
 
 
-def _output_expr(em: _Emitter, obj, cloned) -> str:
+def _output_expr(em: _Emitter, obj, cloned, copies) -> str:
     if isinstance(obj, Value):
+        if obj in copies:
+            return copies[obj]
         if obj in cloned:
             em.namespace["_clone"] = em.backend.clone
             return f"_clone({obj.name})"
         return obj.name
     tp = type(obj)
     if tp is tuple:
-        inner = ", ".join(_output_expr(em, x, cloned) for x in obj)
+        inner = ", ".join(_output_expr(em, x, cloned, copies) for x in obj)
         return f"({inner},)" if len(obj) == 1 else f"({inner})"
     if tp is list:
-        return "[" + ", ".join(_output_expr(em, x, cloned) for x in obj) + "]"
+        return "[" + ", ".join(_output_expr(em, x, cloned, copies) for x in obj) + "]"
     if isinstance(obj, tuple):     # a namedtuple takes its fields as arguments, torch.Size a tuple
-        items = ", ".join(_output_expr(em, x, cloned) for x in obj)
+        items = ", ".join(_output_expr(em, x, cloned, copies) for x in obj)
         if hasattr(tp, "_fields"):
             return f"{em._const(tp)}({items})"
         return f"{em._const(tp)}(({items}{',' if len(obj) == 1 else ''}))"
     if isinstance(obj, dict):
-        items = ", ".join(f"{em.expr(k)}: {_output_expr(em, v, cloned)}" for k, v in obj.items())
+        items = ", ".join(f"{em.expr(k)}: {_output_expr(em, v, cloned, copies)}" for k, v in obj.items())
         return f"{em._const(tp)}({{{items}}})" if tp is not dict else f"{{{items}}}"
     return em.expr(obj)

@@ -17,7 +17,7 @@ import enum
 import itertools
 import math
 
-from .signature import _VALUE_TYPES
+from .signature import _VALUE_TYPES, _signed_parts, alias_pattern
 
 MISS = object()
 _counter = itertools.count()
@@ -32,6 +32,7 @@ class _Builder:
         self.signature = signature
         self.conditions: list[str] = []
         self.leaves: list[str] = []
+        self.leaf_objects: list = []      # the objects of this call the leaf expressions name
         self.namespace: dict = {"MISS": MISS}
         self.arrays: list = []            # (expression, example, backend) of array leaves
 
@@ -46,6 +47,7 @@ class _Builder:
         elif where in stateful:
             self.conditions.append(f"type({expr}) is {self.const(type(obj))}")
             self.leaves.append(expr)
+            self.leaf_objects.append(obj)
         else:
             self.leaf(expr, obj)
 
@@ -56,11 +58,14 @@ class _Builder:
             self.conditions.append(f"type({expr}) is {self.const(tp)}")
             self.arrays.append((expr, obj, entry[1]))
             self.leaves.append(expr)
+            self.leaf_objects.append(obj)
             return
         t = self.const(tp)
         if tp in _VALUE_TYPES:
             if tp is float and math.isnan(obj):
                 self.conditions.append(f"type({expr}) is {t} and {expr} != {expr}")
+            elif tp is complex and _signed_parts(obj):
+                raise _CannotCompile(tp)        # a signed zero or NaN part: the general path keys its text
             elif tp is float and obj == 0.0:
                 sign = self.const(math.copysign)
                 self.conditions.append(f"type({expr}) is {t} and {expr} == 0.0 and "
@@ -98,10 +103,18 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
     native = backend.array_check([obj for _, obj, _ in b.arrays]) if b.arrays else None
     if native is not None:
         b.conditions.append(f"{b.const(native)}({', '.join(expr for expr, _, _ in b.arrays)})")
+        for expr, obj, array_backend in b.arrays:
+            b.conditions.extend(array_backend.array_check_extra(expr, obj, b.const))
     else:
         for expr, obj, array_backend in b.arrays:
             b.conditions.extend(array_backend.guard_conditions(expr, obj, b.const))
     b.conditions.extend(backend.state_conditions(graph._state, b.const))
+    if len(b.leaves) > 1:       # which leaves are the same object is part of the key (signature.alias_pattern)
+        pattern = alias_pattern(b.leaf_objects)
+        b.conditions.append(f"{b.const(alias_pattern)}([{', '.join(b.leaves)}]) == {b.const(pattern)}"
+                            if len(b.leaves) > 4 else
+                            " and ".join(f"{b.leaves[i]} {'is' if pattern[j] == pattern[i] else 'is not'} "
+                                         f"{b.leaves[j]}" for j in range(len(b.leaves)) for i in range(j)))
     b.namespace["graph_fn"] = graph.fn
     shape = (f"len(kwargs) != {len(kwargs)} or tuple(kwargs) != {b.const(tuple(kwargs))}" if kwargs
              else "kwargs") + f" or len(args) != {len(args)}"

@@ -6,7 +6,7 @@ since both make the same calls with the same arguments; code is generated on the
 """
 from __future__ import annotations
 
-from .codegen import GuardFailed
+from .codegen import GuardFailed, same_float, special_float
 from .ir import Kind, Value
 from .passes import Plan
 
@@ -32,7 +32,11 @@ def run(plan: Plan, leaves: list, backend):
         result = node.target(*sub(node.args), **sub(node.kwargs))
         if node.kind is Kind.GUARD:
             expected = node.expected
-            if (not result) if expected is True else bool(result) if expected is False else expected != result:
+            if special_float(expected):
+                failed = not same_float(expected, result)
+            else:
+                failed = (not result) if expected is True else bool(result) if expected is False else expected != result
+            if failed:
                 raise GuardFailed(i)
         elif node.result_structure == "single":
             if node.outputs:
@@ -41,10 +45,16 @@ def run(plan: Plan, leaves: list, backend):
             for v in node.outputs:
                 env[id(v)] = result[v.index]
 
+    copies = {}
+
     def out(obj):
         if isinstance(obj, Value):
             value = env[id(obj)]
-            return backend.clone(value) if obj in plan.cloned_outputs else value
+            if obj not in plan.cloned_outputs:
+                return value
+            if id(obj) not in copies:       # one copy per constant, however often it is returned
+                copies[id(obj)] = backend.clone(value)
+            return copies[id(obj)]
         tp = type(obj)
         if tp is tuple or tp is list:
             return tp([out(x) for x in obj])

@@ -31,7 +31,8 @@ class Source(enum.Enum):
 class Value:
     """One array (or stateful object) seen during a trace."""
 
-    __slots__ = ("source", "node", "index", "meta", "storage", "foldable", "obj", "name", "dynamic", "path")
+    __slots__ = ("source", "node", "index", "meta", "storage", "foldable", "obj", "name", "dynamic", "path",
+                 "caller_owned")
 
     def __init__(self, source: Source, node: "Node | None" = None, index: Any = None,
                  meta: Any = None, storage: Any = None, foldable: bool = False, obj: Any = None):
@@ -45,6 +46,7 @@ class Value:
         self.name = ""            # variable name in generated code
         self.dynamic = False      # shape depends on array contents (nonzero, masks...)
         self.path = ""            # for inputs: where in the call's arguments ("args[0]")
+        self.caller_owned = False  # an array the caller holds besides the inputs (`x.grad`): writes are visible
 
     def __repr__(self):
         return f"<Value {self.name or self.source.value} {self.meta or ''}>"

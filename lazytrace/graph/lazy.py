@@ -174,10 +174,10 @@ class LazyGraph:
 
     def _graph_raised(self, graph, args, kwargs):
         """A graph raised at replay: if nothing visible happened, let the original decide."""
+        if graph.has_state_changes:     # grad mode or autocast switched by the graph: back as eager's
+            graph.backend.restore_global_state(graph._state)      # `with` blocks leave them
         if not graph.replay_safe:
             raise
-        if graph.has_state_changes:
-            graph.backend.restore_global_state(graph._state)
         return self._eager("the graph raised; the original function decides", args, kwargs)
 
     def _remember_fast(self, entry, graph, args, kwargs, backends):

@@ -51,7 +51,7 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
                 constants.setdefault(id(v), v)
     cloned = set()
     for v in outputs:
-        if v.source is Source.NODE and v.foldable:
+        if v.source is not Source.INPUT and v.foldable:     # a constant (EXTERNAL: one made by unseen calls)
             constants.setdefault(id(v), v)
             cloned.add(v)
         elif v.source is Source.EXTERNAL:
@@ -59,7 +59,7 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     result = Plan(kept, list(constants.values()), cloned,
                   folded=sum(1 for n in nodes if n.foldable), pruned=pruned,
                   inputs=trace.inputs, output_structure=trace.output_structure)
-    unsafe, result.visible_effects = _effects(kept, trace.inputs)
+    unsafe, result.visible_effects = _effects(kept, _visible(nodes, trace.inputs))
     result.untraceable = trace.untraceable or unsafe
     return result
 
@@ -94,10 +94,18 @@ def output_values(structure) -> list[Value]:
     return found
 
 
-def _eliminate_dead_code(nodes, outputs, inputs):
+def _visible(nodes, inputs) -> set:
+    """Storages the caller can see besides the outputs: inputs, arrays the function reached by
+    itself, arrays such as `x.grad` that belong to an input."""
     visible = {v.storage for v in inputs}
     for n in nodes:
         visible.update(v.storage for v in n.inputs if v.source is Source.EXTERNAL)
+        visible.update(v.storage for v in n.outputs if v.caller_owned)
+    return visible
+
+
+def _eliminate_dead_code(nodes, outputs, inputs):
+    visible = _visible(nodes, inputs)
     live = {id(v) for v in outputs}
     live_storage = {v.storage for v in outputs}
     kept, pruned = [], []
@@ -120,10 +128,13 @@ def _eliminate_dead_code(nodes, outputs, inputs):
 
 
 def _sink_attribute_writes(kept: list[Node]) -> list[Node]:
-    """Attribute writes on stateful objects go last, after every guard (so a failed guard has
-    nothing to undo). Nothing in the graph reads them back: reads of an attribute the call set
-    itself use the written values directly (TraceSession.on_getattr)."""
-    return [n for n in kept if n.kind is not Kind.SETATTR] + [n for n in kept if n.kind is Kind.SETATTR]
+    """Attribute writes on stateful objects go after every guard (so a failed guard has nothing
+    to undo), and no further: a call after them that raises (cholesky of a matrix that is not
+    positive-definite) leaves them done, as in eager. Nothing in the graph reads them back: reads
+    of an attribute the call set itself use the written values directly (TraceSession.on_getattr)."""
+    last_guard = max((i for i, n in enumerate(kept) if n.kind is Kind.GUARD), default=-1)
+    early = [n for n in kept[:last_guard + 1] if n.kind is Kind.SETATTR]
+    return [n for n in kept[:last_guard + 1] if n.kind is not Kind.SETATTR] + early + kept[last_guard + 1:]
 
 
 def _hoist_external_guards(kept: list[Node]) -> list[Node]:
@@ -153,9 +164,8 @@ def _visible_effect(node: Node, visible: set) -> str | None:
     return None
 
 
-def _effects(kept: list[Node], inputs) -> tuple[str | None, bool]:
+def _effects(kept: list[Node], visible: set) -> tuple[str | None, bool]:
     """(why the guards are unsafe, if they are; whether the graph has visible effects)."""
-    visible = {v.storage for v in inputs}
     effect = None
     for n in kept:
         if n.kind is Kind.GUARD and effect is not None:

@@ -32,9 +32,11 @@ below it is seen at its new value.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import dis
 import functools
+import math
 import sys
 import types
 
@@ -84,7 +86,7 @@ _ANY = _AnyType()
 def read_global(namespace: dict, name: str):
     """What a guard compares for a module global: its type and value."""
     value = namespace.get(name, MISSING)
-    return type(value), value
+    return type(value), value, _zero_sign(value)
 
 
 def read_cell(cell):
@@ -93,7 +95,12 @@ def read_cell(cell):
         value = cell.cell_contents
     except ValueError:          # the variable was deleted
         value = MISSING
-    return type(value), value
+    return type(value), value, _zero_sign(value)
+
+
+def _zero_sign(value):
+    """The sign of a float zero (0.0 == -0.0, yet `x * value` differs), else None."""
+    return math.copysign(1.0, value) if type(value) is float and value == 0.0 else None
 
 
 def read_attributes(obj) -> dict:
@@ -101,7 +108,12 @@ def read_attributes(obj) -> dict:
     return _attributes(obj)
 
 
-READERS = (read_global, read_cell, read_attributes)
+def read_defaults(fn) -> tuple:
+    """What a guard compares for a function's default values (positional, then keyword-only)."""
+    return tuple(fn.__defaults__ or ()), tuple((fn.__kwdefaults__ or {}).items())
+
+
+READERS = (read_global, read_cell, read_attributes, read_defaults)
 
 # how views name each check, and how an explanation of a retrace says what failed
 read_global.label = lambda node: f"global {node.args[1]}"
@@ -110,6 +122,15 @@ read_cell.label = lambda node: "closure variable"
 read_cell.describe = lambda node: "a variable of the function's closure changed"
 read_attributes.label = lambda node: "items" if type(node.args[0].obj) is dict else "attributes"
 read_attributes.describe = lambda node: "an attribute of an object the function reads by itself changed"
+read_defaults.label = lambda node: "default values"
+read_defaults.describe = lambda node: "a default value of the function changed (a list or dict default, or __defaults__)"
+
+
+def _changeable(value) -> bool:
+    """Whether a value holds something that can change in place: a list, dict or set, an array."""
+    if isinstance(value, (list, dict, set, bytearray)) or hasattr(type(value), "__array__"):
+        return True
+    return isinstance(value, tuple) and any(_changeable(x) for x in value)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -145,7 +166,7 @@ def _is_code(value) -> bool:
 
 
 def _attributes(obj):
-    if type(obj) is dict:           # the structure of a model (its parameters, submodules ...)
+    if type(obj) in (dict, collections.OrderedDict):    # the structure of a model (its parameters, hooks ...)
         return dict(obj)
     if dataclasses.is_dataclass(obj) and not hasattr(obj, "__dict__"):
         return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
@@ -169,6 +190,7 @@ class PythonReads:
         self._root = None
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
+        self.defaults: list = []    # (function, expected): defaults that can change in place (a list, a dict ...)
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
 
     # ---- before and while the trace runs ------------------------------------------------
@@ -179,6 +201,16 @@ class PythonReads:
         fn = getattr(fn, "__func__", fn)
         self._root = getattr(fn, "__code__", None)
         self._function(fn, depth=0)
+        if isinstance(fn, types.FunctionType) and (fn.__defaults__ or fn.__kwdefaults__):
+            defaults = read_defaults(fn)
+            # a list, a dict, an array can change in place: checked. Numbers, strings, other objects
+            # are the same objects unless __defaults__ is replaced, which is not watched (the
+            # persistent cache keys them; a check would keep such graphs out of it)
+            if _changeable(defaults):
+                expected = self._snapshot(defaults)
+                if expected is not self._nothing:
+                    self._reach_items(expected)
+                    self.defaults.append((fn, expected))
 
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
@@ -248,17 +280,21 @@ class PythonReads:
         expected = self._snapshot(value)
         if expected is self._nothing or isinstance(expected, self._same):
             self._note_object(value, depth=0)
-            return _ANY, self._same(value)     # identity (a stateful object's class is swapped meanwhile)
-        return type(value), expected
+            return _ANY, self._same(value), None     # identity (a stateful object's class is swapped meanwhile)
+        self._reach_items(expected)            # a model held in a dict or list global is recorded too
+        return type(value), expected, _zero_sign(value)
+
+    def _reach_items(self, expected):
+        for obj in self._held(expected):
+            self._note_object(obj, depth=1)
 
     def _note_object(self, obj, depth):
         """An object with attributes (a config object, a callable transform): its attributes are
         guarded too, data by value and objects among them by identity. Not objects of the
         standard library (a threading.Event ...) besides namespaces, nor objects the trace records
         itself (stateful ones, models)."""
-        for container in self._record(obj):         # a model: its parameters, submodules ...
-            if container:                           # (forward cannot use what was not there)
-                self.objects[id(container)] = (container, self._snapshot(container))
+        for container in self._record(obj):         # a model: its parameters, submodules, hooks ...
+            self.objects[id(container)] = (container, self._snapshot(dict(container)))
         tp = type(obj)
         if (id(obj) in self.objects or self._known(obj) or _is_code(obj)
                 or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj))
@@ -289,7 +325,24 @@ class PythonReads:
         for obj, expected in self.objects.values():
             if not self._known(obj) and expected != read_attributes(obj):
                 return f"an attribute of {type(obj).__name__} object"
+        for fn, expected in self.defaults:
+            if expected != read_defaults(fn):
+                return f"default values of {fn.__qualname__}"
         return None
+
+    def reached(self) -> set:
+        """ids of the objects guarded by identity (arrays held by globals, closures, containers)."""
+        snapshots = [e[-1] for e in self.globals.values()] + [e[-1] for e in self.cells] + \
+            [e[-1] for e in self.objects.values()] + [e[-1] for e in self.defaults]
+        return {id(obj) for expected in snapshots for obj in self._held(expected)}
+
+    def _held(self, expected):
+        """The objects a snapshot checks by identity."""
+        if isinstance(expected, self._same):
+            yield expected.obj
+        elif isinstance(expected, (tuple, list, dict)):
+            for x in expected.values() if isinstance(expected, dict) else expected:
+                yield from self._held(x)
 
     def guards(self):
         """(reader, arguments, expected, what the object read is) for each guard, objects'
@@ -301,3 +354,5 @@ class PythonReads:
         for obj, expected in self.objects.values():
             if not self._known(obj):        # recorded by the trace itself meanwhile
                 yield read_attributes, (obj,), expected, f"{type(obj).__name__} object"
+        for fn, expected in self.defaults:
+            yield read_defaults, (fn,), expected, f"defaults of {fn.__qualname__}"

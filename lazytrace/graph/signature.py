@@ -30,11 +30,18 @@ class Unkeyable(TypeError):
 
 
 def _value_key(obj):
+    if type(obj) is complex and _signed_parts(obj):
+        return (complex, repr(obj))          # complex(-0.0, 0.0) == 0j, yet x * it differs; nan parts
     if type(obj) is float and (obj != obj or obj == 0.0):
         if obj != obj:                      # nan != nan would miss the cache forever
             return (float, "nan")
         return (float, obj, math.copysign(1.0, obj))   # 0.0 == -0.0, but 1/x tells them apart
     return (type(obj), obj)
+
+
+def _signed_parts(c: complex) -> bool:
+    """Whether equality cannot check a complex number: a zero (signed) or NaN part."""
+    return any(part == 0.0 or part != part for part in (c.real, c.imag))
 
 
 class Signature:
@@ -53,36 +60,41 @@ class Signature:
     # ---- hot path ----------------------------------------------------------
     def key(self, args: tuple, kwargs: dict) -> tuple[tuple, list, list]:
         """(key, array leaves, backends seen) for a call."""
-        leaves: list = []
-        backends: list = []
-        if self._special:
-            parts = tuple([self._top(i, a, leaves, backends, self.static_argnums, self.stateful_argnums)
-                           for i, a in enumerate(args)])
-        else:
-            known = self._describers
-            parts = []
-            for a in args:                      # inlined _leaf for the common case: arrays, scalars
-                entry = known.get(type(a))
-                if entry is not None:
-                    leaves.append(a)
-                    parts.append(entry[0](a))
-                    if entry[1] not in backends:
-                        backends.append(entry[1])
-                else:
-                    parts.append(self._leaf(a, leaves, backends))
-            parts = tuple(parts)
-        if kwargs:
+        try:
+            leaves: list = []
+            backends: list = []
             if self._special:
-                kparts = tuple([(k, self._top(k, v, leaves, backends, self.static_argnames,
-                                              self.stateful_argnames)) for k, v in kwargs.items()])
+                parts = tuple([self._top(i, a, leaves, backends, self.static_argnums, self.stateful_argnums)
+                               for i, a in enumerate(args)])
             else:
-                kparts = tuple([(k, self._leaf(v, leaves, backends)) for k, v in kwargs.items()])
-            parts = (parts, kparts)
-        if backends:
-            if len(backends) == 1:
-                return (parts, backends[0].global_state()), leaves, backends
-            return (parts, tuple([b.global_state() for b in backends])), leaves, backends
-        return parts, leaves, backends
+                known = self._describers
+                parts = []
+                for a in args:                      # inlined _leaf for the common case: arrays, scalars
+                    entry = known.get(type(a))
+                    if entry is not None:
+                        leaves.append(a)
+                        parts.append(entry[0](a))
+                        if entry[1] not in backends:
+                            backends.append(entry[1])
+                    else:
+                        parts.append(self._leaf(a, leaves, backends))
+                parts = tuple(parts)
+            if kwargs:
+                if self._special:
+                    kparts = tuple([(k, self._top(k, v, leaves, backends, self.static_argnames,
+                                                  self.stateful_argnames)) for k, v in kwargs.items()])
+                else:
+                    kparts = tuple([(k, self._leaf(v, leaves, backends)) for k, v in kwargs.items()])
+                parts = (parts, kparts)
+            if len(leaves) > 1 and len({id(x) for x in leaves}) != len(leaves):
+                parts = (parts, _ALIASED, alias_pattern(leaves))
+            if backends:
+                if len(backends) == 1:
+                    return (parts, backends[0].global_state()), leaves, backends
+                return (parts, tuple([b.global_state() for b in backends])), leaves, backends
+            return parts, leaves, backends
+        except (RuntimeError, NotImplementedError) as exc:     # a sparse CSR tensor has no strides ...
+            raise Unkeyable(f"an argument cannot be described for the cache key ({exc})") from None
 
     def _top(self, where, obj, leaves, backends, static, stateful):
         if where in static:
@@ -119,6 +131,9 @@ class Signature:
         backend = backend_for_type(tp)
         if backend is not None:
             if isinstance(obj, backend.array_types):
+                reason = backend.unkeyable_reason(tp)
+                if reason is not None:
+                    raise Unkeyable(reason)
                 self._describers[tp] = (backend.describe, backend)
                 return self._leaf(obj, leaves, backends)
         if isinstance(obj, enum.Enum):
@@ -135,15 +150,36 @@ class Signature:
         if kind == "":
             kind = self._object_kinds[tp] = _object_kind(obj)
         if kind == "static":
-            return (tp, obj)
+            return _static_key(obj)
         if kind == "live":
             leaves.append(obj)
             return (_LIVE, tp)
         if tp in (int, float) or isinstance(obj, (int, float, str)) and not isinstance(obj, bool):
-            return (tp, obj)   # subclasses of int/float/str
+            return _static_key(obj)   # subclasses of int/float/str
         raise Unkeyable(f"argument of type {tp.__module__}.{tp.__qualname__} cannot be part of "
                         f"a cache key (pass it in static_argnums/static_argnames if it is "
                         f"hashable and immutable)")
+
+
+_ALIASED = "the same object passed as several arguments"
+
+
+def alias_pattern(leaves: list) -> tuple:
+    """For each leaf, the index of the first leaf that is the same object: a graph traced with
+    `f(x, x)` knows one array where `f(x, y)` has two (a write to x is seen through y)."""
+    first: dict = {}
+    return tuple([first.setdefault(id(x), i) for i, x in enumerate(leaves)])
+
+
+def _static_key(obj):
+    """An object keyed by value (a NumPy scalar, a dtype): its text tells apart what equality
+    does not (`np.float32(-0.0) == np.float32(0.0)`, yet `1 / x` differs), and a NaN, unequal to
+    itself, is keyed by its text alone."""
+    try:
+        same = bool(obj == obj)
+    except Exception:           # noqa: BLE001 - an object whose == is not a plain comparison
+        same = False
+    return (type(obj), obj, repr(obj)) if same else (type(obj), repr(obj))
 
 
 def _object_kind(obj) -> str | None:
@@ -231,10 +267,13 @@ def _items(container) -> list:
 def describe_paths(args: tuple, kwargs: dict, signature: Signature) -> dict[str, str]:
     """{argument path: description} for explaining why a call traced again."""
     out: dict[str, str] = {}
+    first: dict = {}            # id(leaf) -> the path it was first seen at (alias_pattern is keyed)
 
     def visit(path, leaf, kind):
         backend = backend_for_type(type(leaf))
         out[path] = backend.meta(leaf) if kind == "array" else type(leaf).__name__
+        if first.setdefault(id(leaf), path) != path:
+            out[path] += f" (the same object as {first[id(leaf)]})"
         return leaf
 
     def scalars(obj, path):

@@ -48,6 +48,8 @@ class TraceSession:
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
+        self._input_writes: list = []           # (input array, its Value, its write count before the call)
+        self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
                                  known=lambda obj: self.value_of(obj) is not None, record=self._record_reached)
@@ -59,6 +61,7 @@ class TraceSession:
         if kind == "array":
             handed = self.backend.wrap_input(obj, self)
             value = Value(Source.INPUT, meta=self.backend.brief(obj), storage=self.backend.storage_key(obj))
+            self._input_writes.append((obj, value, self.backend.write_count(obj)))
         else:
             handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
             token = self.backend.rng_token(obj) if kind == "live" else None
@@ -154,7 +157,7 @@ class TraceSession:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
         if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
             if kind is CallKind.ESCAPE:
-                self.fail(f"{_name(func)} hands array memory to code lazytrace cannot see")
+                self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
             return backend.run(func, args, kwargs)[0]
         inputs: list[Value] = []
         largs = self._lift(args, inputs)
@@ -164,6 +167,8 @@ class TraceSession:
         for rng in rngs:
             if self._rng.get(id(rng), (rng, None))[1] not in (None, backend.rng_token(rng)):
                 self.fail(_UNSEEN_RNG)
+            if id(rng) not in self._rng:
+                self._new_rngs[id(rng)] = rng       # not passed in: a global, or made inside (add_reads)
         result, mutated = backend.run(func, args, kwargs)
         for rng in rngs:
             self._rng[id(rng)] = (rng, backend.rng_token(rng))
@@ -207,7 +212,8 @@ class TraceSession:
             node_kind, foldable = Kind.STATE, False
         else:
             node_kind = Kind.OP
-            foldable = self.array_caching and constant_inputs
+            # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
+            foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
         if not foldable:
             args = self.backend.specialize_args(func, raw_args, kwargs, args)
             func, args = self.backend.replay_call(func, raw_args, kwargs, args)
@@ -227,6 +233,10 @@ class TraceSession:
                    or any(v.dynamic for v in inputs))
         self._register_outputs(node, result, foldable, dynamic)
         self.nodes.append(node)
+
+    def _requires_grad(self, result) -> bool:
+        items = result if isinstance(result, (tuple, list)) else (result,)
+        return any(isinstance(x, self._tracked) and self.backend.requires_grad(self.backend.unwrap(x)) for x in items)
 
     def _register_outputs(self, node: Node, result, foldable: bool, dynamic: bool):
         tracked = self._tracked
@@ -250,6 +260,7 @@ class TraceSession:
                           foldable=foldable and not backend.requires_grad(raw))
             value.obj = obj if value.foldable else None
             value.dynamic = dynamic
+            value.caller_owned = backend.caller_owned(node.target)
             self._unkeyed_metadata = self._unkeyed_metadata or dynamic
             node.outputs.append(value)
             self._values[id(obj)] = (obj, value)
@@ -282,6 +293,9 @@ class TraceSession:
             if not lifted.foldable or lifted.source is Source.EXTERNAL or lifted.obj is None:
                 return lifted
             fresh = self.backend.clone(lifted.obj)
+            # the attribute now holds the object this trace made; the graph keeps a copy of its own,
+            # which the caller cannot write into
+            lifted.obj = self.backend.clone(lifted.obj)
             node = Node(len(self.nodes), Kind.OP, self.backend.clone, (lifted,), {}, [lifted],
                         [self.version(lifted)])
             self._register_outputs(node, fresh, False, lifted.dynamic)
@@ -376,6 +390,12 @@ class TraceSession:
             self.changed_reads = (f"changes the {changed} while it runs: a graph could not replay that "
                                   f"(traced once more in case it was a cache being filled)")
             return
+        reached = reads.reached()
+        if any(i not in reached for i in self._new_rngs):
+            # `torch.Generator().manual_seed(0)` inside: eager draws from a new generator at every call,
+            # a graph would go on drawing from the one this trace made
+            self.fail("draws from a random generator made inside the function (not passed in, not a "
+                      "global): a graph could not replay that")
         for reader, (obj, *rest), expected, what in reads.guards():
             value = self.value_of(obj)
             if value is None:
@@ -407,6 +427,13 @@ class TraceSession:
         self.nodes.append(Node(len(self.nodes), Kind.STATE, func, args, {}, [], []))
         self._unseen = now
 
+    def check_input_writes(self):
+        """An input written more often than the calls recorded show (torch's `set_` reaches no
+        TorchFunctionMode) cannot be replayed: this signature runs eagerly."""
+        for obj, value, before in self._input_writes:
+            if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
+                self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
+
     def fail(self, reason: str):
         if self.untraceable is None:
             self.untraceable = reason
@@ -414,10 +441,10 @@ class TraceSession:
     # ---- running ---------------------------------------------------------------
     @contextmanager
     def activate(self):
-        token = _active.set(self)
         for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
             self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
-        try:
+        token = _active.set(self)       # reset below whatever happens: a session left active would
+        try:                            # make every later LazyGraph call of this thread run eagerly
             with self.backend.intercept(self):
                 yield self
         finally:
@@ -433,13 +460,25 @@ class TraceSession:
         to hand back to the caller (real arrays, not tracer objects)."""
         backend = self.backend
         tracked = self._tracked
+        copies: dict = {}       # id(cached constant) -> the copy handed to the caller
+        reached = self.reads.reached() if not backend.sees_creation else ()
 
         def out(obj):
             if isinstance(obj, tracked):
                 value = self.value_of(obj)
                 if value is None:
                     value = self.add_external(obj)
-                return value, backend.unwrap(obj)
+                real = backend.unwrap(obj)
+                if value.source is Source.EXTERNAL and not backend.sees_creation and id(real) not in reached:
+                    value.foldable = True       # made inside by calls lazytrace does not see (np.zeros): a
+                                                # new array at every call in eager, so a copy of the constant
+                if value.foldable:
+                    # the graph keeps this object as a constant: the caller gets a copy, as at
+                    # every replay, so writing into the result cannot change later calls
+                    if id(real) not in copies:
+                        copies[id(real)] = backend.clone(real)
+                    real = copies[id(real)]
+                return value, real
             tp = type(obj)
             if isinstance(obj, (tuple, list)):
                 pairs = [out(x) for x in obj]
@@ -540,7 +579,8 @@ def choose_backend(backends: list, to: str | None):
 
 
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
-                 "set_default_dtype, inference_mode ...): a graph could not replay it")
+                 "set_default_dtype, inference_mode, torch.func transforms, np.errstate ...): a graph could not "
+                 "replay it")
 
 
 _UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazytrace does not see "
@@ -581,6 +621,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
             fn(*args, **kwargs)
+    session.check_input_writes()
     session.add_reads(session.reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)

@@ -247,7 +247,7 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
         if module is not None:
             constants.append({"g": module})
             continue
-        if v.source is not Source.NODE or not v.foldable:
+        if not v.foldable:          # (a foldable EXTERNAL one is a NumPy array made by calls it did not see)
             raise NotStorable("the function reads an array it reached by itself (a global, a closure "
                               "variable, a module parameter): a stored copy would not follow its changes")
         constants.append(f"c{i}")
