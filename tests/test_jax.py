@@ -157,6 +157,32 @@ def test_jax_config_is_part_of_the_key():
     assert lazy.stats.traces == 2 and lazy.stats.hits == 2
 
 
+def test_jax_promotion_settings_are_part_of_the_key():
+    """Rank and dtype promotion modes change what jax.numpy does (raise, or promote): a graph
+    traced under 'allow'/'standard' must not replay under 'raise'/'strict', where eager raises."""
+    add = lazytrace.trace_graph(lambda x, y: x + y)
+    vec, mat = jnp.ones(3), jnp.ones((2, 3))
+    ints, floats = jnp.ones(3, jnp.int32), jnp.ones(3, jnp.float32)
+    add(vec, mat), add(vec, mat), add(ints, floats), add(ints, floats)
+    with jax.numpy_rank_promotion("raise"):
+        with pytest.raises(ValueError, match="rank_promotion"):
+            add(vec + 1, mat)
+    with jax.numpy_dtype_promotion("strict"):
+        with pytest.raises(jax.dtypes.TypePromotionError):
+            add(ints + 1, floats)
+    assert np.array_equal(add(vec + 1, mat), vec + 1 + mat) and add.stats.hits == 3
+
+
+def test_jax_matmul_precision_context_is_part_of_the_key():
+    matmul = lazytrace.trace_graph(lambda x, y: x @ y)
+    x, y = jax.random.normal(jax.random.key(0), (64, 64)), jax.random.normal(jax.random.key(1), (64, 64))
+    matmul(x, y), matmul(x, y)
+    with jax.default_matmul_precision("bfloat16"):
+        assert np.array_equal(matmul(y, x), y @ x)
+        assert matmul.stats.traces == 2
+    assert np.array_equal(matmul(y, x), y @ x) and matmul.stats.traces == 2
+
+
 @pytest.fixture
 def xla_compiles():
     """Names of the XLA compilations made while the test runs (jax.monitoring events)."""

@@ -55,7 +55,7 @@ from functools import partial
 
 import jax
 import numpy as np
-from jax._src import core, dispatch, pjit, tree_util
+from jax._src import config as jax_config, core, dispatch, pjit, tree_util
 from jax._src.array import ArrayImpl
 from jax._src.interpreters import pxla
 from jax._src.lax import slicing
@@ -65,6 +65,9 @@ from jax._src.random.prng import PRNGKeyArray
 from .base import READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, unwrap_tree
 
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
+_trace_context = jax_config.trace_context
+_DESCRIBED = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion",
+              "jax_numpy_rank_promotion", "jax_default_device", "jax_disable_jit", "jax_threefry_partitionable")
 _TRACE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
                  jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
 
@@ -213,14 +216,28 @@ class JaxBackend(Backend):
         return conditions
 
     def state_conditions(self, state, const):
-        x64, precision, prng = state
-        config = const(jax.config)
-        return [f"{config}.jax_enable_x64 is {x64}", f"{config}.jax_default_matmul_precision == {const(precision)}",
-                f"{config}.jax_default_prng_impl == {const(prng)}"]
+        context, prng = state
+        return [f"{const(_trace_context)}() == {const(context)}",
+                f"{const(jax.config)}.jax_default_prng_impl == {const(prng)}"]
 
     def global_state(self):
-        config = jax.config
-        return (config.jax_enable_x64, config.jax_default_matmul_precision, config.jax_default_prng_impl)
+        """What `jax.jit` keys its own cache on besides the arguments (`trace_context()`: x64,
+        matmul precision, dtype and rank promotion, default device, threefry mode, disable_jit,
+        meshes ...), plus the default PRNG implementation: a graph records primitives as jax
+        traced them under these settings, and replays them unchanged."""
+        return (_trace_context(), jax.config.jax_default_prng_impl)
+
+    def describe_global_state(self, state):
+        """The settings people change by name; the rest of trace_context() as one entry."""
+        context, prng = state
+        try:
+            named = dict(zip(jax_config.trace_context_names(), context))
+        except NotImplementedError:       # an older jaxlib: no names
+            named = {}
+        shown = {f"jax.config.{n}": repr(named.pop(n)) for n in _DESCRIBED if n in named}
+        rest = tuple(named.values()) if shown else context
+        return {**shown, "jax.config.jax_default_prng_impl": repr(prng),
+                "jax.config (other trace settings)": f"{hash(rest) & 0xffffffff:08x}"}
 
     # ---- tracing ----------------------------------------------------------------
     def _trace(self, session) -> LazyTrace:
