@@ -68,6 +68,36 @@ def test_random_draws_are_fresh_or_make_the_call_eager():
     assert unseen.stats.eager == 2 and "random" in next(iter(unseen.stats.reasons))
 
 
+def test_set_seed_inside_the_function_is_not_skipped_by_replay():
+    """tf.random.set_seed inside makes every eager call draw the same numbers; a graph that
+    replayed only the draw would continue the sequence instead."""
+    def reseeded(x):
+        tf.random.set_seed(5)
+        return x + tf.random.normal(tf.shape(x))
+
+    def drawn_then_reseeded(x):
+        y = x + tf.random.uniform(tf.shape(x))
+        tf.random.set_seed(7)
+        return y
+
+    x = tf.zeros((4,))
+    for fn in (reseeded, drawn_then_reseeded):
+        lazy = lazytrace.trace_graph(fn)
+        for step in range(3):
+            tf.random.set_seed(100 + step)
+            expected = fn(x + step)
+            tf.random.set_seed(100 + step)
+            assert np.array_equal(lazy(x + step), expected)
+        assert lazy.stats.hits == 0 and "reseeded" in next(iter(lazy.stats.reasons))
+    seeded = lazytrace.trace_graph(lambda x: x + tf.random.uniform(tf.shape(x), seed=3))
+    for step in range(3):                  # a seed set outside: replay draws what eager draws
+        tf.random.set_seed(step)
+        expected = x + tf.random.uniform(tf.shape(x), seed=3)
+        tf.random.set_seed(step)
+        assert np.array_equal(seeded(x), expected)
+    assert seeded.stats.hits == 2
+
+
 def test_numpy_escape_and_undispatchable_calls_run_eagerly():
     def escape(x):
         return x * float(np.sum(x.numpy()))

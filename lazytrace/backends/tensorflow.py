@@ -326,8 +326,23 @@ class TensorflowBackend(Backend):
     def from_numpy(self, data):
         return tf.convert_to_tensor(data)
 
+    def rng_sources(self, func, args, kwargs) -> list:
+        """The eager context's global seed (`tf.random.set_seed`) for a draw without a
+        `tf.random.Generator`: it decides the op seeds of stateful random ops."""
+        if func is not None and args and type(args[0]) is CallRecordingProxy:
+            return []
+        return [context.context()]
+
     def rng_token(self, source=None):
-        return None         # unseen draws are caught by the op callback instead
+        """`tf.random.set_seed` (inside the function: a graph would not reseed) replaces the
+        context's seed and its op-seed generator object, and clears the kernel cache: compared
+        by identity, so reseeding with the same seed is seen too. Draws themselves are caught by
+        the op callback when no call shows them."""
+        if source is None:
+            source = context.context()
+        if not isinstance(source, context.Context):
+            return None          # a tf.random.Generator argument: its draws are recorded calls
+        return (source._seed, getattr(source, "_rng", None))
 
     def brief(self, t) -> tuple:
         return (t.shape, t.dtype)
