@@ -98,6 +98,30 @@ def test_set_seed_inside_the_function_is_not_skipped_by_replay():
     assert seeded.stats.hits == 2
 
 
+def test_numpy_behaviour_dtype_conversion_mode_is_part_of_the_key():
+    """TF-NumPy behaviour changes how a Python number meets a tensor (int32 * 2**40 wraps
+    without it, raises OverflowError with it): a graph traced in one mode must not replay in
+    the other. (Set through the internal switch experimental_enable_numpy_behavior uses, since
+    the public one cannot be undone.)"""
+    from tensorflow.python.framework import ops as tf_ops
+
+    def scale(x):
+        return x * 2 ** 40
+
+    lazy = lazytrace.trace_graph(scale)
+    x = tf.constant([1, 2])
+    lazy(x), lazy(x + 1)
+    tf_ops.set_dtype_conversion_mode("all")
+    try:
+        with pytest.raises(OverflowError):
+            scale(x + 2)
+        with pytest.raises(OverflowError):
+            lazy(x + 2)
+    finally:
+        tf_ops.set_dtype_conversion_mode("off")
+    assert np.array_equal(lazy(x + 3), scale(x + 3)) and lazy.stats.hits == 2
+
+
 def test_numpy_escape_and_undispatchable_calls_run_eagerly():
     def escape(x):
         return x * float(np.sum(x.numpy()))

@@ -53,6 +53,7 @@ from contextlib import contextmanager
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
+from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.framework.ops import EagerTensor
 from tensorflow.python.ops import gen_math_ops
 from tensorflow.python.util import dispatch, tf_export
@@ -217,6 +218,17 @@ class TensorflowBackend(Backend):
 
     def guard_conditions(self, expr, t, const):
         return [f"tuple({expr}.shape) == {const(tuple(t.shape))}", f"{expr}.dtype == {const(t.dtype)}"]
+
+    def global_state(self):
+        """TF-NumPy behaviour (`tf.experimental.numpy.experimental_enable_numpy_behavior`):
+        its dtype conversion mode changes how Python numbers and mixed dtypes combine (a graph
+        caches a number operand as a tensor of the other operand's dtype), and its slicing mode
+        changes indexing."""
+        return (tf_ops.get_dtype_conversion_mode(), tf_ops._numpy_style_slicing)
+
+    def describe_global_state(self, state):
+        mode, slicing = state
+        return {"tf dtype conversion mode": str(mode), "tf numpy-style slicing": str(slicing)}
 
     # ---- tracing ----------------------------------------------------------------
     def wrap_live(self, obj, session):
