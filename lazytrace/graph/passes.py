@@ -36,6 +36,7 @@ class Plan:
     visible_effects: bool = False                 # random draws, attribute writes, writes to inputs
     inputs: list = field(default_factory=list)    # the trace's input Values (for views)
     output_structure: object = None               # the result with Values in place of arrays
+    packages: tuple = ()                          # top-level packages whose Python code the trace ran
 
 
 def plan(trace: TraceResult, final_versions: dict) -> Plan:

@@ -150,6 +150,7 @@ class PythonReads:
         self._same = same
         self._codes: set = set()
         self._root = None
+        self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
@@ -193,9 +194,10 @@ class PythonReads:
 
     def _code(self, code, namespace, depth):
         self._codes.add(code)
-        if str(namespace.get("__name__", "")).partition(".")[0] in UNWATCHED \
-                or code.co_filename.startswith("<lazytrace"):       # a graph inlined into this trace
+        package = str(namespace.get("__name__", "")).partition(".")[0]
+        if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
+        self.packages.add(package)
         for name in global_names(code):
             key = (id(namespace), name)
             if key in self.globals:

@@ -583,6 +583,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     session.add_reads(session.reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
+    plan.packages = tuple(sorted(session.reads.packages))
     if plan.untraceable:
         return NotTraceable(plan.untraceable), real
     if session.changed_reads:

@@ -90,13 +90,13 @@ class PersistentCache:
         """Store these plans (the variants of one signature), merged with those already stored
         by other processes. NotStorable says why a graph cannot be."""
         backend, ident, path = self._locate(key, backends)
-        docs = [codec.encode(backend, plan) for plan in plans]
+        docs = [_encode(backend, plan) for plan in plans]
 
         def merge(current):
             existing = []
             if current is not None:
                 try:
-                    existing = [codec.encode(backend, p) for p in read_file(backend, current, ident)]
+                    existing = [_encode(backend, p) for p in read_file(backend, current, ident)]
                 except CorruptEntry:
                     existing = []      # replaced by ours
             texts = {json.dumps(doc, sort_keys=True) for doc, _ in existing}
@@ -106,6 +106,14 @@ class PersistentCache:
             return _pack(backend, ident, (existing + new)[:MAX_STORED_VARIANTS])
 
         self.store.update(path, merge)
+
+
+def _encode(backend, plan) -> tuple[dict, dict]:
+    """codec.encode, with the fingerprints of the packages whose code the trace ran (a helper
+    of another package than the function's: an edit there must miss too)."""
+    doc, arrays = codec.encode(backend, plan)
+    doc["code"] = identity.code_fingerprints(plan.packages)
+    return doc, arrays
 
 
 def _pack(backend, ident: dict, docs: list) -> bytes:
@@ -135,7 +143,9 @@ def read_file(backend, data: bytes, ident: dict | None) -> list:
         named = {name[len(prefix):]: a for name, a in arrays.items() if name.startswith(prefix)}
         if type(doc) is not dict:
             raise CorruptEntry("malformed graph description")
-        plans.append(codec.decode(backend, doc, named))
+        plan = codec.decode(backend, doc, named)
+        if ident is None or identity.code_fingerprints(plan.packages, strict=False) == doc.get("code"):
+            plans.append(plan)          # else code it ran has changed since: a miss
     return plans
 
 

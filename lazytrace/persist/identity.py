@@ -2,7 +2,8 @@
 
 The function (module, qualified name, hash of its compiled code and defaults), the files of its
 package and of lazytrace (sizes and modification times: an edit anywhere in the
-library or in lazytrace misses), the versions of the library's distribution and
+library or in lazytrace misses), and, stored with each graph and checked at load, the files of
+every other package whose Python code the trace ran (graph/reads.py notes them), the versions of the library's distribution and
 of the framework (importlib-metadata), the format version, the Python version,
 the trace options and the call's signature key written as stable text. Any
 difference gives another digest: a miss, never a wrong graph.
@@ -22,7 +23,7 @@ import importlib_metadata
 from .codec import NotStorable
 
 #: bumped whenever the stored description of a graph changes meaning
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def function_identity(fn) -> dict:
@@ -111,6 +112,20 @@ def _last_line(code) -> int:
     last = max((line for _, _, line in code.co_lines() if line is not None), default=code.co_firstlineno)
     nested = [_last_line(c) for c in code.co_consts if hasattr(c, "co_lines")]
     return max([last, *nested])
+
+
+def code_fingerprints(packages, strict=True) -> dict:
+    """{package: package_fingerprint} for the packages whose code a trace ran; with
+    strict=False a package that cannot be fingerprinted (no longer imported) gives None."""
+    out = {}
+    for package in packages:
+        try:
+            out[package] = package_fingerprint(package)
+        except NotStorable:
+            if strict:
+                raise
+            out[package] = None
+    return out
 
 
 def environment(backend) -> dict:
