@@ -151,6 +151,7 @@ class PythonReads:
         self._codes: set = set()
         self._root = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
+        self.code_globals: set = set()  # (module name, global name) of globals holding code
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
@@ -208,7 +209,9 @@ class PythonReads:
             expected = self._expect(value)
             if expected is not self._nothing:
                 self.globals[key] = (namespace, name, value, expected)
-            elif depth < _DEPTH and isinstance(value, types.FunctionType):
+                continue
+            self.code_globals.add((namespace.get("__name__"), name))
+            if depth < _DEPTH and isinstance(value, types.FunctionType):
                 self._function(value, depth + 1)
         for const in code.co_consts:        # comprehensions, lambdas and inner functions
             if isinstance(const, types.CodeType) and const not in self._codes:

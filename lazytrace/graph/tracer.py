@@ -584,6 +584,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
     plan.packages = tuple(sorted(session.reads.packages))
+    plan.code_globals = tuple(sorted(session.reads.code_globals, key=str))
     if plan.untraceable:
         return NotTraceable(plan.untraceable), real
     if session.changed_reads:

@@ -110,9 +110,10 @@ class PersistentCache:
 
 def _encode(backend, plan) -> tuple[dict, dict]:
     """codec.encode, with the fingerprints of the packages whose code the trace ran (a helper
-    of another package than the function's: an edit there must miss too)."""
+    of another package than the function's: an edit there must miss too) and what the globals
+    holding code it read name (`ACT = torch.tanh if ... else torch.relu`, chosen at import)."""
     doc, arrays = codec.encode(backend, plan)
-    doc["code"] = identity.code_fingerprints(plan.packages)
+    doc["code"] = identity.code_state(plan.packages, plan.code_globals)
     return doc, arrays
 
 
@@ -144,7 +145,7 @@ def read_file(backend, data: bytes, ident: dict | None) -> list:
         if type(doc) is not dict:
             raise CorruptEntry("malformed graph description")
         plan = codec.decode(backend, doc, named)
-        if ident is None or identity.code_fingerprints(plan.packages, strict=False) == doc.get("code"):
+        if ident is None or identity.code_state(plan.packages, plan.code_globals, strict=False) == doc.get("code"):
             plans.append(plan)          # else code it ran has changed since: a miss
     return plans
 

@@ -114,18 +114,35 @@ def _last_line(code) -> int:
     return max([last, *nested])
 
 
-def code_fingerprints(packages, strict=True) -> dict:
-    """{package: package_fingerprint} for the packages whose code a trace ran; with
-    strict=False a package that cannot be fingerprinted (no longer imported) gives None."""
-    out = {}
-    for package in packages:
+def code_state(packages, code_globals, strict=True) -> dict:
+    """What a graph's trace depended on besides its key: {package: package_fingerprint} of the
+    packages whose code it ran, and what each module global holding code that it read names
+    now (the same file can pick another function at import, from the environment). With
+    strict=False, what cannot be described (a module no longer imported) gives None."""
+    def described(describe, *args):
         try:
-            out[package] = package_fingerprint(package)
+            return describe(*args)
         except NotStorable:
             if strict:
                 raise
-            out[package] = None
-    return out
+            return None
+    return {"packages": {p: described(package_fingerprint, p) for p in packages},
+            "globals": [[m, n, described(_global_code_text, m, n)] for m, n in code_globals]}
+
+
+def _global_code_text(module_name, name) -> str:
+    """A stable text naming what the global `name` of a module holds (a function, class, module)."""
+    module = sys.modules.get(module_name) if type(module_name) is str else None
+    if module is None:
+        raise NotStorable(f"a global read from {module_name!r}, which is not an imported module")
+    value = vars(module).get(name)
+    if isinstance(value, type(sys)):
+        return f"module {value.__name__}"
+    qualname, owner = getattr(value, "__qualname__", None), getattr(value, "__module__", None)
+    if type(qualname) is not str or type(owner) is not str or "<locals>" in qualname or "<lambda>" in qualname:
+        raise NotStorable(f"the global {name!r} of {module_name} holds a {type(value).__qualname__} "
+                          f"that has no stable name")
+    return f"{type(value).__qualname__} {owner}:{qualname}"
 
 
 def environment(backend) -> dict:
