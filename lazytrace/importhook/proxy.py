@@ -221,7 +221,20 @@ class BoundTrace:
     def __get__(self, instance, owner=None):
         if instance is None:
             return getattr(self.original, self.name)
+        if self._overridden(type(instance)):
+            # a user's subclass defines its own forward and reaches this one through super():
+            # the instance's forward is the user's, so the original runs here, untraced (a
+            # LazyGraph installed on the instance would call the user's forward, which calls
+            # super().forward ... forever)
+            return getattr(self.original, self.name).__get__(instance, type(instance))
         return self.library.bind(instance, self.name, self.original)
+
+    def _overridden(self, cls: type) -> bool:
+        for klass in cls.__mro__:
+            found = vars(klass).get(self.name)
+            if found is not None:
+                return found is not self
+        return False
 
 
 def _bound_method(cls: type) -> str | None:
