@@ -173,6 +173,31 @@ def test_jax_promotion_settings_are_part_of_the_key():
     assert np.array_equal(add(vec + 1, mat), vec + 1 + mat) and add.stats.hits == 3
 
 
+def test_key_reuse_checker_runs_eagerly_and_raises_like_eager():
+    """jax_debug_key_reuse checks keys in JAX's eager dispatch: a trace and a graph bypass it, so
+    a function reusing a key must raise KeyReuseError through the LazyGraph as it does eagerly."""
+    from jax.experimental.key_reuse import KeyReuseError
+
+    def reuses(key, x):
+        return x + jax.random.normal(key, x.shape) + jax.random.normal(key, x.shape)
+
+    def splits(key, x):
+        k1, k2 = jax.random.split(key)
+        return x + jax.random.normal(k1, x.shape) + jax.random.normal(k2, x.shape)
+
+    lazy_reuses, lazy_splits = lazytrace.trace_graph(reuses), lazytrace.trace_graph(splits)
+    x = jnp.ones(3)
+    jax.config.update("jax_debug_key_reuse", True)
+    try:
+        for seed in range(2):
+            with pytest.raises(KeyReuseError):
+                lazy_reuses(jax.random.key(seed), x)
+            assert np.array_equal(lazy_splits(jax.random.key(seed), x), splits(jax.random.key(seed), x))
+    finally:
+        jax.config.update("jax_debug_key_reuse", False)
+    assert "key_reuse" in next(iter(lazy_splits.stats.reasons))
+
+
 def test_jax_matmul_precision_context_is_part_of_the_key():
     matmul = lazytrace.trace_graph(lambda x, y: x @ y)
     x, y = jax.random.normal(jax.random.key(0), (64, 64)), jax.random.normal(jax.random.key(1), (64, 64))

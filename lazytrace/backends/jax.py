@@ -254,6 +254,10 @@ class JaxBackend(Backend):
 
     @contextmanager
     def intercept(self, session):
+        if jax.config.jax_debug_key_reuse:
+            from ..graph.tracer import NotTraceable
+            raise NotTraceable("jax_debug_key_reuse is on: JAX checks keys in its eager dispatch, which a "
+                               "trace and a graph bypass")
         trace = self._trace(session)
         try:
             with core.set_current_trace(trace):
