@@ -122,6 +122,41 @@ def test_numpy_behaviour_dtype_conversion_mode_is_part_of_the_key():
     assert np.array_equal(lazy(x + 3), scale(x + 3)) and lazy.stats.hits == 2
 
 
+def test_ops_returning_named_tuples_replay_on_new_data():
+    """tf.unique and tf.math.top_k return namedtuples: their tensors reached the function
+    unwrapped, so the ops on them were not seen and their trace-time results were baked in."""
+    def unique_doubled(x):
+        return tf.unique(x)[0] * 2
+
+    def top_two(x):
+        values, indices = tf.math.top_k(x, 2)
+        return values + 1, indices
+
+    for fn, inputs in ((unique_doubled, ([1, 2, 2], [3, 3, 3], [4, 5, 6])),
+                       (top_two, ([1.0, 5.0, 2.0], [3.0, 0.0, 3.5], [7.0, 2.0, 9.0]))):
+        lazy = lazytrace.trace_graph(fn)
+        for values in inputs:
+            x = tf.constant(values)
+            expected, out = fn(x), lazy(x)
+            for e, o in zip(tf.nest.flatten(expected), tf.nest.flatten(out)):
+                assert type(o) is type(e) and np.array_equal(o, e)
+        assert lazy.stats.hits == 2
+
+
+def test_calls_taking_python_functions_run_eagerly():
+    """Eagerly, tf.cond reads its predicate and calls one branch: recorded as one call, the
+    graph replayed the branch of the trace with the tracer the lambda closed over."""
+    def cond(x):
+        return tf.cond(tf.reduce_sum(x) > 3, lambda: x * 2, lambda: x - 1)
+
+    lazy = lazytrace.trace_graph(cond)
+    for scale in (1.0, 3.0, 0.5, 4.0):
+        x = tf.ones((1, 2)) * scale
+        out = lazy(x)
+        assert type(out) is type(cond(x)) and np.array_equal(out, cond(x))
+    assert lazy.stats.hits == 0 and "Python functions" in next(iter(lazy.stats.reasons))
+
+
 def test_numpy_escape_and_undispatchable_calls_run_eagerly():
     def escape(x):
         return x * float(np.sum(x.numpy()))

@@ -167,6 +167,15 @@ def _first_tracer(obj, kwargs=None):
     return None
 
 
+def _takes_code(args, kwargs) -> bool:
+    """Whether call arguments (one level of lists/tuples/dicts deep) hold a Python function."""
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        items = a.values() if type(a) is dict else a if type(a) in (list, tuple) else (a,)
+        if any(callable(x) and not isinstance(x, (type, TfTracer, tf.Tensor, tf.Variable)) for x in items):
+            return True
+    return False
+
+
 class _Dispatcher(dispatch.GlobalOpDispatcher):
     """Handles TensorFlow API calls given tracers (TensorFlow asks after conversion failed)."""
 
@@ -174,6 +183,12 @@ class _Dispatcher(dispatch.GlobalOpDispatcher):
         tracer = _first_tracer(args, kwargs)
         if tracer is None:
             return self.NOT_SUPPORTED
+        if _takes_code(args, kwargs):
+            # tf.cond, tf.map_fn, tf.case ...: eagerly they run a Python function, chosen by a value
+            # TensorFlow reads itself; a recorded call would replay the branch taken with the
+            # tracers the function closed over
+            tracer._lt_session.fail(f"{getattr(op, '__name__', 'a TensorFlow call')} runs Python "
+                                    f"functions it was given: a graph could not replay them")
         return tracer._lt_session.on_call(op, args, kwargs or {})
 
 
@@ -286,6 +301,8 @@ class TensorflowBackend(Backend):
             return known if known is not None else TfTracer(result, session)
         if type(result) in (tuple, list):
             return type(result)(self._wrap(x, session, by_array) for x in result)
+        if isinstance(result, tuple) and hasattr(result, "_fields"):     # tf.unique, tf.math.top_k
+            return type(result)(*(self._wrap(x, session, by_array) for x in result))
         return result
 
     def specialize_args(self, func, args, kwargs, recorded):
