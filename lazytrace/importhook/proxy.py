@@ -188,8 +188,10 @@ class ModuleProxy(wrapt.ObjectProxy):
         if name.startswith("_"):
             return value
         traced = self._self_library.wrap(value, f"{self.__wrapped__.__name__}.{name}")
-        if traced is not value:
+        if isinstance(traced, ModuleProxy):
             setattr(type(self), name, staticmethod(traced))
+        elif traced is not value:
+            setattr(type(self), name, _Remembered(vars(self.__wrapped__), name, value, traced))
         return traced
 
     def __setattr__(self, name, value):
@@ -208,6 +210,28 @@ class ModuleProxy(wrapt.ObjectProxy):
 
     def __repr__(self):
         return f"<lazytrace proxy of {self.__wrapped__!r}>"
+
+
+class _Remembered:
+    """A traced function or class remembered on a proxy's class, handed out while the module
+    still holds the original: after `mock.patch("lib.mod.f", fake)` (or any assignment to the
+    real module) the proxy answers with what the module holds now, as the module would. Costs
+    ~90 ns a read over a plain class attribute (a Python-level __get__)."""
+
+    __slots__ = ("namespace", "name", "original", "traced")
+
+    def __init__(self, namespace: dict, name: str, original, traced):
+        self.namespace, self.name, self.original, self.traced = namespace, name, original, traced
+
+    def __get__(self, proxy, owner=None):
+        if self.namespace.get(self.name, _GONE) is self.original:
+            return self.traced
+        if vars(owner).get(self.name) is self:
+            delattr(owner, self.name)
+        return proxy.__getattr__(self.name) if proxy is not None else getattr(owner, self.name)
+
+
+_GONE = object()
 
 
 class BoundTrace:
