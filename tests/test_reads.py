@@ -215,3 +215,25 @@ def test_a_global_model_is_recorded_eval_and_swapped_parts_are_seen():
         MODEL[0] = torch.nn.Linear(4, 4)                   # another submodule
         assert torch.equal(lazy(x), use_model(x)) and lazy.stats.traces == 4
     assert type(MODEL) is torch.nn.Sequential              # its class is given back after each trace
+
+
+def test_attributes_of_an_imported_config_module_are_checked(temp_library):
+    """`import config; x * config.SCALE` (and `from pkg import config`): the global is a module,
+    which is not checked, so its attribute was baked; it is now checked like a global of that
+    module, and a function it holds that the code calls is named in stored graphs."""
+    config_name, _ = temp_library("SCALE = 2.0\nMODE = 'add'\n")
+    lib = __import__(temp_library(f"""
+import {config_name} as config
+
+def configured(x):
+    if config.MODE == "add":
+        return x + config.SCALE
+    return x * config.SCALE
+""")[0])
+    config = lib.config
+    lazy = lazytrace.trace_graph(lib.configured)
+    for step, (scale, mode) in enumerate([(2.0, "add"), (2.0, "add"), (3.0, "add"), (3.0, "mul"), (3.0, "mul")]):
+        config.SCALE, config.MODE = scale, mode
+        x = torch.rand(3) + step
+        assert torch.equal(lazy(x), lib.configured(x))
+    assert lazy.stats.traces == 3 and lazy.stats.hits == 2

@@ -46,9 +46,11 @@ _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunction
                staticmethod, classmethod, property)
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 _DEPTH = 3        # how many calls deep `start` follows functions held by globals
-_LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG = (
-    dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG"))
+_LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
+    dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
+_CACHE = dis.opmap.get("CACHE", -1)       # 3.11+: inline cache entries between instructions
 _LOAD_GLOBAL_SHIFT = 1 if sys.version_info >= (3, 11) else 0     # 3.11+: the low bit means "push NULL"
+_LOAD_ATTR_SHIFT = 1 if sys.version_info >= (3, 12) else 0       # 3.12+: the low bit means "method"
 #: packages whose code's globals are never guarded: the standard library (logging, typing ...),
 #: lazytrace, the frameworks and what they run internally (their own state is theirs: a
 #: framework call is recorded as a whole), and tools running around user code (printing,
@@ -110,21 +112,28 @@ read_attributes.describe = lambda node: "an attribute of an object the function 
 
 
 @functools.lru_cache(maxsize=8192)
-def global_names(code) -> tuple[str, ...]:
-    """Names a code object loads, stores or deletes as globals. Read from the bytecode directly:
+def global_names(code) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """(names a code object loads, stores or deletes as globals, (global, attribute) pairs it
+    reads as `glob.attr`: `config.SCALE` of an imported module). Read from the bytecode directly:
     `dis.get_instructions` costs ~10x more, and the first trace reads dozens of code objects."""
-    raw, names, found, extended = code.co_code, code.co_names, set(), 0
+    raw, names, found, pairs, extended, loaded = code.co_code, code.co_names, set(), set(), 0, None
     for i in range(0, len(raw), 2):
         op, arg = raw[i], raw[i + 1] | extended
         if op == _EXTENDED_ARG:
             extended = arg << 8
             continue
         extended = 0
+        if op == _CACHE:
+            continue
+        if op == _LOAD_ATTR and loaded is not None:
+            pairs.add((loaded, names[arg >> _LOAD_ATTR_SHIFT]))
+        loaded = None
         if op == _LOAD_GLOBAL:
-            found.add(names[arg >> _LOAD_GLOBAL_SHIFT])
+            loaded = names[arg >> _LOAD_GLOBAL_SHIFT]
+            found.add(loaded)
         elif op == _STORE_GLOBAL or op == _DELETE_GLOBAL:
             found.add(names[arg])
-    return tuple(found)
+    return tuple(found), tuple(pairs)
 
 
 def _attributes(obj):
@@ -199,23 +208,32 @@ class PythonReads:
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
         self.packages.add(package)
-        for name in global_names(code):
-            key = (id(namespace), name)
-            if key in self.globals:
-                continue
-            value = namespace.get(name, MISSING)
-            if value is MISSING:
-                continue        # a builtin, or a name the function stores later
-            expected = self._expect(value)
-            if expected is not self._nothing:
-                self.globals[key] = (namespace, name, value, expected)
-                continue
-            self.code_globals.add((namespace.get("__name__"), name))
-            if depth < _DEPTH and isinstance(value, types.FunctionType):
-                self._function(value, depth + 1)
+        names, attributes = global_names(code)
+        for name in names:
+            self._global(namespace, name, depth)
+        for name, attribute in attributes:      # `config.SCALE`: a global of the module `config`
+            module = namespace.get(name)
+            if isinstance(module, types.ModuleType) and \
+                    module.__name__.partition(".")[0] not in UNWATCHED:
+                self._global(vars(module), attribute, depth)
         for const in code.co_consts:        # comprehensions, lambdas and inner functions
             if isinstance(const, types.CodeType) and const not in self._codes:
                 self._code(const, namespace, depth)
+
+    def _global(self, namespace, name, depth):
+        key = (id(namespace), name)
+        if key in self.globals:
+            return
+        value = namespace.get(name, MISSING)
+        if value is MISSING:
+            return              # a builtin, or a name the function stores later
+        expected = self._expect(value)
+        if expected is not self._nothing:
+            self.globals[key] = (namespace, name, value, expected)
+            return
+        self.code_globals.add((namespace.get("__name__"), name))
+        if depth < _DEPTH and isinstance(value, types.FunctionType):
+            self._function(value, depth + 1)
 
     def _expect(self, value):
         """(type, snapshot) a guard compares, or `nothing` for code (functions, classes, modules)."""
