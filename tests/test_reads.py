@@ -237,3 +237,36 @@ def configured(x):
         x = torch.rand(3) + step
         assert torch.equal(lazy(x), lib.configured(x))
     assert lazy.stats.traces == 3 and lazy.stats.hits == 2
+
+
+class Tuning:
+    GAIN = 2.0
+
+
+class FineTuning(Tuning):
+    pass
+
+
+def test_class_attributes_read_by_the_function_are_checked():
+    """`Tuning.GAIN` (a config class): set on the class later, or on a subclass that inherited
+    it, the graph traces again instead of replaying the old value."""
+    def tuned(x):
+        return x * Tuning.GAIN
+
+    def fine_tuned(x):
+        return x * FineTuning.GAIN
+
+    try:
+        for fn in (tuned, fine_tuned):
+            Tuning.GAIN = 2.0
+            lazy = lazytrace.trace_graph(fn)
+            x = torch.rand(3)
+            lazy(x), lazy(x)
+            Tuning.GAIN = 5.0
+            assert torch.equal(lazy(x), x * 5.0)
+            FineTuning.GAIN = 7.0
+            assert torch.equal(lazy(x), fn(x))
+            assert lazy.stats.hits == (2 if fn is tuned else 1)     # the subclass's value is fine_tuned's only
+            del FineTuning.GAIN
+    finally:
+        Tuning.GAIN = 2.0

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import dis
+import enum
 import functools
 import sys
 import types
@@ -43,7 +44,7 @@ MISSING = object()      # what a guard reads for a global that no longer exists
 _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
                types.ClassMethodDescriptorType, types.GetSetDescriptorType, functools.partial,
-               staticmethod, classmethod, property)
+               staticmethod, classmethod, property, type(functools.lru_cache(None)(len)))
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 _DEPTH = 3        # how many calls deep `start` follows functions held by globals
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
@@ -161,6 +162,7 @@ class PythonReads:
         self._root = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
+        self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
@@ -211,11 +213,13 @@ class PythonReads:
         names, attributes = global_names(code)
         for name in names:
             self._global(namespace, name, depth)
-        for name, attribute in attributes:      # `config.SCALE`: a global of the module `config`
-            module = namespace.get(name)
-            if isinstance(module, types.ModuleType) and \
-                    module.__name__.partition(".")[0] not in UNWATCHED:
-                self._global(vars(module), attribute, depth)
+        for name, attribute in attributes:
+            holder = namespace.get(name)
+            if isinstance(holder, types.ModuleType):    # `config.SCALE`: a global of the module `config`
+                if holder.__name__.partition(".")[0] not in UNWATCHED:
+                    self._global(vars(holder), attribute, depth)
+            elif isinstance(holder, type) and not issubclass(holder, enum.Enum):   # `Config.SCALE`
+                self._class_attribute(holder, attribute, depth)
         for const in code.co_consts:        # comprehensions, lambdas and inner functions
             if isinstance(const, types.CodeType) and const not in self._codes:
                 self._code(const, namespace, depth)
@@ -234,6 +238,24 @@ class PythonReads:
         self.code_globals.add((namespace.get("__name__"), name))
         if depth < _DEPTH and isinstance(value, types.FunctionType):
             self._function(value, depth + 1)
+
+    def _class_attribute(self, cls, name, depth):
+        """`Config.SCALE`: checked in the namespace of each class of the MRO down to the one that
+        defines it (absent from the ones before: setting it on a subclass later is seen too).
+        Classes of the standard library, the frameworks and tools are not watched."""
+        for klass in cls.__mro__:
+            if str(getattr(klass, "__module__", "")).partition(".")[0] in UNWATCHED:
+                return
+            namespace = self._class_namespaces.get(klass)
+            if namespace is None:       # vars() makes a new (live) mappingproxy each time: one per class
+                namespace = self._class_namespaces[klass] = vars(klass)
+            if name in namespace:
+                if not isinstance(namespace[name], _CODE_TYPES):    # methods, nested classes: not checked
+                    self._global(namespace, name, depth)
+                return
+            key = (id(namespace), name)
+            if key not in self.globals:
+                self.globals[key] = (namespace, name, MISSING, self._expect(MISSING))
 
     def _expect(self, value):
         """(type, snapshot) a guard compares, or `nothing` for code (functions, classes, modules)."""
