@@ -22,8 +22,10 @@ data become guards at the start of the graph:
 A failed check traces the signature again, as a failed guard does. A value the function itself
 changes during the trace (a counter, a cache it fills) is traced once more and then makes the
 signature run eagerly: the graph could not replay the change. The traced function's own closure cells are guarded the same
-way. Not watched (the README lists them): globals holding functions, classes or modules
-(rebinding a function after the trace is not seen), code of the standard library, lazytrace, the
+way. `mod.NAME` of a module global (an imported config module) and `Cls.NAME` of a class
+global (each class of its MRO down to the one defining it) are guarded like globals. Not watched
+(the README lists them): globals holding functions, classes or modules themselves (rebinding
+a function after the trace is not seen; stored graphs name them, persist/identity.py), code of the standard library, lazytrace, the
 frameworks and the tools listed in UNWATCHED, closure cells of functions seen only on the stack,
 and Python code that makes no framework call and is reached only through attributes (a method
 computing a number from a global); a value such code changes before the first framework call
