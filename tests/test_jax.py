@@ -196,6 +196,29 @@ def test_key_reuse_checker_runs_eagerly_and_raises_like_eager():
     assert "key_reuse" in next(iter(lazy_splits.stats.reasons))
 
 
+NP_WEIGHTS = np.ones(3, dtype=np.float32)
+
+
+def test_numpy_array_given_to_jnp_asarray_is_checked_not_baked():
+    """jnp.asarray of a global NumPy table made a JAX constant of its trace-time contents: a
+    later in-place write (same object, so the identity check of globals passes) was not seen."""
+    def weighted(x):
+        return x * jnp.asarray(NP_WEIGHTS)
+
+    def fresh_table(x):        # a table made inside: the same contents at every call, stays a hit
+        return x * jnp.asarray(np.array([0.25, 0.5, 2.0], dtype=np.float32))
+
+    lazy, fresh = lazytrace.trace_graph(weighted), lazytrace.trace_graph(fresh_table)
+    x = jnp.arange(3.0)
+    try:
+        for step in range(3):
+            NP_WEIGHTS[:] = step + 1
+            assert np.array_equal(lazy(x), weighted(x)) and np.array_equal(fresh(x + step), fresh_table(x + step))
+        assert lazy.stats.traces == 3 and fresh.stats.hits == 2
+    finally:
+        NP_WEIGHTS[:] = 1
+
+
 def test_jax_matmul_precision_context_is_part_of_the_key():
     matmul = lazytrace.trace_graph(lambda x, y: x @ y)
     x, y = jax.random.normal(jax.random.key(0), (64, 64)), jax.random.normal(jax.random.key(1), (64, 64))

@@ -78,6 +78,13 @@ class TraceSession:
         self._objects = True
         return value
 
+    def guard_contents(self, obj, read: Callable) -> None:
+        """`obj` (host memory the function turned into a constant, e.g. a NumPy array given to
+        jnp.asarray) may be written after the trace: `read(obj)` is compared at every call."""
+        value = self.value_of(obj) or self.add_stateful(obj)
+        self.nodes.append(Node(len(self.nodes), Kind.GUARD, read, (value,), {}, [value], [self.version(value)],
+                               expected=read(obj)))
+
     def add_external(self, obj) -> Value:
         raw = self.backend.unwrap(obj)
         value = Value(Source.EXTERNAL, meta=self.backend.brief(raw), storage=self.backend.storage_key(raw),
