@@ -270,3 +270,23 @@ def test_class_attributes_read_by_the_function_are_checked():
             del FineTuning.GAIN
     finally:
         Tuning.GAIN = 2.0
+
+
+NP_TABLE = np.ones(3, dtype=np.float32)
+
+
+def test_numpy_table_copied_by_a_torch_function_is_checked_by_contents():
+    """torch.tensor(NP_TABLE) copies the global NumPy array into a constant: the identity check of
+    globals passed after an in-place write, and the graph kept the old values."""
+    def weighted(x):
+        return x * torch.tensor(NP_TABLE)
+
+    lazy = lazytrace.trace_graph(weighted)
+    x = torch.rand(3)
+    try:
+        for step in range(3):
+            NP_TABLE[:] = step + 1
+            assert torch.equal(lazy(x), weighted(x)) and torch.equal(lazy(x), weighted(x))
+        assert lazy.stats.traces == 3 and lazy.stats.hits == 3
+    finally:
+        NP_TABLE[:] = 1

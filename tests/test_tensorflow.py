@@ -157,6 +157,24 @@ def test_calls_taking_python_functions_run_eagerly():
     assert lazy.stats.hits == 0 and "Python functions" in next(iter(lazy.stats.reasons))
 
 
+NP_TABLE = np.ones(3, dtype=np.float32)
+
+
+def test_numpy_table_given_to_tf_constant_is_checked_by_contents():
+    def weighted(x):
+        return x * tf.constant(NP_TABLE) + tf.convert_to_tensor(NP_TABLE)
+
+    lazy = lazytrace.trace_graph(weighted)
+    x = tf.ones(3)
+    try:
+        for step in range(3):
+            NP_TABLE[:] = step + 1
+            assert np.array_equal(lazy(x), weighted(x)) and np.array_equal(lazy(x * 2), weighted(x * 2))
+        assert lazy.stats.traces == 3 and lazy.stats.hits == 3
+    finally:
+        NP_TABLE[:] = 1
+
+
 def test_numpy_escape_and_undispatchable_calls_run_eagerly():
     def escape(x):
         return x * float(np.sum(x.numpy()))

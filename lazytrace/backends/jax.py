@@ -150,10 +150,8 @@ class LazyTrace(core.Trace):
 
     def stage_value(self, val):
         """jnp.asarray of host data: made under the outer trace; the tracer sees it as a
-        constant when it is used. A writeable NumPy array (a global table the function
-        converts) may be written later: its contents are checked at every call."""
-        if isinstance(val, np.ndarray) and val.flags.writeable:
-            self.session.guard_contents(val, host_contents)
+        constant when it is used (a NumPy array the function reaches by itself is checked by
+        contents: Backend.baked_contents)."""
         with core.set_current_trace(self.parent):
             return self.parent.stage_value(val)
 
@@ -347,11 +345,6 @@ class JaxBackend(Backend):
         if any(node.kind is Kind.GUARD for node in graph.nodes):
             return fn
         return jax.jit(fn, **options)
-
-
-def host_contents(array: np.ndarray) -> tuple:
-    """What a guard on a NumPy array turned into a JAX constant compares: shape, dtype, bytes."""
-    return array.shape, array.dtype.str, array.tobytes()
 
 
 def _fun_name(fun) -> str:

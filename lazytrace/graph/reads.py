@@ -264,7 +264,7 @@ class PythonReads:
         if isinstance(value, _CODE_TYPES):
             return self._nothing
         expected = self._snapshot(value)
-        if expected is self._nothing or isinstance(expected, self._same):
+        if expected is self._nothing or type(expected) is self._same:   # not _SameContents
             for container in self._record(value):       # a model: its parameters, submodules ...
                 if container:                           # (forward cannot use what was not there)
                     self.objects[id(container)] = (container, self._snapshot(container))

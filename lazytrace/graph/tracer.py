@@ -78,13 +78,6 @@ class TraceSession:
         self._objects = True
         return value
 
-    def guard_contents(self, obj, read: Callable) -> None:
-        """`obj` (host memory the function turned into a constant, e.g. a NumPy array given to
-        jnp.asarray) may be written after the trace: `read(obj)` is compared at every call."""
-        value = self.value_of(obj) or self.add_stateful(obj)
-        self.nodes.append(Node(len(self.nodes), Kind.GUARD, read, (value,), {}, [value], [self.version(value)],
-                               expected=read(obj)))
-
     def add_external(self, obj) -> Value:
         raw = self.backend.unwrap(obj)
         value = Value(Source.EXTERNAL, meta=self.backend.brief(raw), storage=self.backend.storage_key(raw),
@@ -359,6 +352,9 @@ class TraceSession:
                 return _NOTHING
             items = {k: self._snapshot(v, record) for k, v in obj.items()}
             return _NOTHING if any(v is _NOTHING for v in items.values()) else items
+        read = self.backend.baked_contents(obj)
+        if read is not None:
+            return _SameContents(obj, read)
         if (not record or isinstance(obj, self._tracked) or self.value_of(obj) is not None
                 or self._record_object(obj)):
             return _Same(obj)       # an array in a container: used live, checked by identity
@@ -503,6 +499,25 @@ class _Same:
 
     def __repr__(self):
         return f"<the same {type(self.obj).__name__}>"
+
+
+class _SameContents(_Same):
+    """The same object holding the same contents: host memory of another framework (a NumPy
+    table read by a torch, TensorFlow or JAX function) that a conversion call (tf.constant,
+    torch.tensor, jnp.asarray) may have copied into a constant; an in-place write must be seen."""
+
+    __slots__ = ("contents", "read")
+
+    def __init__(self, obj, read):
+        super().__init__(obj)
+        self.read = read
+        self.contents = read(obj)
+
+    def __eq__(self, other):
+        return other is self.obj and self.read(other) == self.contents
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
 
 
 def _is_literal(obj, backend) -> bool:
