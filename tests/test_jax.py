@@ -219,6 +219,27 @@ def test_numpy_array_given_to_jnp_asarray_is_checked_not_baked():
         NP_WEIGHTS[:] = 1
 
 
+def test_donating_jit_keeps_graph_constants_and_donates_inputs():
+    """A jit that donates its first argument, given a constant of the graph: the first replay
+    deleted the constant and every later call failed over to eager. The function's own input,
+    donated, is deleted as eager deletes it."""
+    donating = jax.jit(lambda a, b: a * 2 + b, donate_argnums=0)
+
+    def on_constant(x):
+        return donating(jnp.arange(3.0), x)
+
+    def on_input(x):
+        return donating(x, 1.0)
+
+    lazy_constant, lazy_input = lazytrace.trace_graph(on_constant), lazytrace.trace_graph(on_input)
+    for step in range(3):
+        x = jnp.ones(3) * step
+        assert np.array_equal(lazy_constant(x), on_constant(x))
+        mine, theirs = jnp.ones(3) * step, jnp.ones(3) * step
+        assert np.array_equal(lazy_input(mine), on_input(theirs)) and mine.is_deleted() == theirs.is_deleted()
+    assert lazy_constant.stats.hits == 2 and lazy_constant.stats.eager == 0 and lazy_input.stats.hits == 2
+
+
 def test_jax_matmul_precision_context_is_part_of_the_key():
     matmul = lazytrace.trace_graph(lambda x, y: x @ y)
     x, y = jax.random.normal(jax.random.key(0), (64, 64)), jax.random.normal(jax.random.key(1), (64, 64))

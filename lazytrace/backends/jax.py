@@ -146,7 +146,16 @@ class LazyTrace(core.Trace):
         self.backend = session.backend
 
     def process_primitive(self, primitive, tracers, params):
+        if primitive is pjit.jit_p and any(params["donated_invars"]):
+            # a constant of the graph given to a jit that donates it would be deleted by the first
+            # replay (every later one would fail): only the function's inputs stay donated
+            donated = tuple(d and self._varies(t) for d, t in zip(params["donated_invars"], tracers))
+            params = dict(params, donated_invars=donated)
         return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {})
+
+    def _varies(self, tracer) -> bool:
+        value = self.session.value_of(tracer) if type(tracer) is JaxTracer else None
+        return value is not None and not value.foldable
 
     def stage_value(self, val):
         """jnp.asarray of host data: made under the outer trace; the tracer sees it as a
