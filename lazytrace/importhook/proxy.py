@@ -227,7 +227,10 @@ class _Remembered:
         if self.namespace.get(self.name, _GONE) is self.original:
             return self.traced
         if vars(owner).get(self.name) is self:
-            delattr(owner, self.name)
+            try:
+                delattr(owner, self.name)
+            except AttributeError:      # another thread forgot it first
+                pass
         return proxy.__getattr__(self.name) if proxy is not None else getattr(owner, self.name)
 
 
