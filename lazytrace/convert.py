@@ -3,7 +3,10 @@ function, so the function runs, is traced and replays in the named framework.
 
 Conversion goes through NumPy (`Backend.to_numpy` / `Backend.from_numpy`): a
 host copy, which is what the CPU frameworks share; static and stateful
-arguments are left alone. Results stay in the named framework.
+arguments are left alone. Results stay in the named framework. The copy is
+always a new buffer (C order, native byte order): torch and NumPy would
+otherwise share memory, and a function writing into its converted input
+would write into the caller's array (a torch tensor behind autograd's back).
 """
 from __future__ import annotations
 
@@ -21,8 +24,15 @@ def convert_arguments(args: tuple, kwargs: dict, signature, target):
         owner = backend_for_type(type(leaf))
         if owner is target or owner is None:
             return leaf
-        return target.from_numpy(owner.to_numpy(leaf))
+        return target.from_numpy(host_copy(owner.to_numpy(leaf)))
     return walk(args, kwargs, signature, visit)
+
+
+def host_copy(data):
+    """A new C-contiguous NumPy array in native byte order holding `data`'s values."""
+    import numpy as np        # only when arrays are converted: `import lazytrace` imports no framework
+    dtype = data.dtype if data.dtype.isnative else data.dtype.newbyteorder("=")
+    return np.array(data, dtype=dtype, order="C", copy=True)
 
 
 class Converting(wrapt.ObjectProxy):

@@ -73,3 +73,41 @@ def test_example_arrays_for_the_command_line(name):
     assert np.array_equal(np.asarray(a), lazytrace.backends.get_backend("numpy").example_array((2, 3), "float32", 0))
     with pytest.raises(ValueError, match="unknown numpy dtype"):
         backend.example_array((2,), "float33", 0)
+
+
+def test_converted_arguments_never_share_the_callers_memory():
+    """to= converts through a host copy: a function writing into its converted input must not
+    write into the caller's array (torch and NumPy would share the buffer), on the first call
+    or on replay."""
+    def double_in_place(x):
+        x *= 2
+        return x
+
+    to_torch = lazytrace.trace_graph(double_in_place, to="torch")
+    to_numpy = lazytrace.trace_graph(double_in_place, to="numpy")
+    for step in range(3):
+        data = np.arange(3, dtype=np.float32) + step
+        tensor = torch.arange(3, dtype=torch.float32) + step
+        out_torch, out_numpy = to_torch(data), to_numpy(tensor)
+        assert torch.equal(out_torch, torch.from_numpy(data * 2)) and np.array_equal(out_numpy, tensor.numpy() * 2)
+        assert data.tolist() == [step, step + 1, step + 2] and tensor.tolist() == data.tolist()
+    assert to_torch.stats.hits == 2 and to_numpy.stats.hits == 2
+
+
+def test_bfloat16_conjugate_and_odd_layouts_convert():
+    jax = pytest.importorskip("jax")
+    torch_to_jax = lazytrace.trace_graph(lambda x: x * 2, to="jax")
+    jax_to_torch = lazytrace.trace_graph(lambda x: x * 2, to="torch")
+    to_numpy = lazytrace.trace_graph(lambda x: x * 2, to="numpy")
+    for step in range(3):
+        values = [1.5 + step, -3.0, 0.0078125]
+        out = torch_to_jax(torch.tensor(values, dtype=torch.bfloat16))
+        assert out.dtype == jax.numpy.bfloat16 and np.array_equal(np.asarray(out, np.float32), np.float32(values) * 2)
+        back = jax_to_torch(jax.numpy.asarray(values, jax.numpy.bfloat16))
+        assert torch.equal(back, torch.tensor(values, dtype=torch.bfloat16) * 2)
+        flipped = np.arange(4.0)[::-1] + step                     # negative strides
+        assert torch.equal(jax_to_torch(flipped), torch.from_numpy(flipped.copy()) * 2)
+        swapped = (np.arange(4.0) + step).astype(">f8")          # big-endian
+        assert torch.equal(jax_to_torch(swapped), torch.arange(4.0, dtype=torch.float64).add(step) * 2)
+        conj = torch.tensor([1 + 1j, 2 - 1j * step]).conj()       # a lazy conjugate view
+        assert np.array_equal(to_numpy(conj), conj.resolve_conj().numpy() * 2)

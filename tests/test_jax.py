@@ -157,6 +157,99 @@ def test_jax_config_is_part_of_the_key():
     assert lazy.stats.traces == 2 and lazy.stats.hits == 2
 
 
+def test_jax_promotion_settings_are_part_of_the_key():
+    """Rank and dtype promotion modes change what jax.numpy does (raise, or promote): a graph
+    traced under 'allow'/'standard' must not replay under 'raise'/'strict', where eager raises."""
+    add = lazytrace.trace_graph(lambda x, y: x + y)
+    vec, mat = jnp.ones(3), jnp.ones((2, 3))
+    ints, floats = jnp.ones(3, jnp.int32), jnp.ones(3, jnp.float32)
+    add(vec, mat), add(vec, mat), add(ints, floats), add(ints, floats)
+    with jax.numpy_rank_promotion("raise"):
+        with pytest.raises(ValueError, match="rank_promotion"):
+            add(vec + 1, mat)
+    with jax.numpy_dtype_promotion("strict"):
+        with pytest.raises(jax.dtypes.TypePromotionError):
+            add(ints + 1, floats)
+    assert np.array_equal(add(vec + 1, mat), vec + 1 + mat) and add.stats.hits == 3
+
+
+def test_key_reuse_checker_runs_eagerly_and_raises_like_eager():
+    """jax_debug_key_reuse checks keys in JAX's eager dispatch: a trace and a graph bypass it, so
+    a function reusing a key must raise KeyReuseError through the LazyGraph as it does eagerly."""
+    def reuses(key, x):
+        return x + jax.random.normal(key, x.shape) + jax.random.normal(key, x.shape)
+
+    def splits(key, x):
+        k1, k2 = jax.random.split(key)
+        return x + jax.random.normal(k1, x.shape) + jax.random.normal(k2, x.shape)
+
+    lazy_reuses, lazy_splits = lazytrace.trace_graph(reuses), lazytrace.trace_graph(splits)
+    x = jnp.ones(3)
+    jax.config.update("jax_debug_key_reuse", True)
+    try:
+        for seed in range(2):
+            with pytest.raises(jax.errors.KeyReuseError):
+                lazy_reuses(jax.random.key(seed), x)
+            assert np.array_equal(lazy_splits(jax.random.key(seed), x), splits(jax.random.key(seed), x))
+    finally:
+        jax.config.update("jax_debug_key_reuse", False)
+    assert "key_reuse" in next(iter(lazy_splits.stats.reasons))
+
+
+NP_WEIGHTS = np.ones(3, dtype=np.float32)
+
+
+def test_numpy_array_given_to_jnp_asarray_is_checked_not_baked():
+    """jnp.asarray of a global NumPy table made a JAX constant of its trace-time contents: a
+    later in-place write (same object, so the identity check of globals passes) was not seen."""
+    def weighted(x):
+        return x * jnp.asarray(NP_WEIGHTS)
+
+    def fresh_table(x):        # a table made inside: the same contents at every call, stays a hit
+        return x * jnp.asarray(np.array([0.25, 0.5, 2.0], dtype=np.float32))
+
+    lazy, fresh = lazytrace.trace_graph(weighted), lazytrace.trace_graph(fresh_table)
+    x = jnp.arange(3.0)
+    try:
+        for step in range(3):
+            NP_WEIGHTS[:] = step + 1
+            assert np.array_equal(lazy(x), weighted(x)) and np.array_equal(fresh(x + step), fresh_table(x + step))
+        assert lazy.stats.traces == 3 and fresh.stats.hits == 2
+    finally:
+        NP_WEIGHTS[:] = 1
+
+
+def test_donating_jit_keeps_graph_constants_and_donates_inputs():
+    """A jit that donates its first argument, given a constant of the graph: the first replay
+    deleted the constant and every later call failed over to eager. The function's own input,
+    donated, is deleted as eager deletes it."""
+    donating = jax.jit(lambda a, b: a * 2 + b, donate_argnums=0)
+
+    def on_constant(x):
+        return donating(jnp.arange(3.0), x)
+
+    def on_input(x):
+        return donating(x, 1.0)
+
+    lazy_constant, lazy_input = lazytrace.trace_graph(on_constant), lazytrace.trace_graph(on_input)
+    for step in range(3):
+        x = jnp.ones(3) * step
+        assert np.array_equal(lazy_constant(x), on_constant(x))
+        mine, theirs = jnp.ones(3) * step, jnp.ones(3) * step
+        assert np.array_equal(lazy_input(mine), on_input(theirs)) and mine.is_deleted() == theirs.is_deleted()
+    assert lazy_constant.stats.hits == 2 and lazy_constant.stats.eager == 0 and lazy_input.stats.hits == 2
+
+
+def test_jax_matmul_precision_context_is_part_of_the_key():
+    matmul = lazytrace.trace_graph(lambda x, y: x @ y)
+    x, y = jax.random.normal(jax.random.key(0), (64, 64)), jax.random.normal(jax.random.key(1), (64, 64))
+    matmul(x, y), matmul(x, y)
+    with jax.default_matmul_precision("bfloat16"):
+        assert np.array_equal(matmul(y, x), y @ x)
+        assert matmul.stats.traces == 2
+    assert np.array_equal(matmul(y, x), y @ x) and matmul.stats.traces == 2
+
+
 @pytest.fixture
 def xla_compiles():
     """Names of the XLA compilations made while the test runs (jax.monitoring events)."""

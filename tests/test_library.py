@@ -210,3 +210,40 @@ def test_user_subclass_of_a_traced_class(traced, torch_fw):
     x = torch_fw.rand(2)
     assert torch.equal(m(x), x * 2) and isinstance(m, blocks.Doubler)
     assert not isinstance(blocks.Doubler(2), Mine)
+
+
+def test_user_subclass_overriding_forward_and_calling_super(traced, torch_fw):
+    """The common pattern `forward = super().forward(x) ...` in a user's subclass of a traced
+    class recursed forever (the LazyGraph installed on the instance called the user's forward,
+    which reached the traced one again); a forward that does not call super() is the user's."""
+    class Wrapped(traced.Doubler):
+        def forward(self, x):
+            return super().forward(x) - 1
+
+    class Replaced(traced.Doubler):
+        def forward(self, x):
+            return x + self.weight
+
+    wrapped, replaced = Wrapped(2), Replaced(2)
+    for seed in range(3):
+        x = torch_fw.rand(2, seed=seed)
+        assert torch.equal(wrapped(x), x * 2 - 1) and torch.equal(replaced(x), x + 1)
+    with torch.no_grad():
+        wrapped.weight.mul_(3)
+    x = torch_fw.rand(2, seed=5)
+    assert torch.equal(wrapped(x), x * 6 - 1)
+
+
+def test_a_patched_library_function_is_what_the_proxy_hands_out(traced, torch_fw):
+    """mock.patch on the real module (a test suite run under `pytest --lazytrace=...`): the
+    proxy remembered the traced original and kept handing it out, ignoring the patch."""
+    from unittest import mock
+
+    x = torch_fw.rand(3)
+    lazy = traced.ops.double
+    assert torch.equal(lazy(x), x * 2) and traced.double is lazy
+    with mock.patch.object(fakelib.ops, "double", lambda v: v * 7), \
+            mock.patch.object(fakelib, "double", lambda v: v * 9):
+        assert torch.equal(traced.ops.double(x), x * 7) and torch.equal(traced.double(x), x * 9)
+    assert traced.ops.double is lazy and traced.double is lazy      # the same LazyGraph again
+    assert torch.equal(traced.double(x + 1), (x + 1) * 2) and lazy.stats.hits >= 1

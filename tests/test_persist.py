@@ -206,6 +206,83 @@ def test_versions_and_edits_miss(lib, tmp_path):
     assert result["same"] and result["loaded"] == 0 and result["traces"] == 1
 
 
+def test_an_edit_of_a_helper_in_another_package_misses(temp_library, tmp_path):
+    """The key names the function's own package; a helper it calls from another package (a
+    utilities module of the user's) ran during the trace too: editing it must miss, not replay
+    the helper's old arithmetic. Seen through a name imported from it and through the module."""
+    helper_name, _ = temp_library("def helper(x):\n    return x * 2\n")
+    lib = __import__(temp_library(f"""
+import {helper_name} as helpers
+from {helper_name} import helper
+
+def direct(x):
+    return helper(x) + 1
+
+def through_module(x):
+    return helpers.helper(x) - 1
+""")[0])
+    cache = tmp_path / "cache"
+    x = torch.rand(3)
+    for fn in (lib.direct, lib.through_module):
+        lazytrace.trace_graph(fn, cache=cache)(x)
+    code = """
+        out = {}
+        for name in ("direct", "through_module"):
+            fn = getattr(lib, name)
+            f = lazytrace.trace_graph(fn, cache=cache)
+            x = torch.rand(3)
+            out[name] = [torch.equal(f(x), fn(x)), f.stats.loaded]
+        print(json.dumps(out))
+    """
+    assert run_fresh(lib, cache, code) == {"direct": [True, 1], "through_module": [True, 1]}
+    helper_file = os.path.join(os.path.dirname(lib.__file__), f"{helper_name}.py")
+    with open(helper_file, "w") as f:
+        f.write("def helper(x):\n    return x * 30\n")
+    assert run_fresh(lib, cache, code) == {"direct": [True, 0], "through_module": [True, 0]}
+    assert run_fresh(lib, cache, code) == {"direct": [True, 1], "through_module": [True, 1]}  # stored anew
+
+
+def test_a_global_choosing_another_function_at_import_misses(temp_library, tmp_path, monkeypatch):
+    """`ACT = torch.tanh if <environment> else torch.relu`: the same file, the same code, another
+    function in another process. The stored graph of the relu process must not replay there."""
+    lib = __import__(temp_library("""
+import os
+import torch
+
+def _double(x):
+    return x * 2
+
+def _triple(x):
+    return x * 3
+
+ACT = torch.tanh if os.environ.get("LT_TEST_ACT") == "tanh" else torch.relu
+HELPER = _triple if os.environ.get("LT_TEST_ACT") == "tanh" else _double
+
+def activated(x):
+    return ACT(x) + 1
+
+def helped(x):
+    return HELPER(x) + 1
+""")[0])
+    cache = tmp_path / "cache"
+    x = torch.rand(3) - 0.5
+    for fn in (lib.activated, lib.helped):
+        lazytrace.trace_graph(fn, cache=cache)(x)
+    code = """
+        import os
+        out = {"act": lib.ACT.__name__}
+        for name in ("activated", "helped"):
+            fn = getattr(lib, name)
+            f = lazytrace.trace_graph(fn, cache=cache)
+            x = torch.rand(3) - 0.5
+            out[name] = [torch.equal(f(x), fn(x)), f.stats.loaded]
+        print(json.dumps(out))
+    """
+    assert run_fresh(lib, cache, code) == {"act": "relu", "activated": [True, 1], "helped": [True, 1]}
+    monkeypatch.setenv("LT_TEST_ACT", "tanh")          # inherited by the fresh process
+    assert run_fresh(lib, cache, code) == {"act": "tanh", "activated": [True, 0], "helped": [True, 0]}
+
+
 def test_framework_version_is_part_of_the_key(lib, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     x, y = torch.rand(3, 4), torch.rand(3, 4)

@@ -296,3 +296,78 @@ def test_compiled_graphs_keep_checking_globals_in_python():
     assert hasattr(lazy.graphs[0].fn.fn, "lower")            # the body is jitted: the check was split off
     SCALE = 3.0
     assert np.array_equal(lazy(x), x * 3.0) and lazy.stats.traces == 2
+
+
+def test_attributes_of_an_imported_config_module_are_checked(temp_library):
+    """`import config; x * config.SCALE` (and `from pkg import config`): the global is a module,
+    which is not checked, so its attribute was baked; it is now checked like a global of that
+    module, and a function it holds that the code calls is named in stored graphs."""
+    config_name, _ = temp_library("SCALE = 2.0\nMODE = 'add'\n")
+    lib = __import__(temp_library(f"""
+import {config_name} as config
+
+def configured(x):
+    if config.MODE == "add":
+        return x + config.SCALE
+    return x * config.SCALE
+""")[0])
+    config = lib.config
+    lazy = lazytrace.trace_graph(lib.configured)
+    for step, (scale, mode) in enumerate([(2.0, "add"), (2.0, "add"), (3.0, "add"), (3.0, "mul"), (3.0, "mul")]):
+        config.SCALE, config.MODE = scale, mode
+        x = torch.rand(3) + step
+        assert torch.equal(lazy(x), lib.configured(x))
+    assert lazy.stats.traces == 3 and lazy.stats.hits == 2
+
+
+class Tuning:
+    GAIN = 2.0
+
+
+class FineTuning(Tuning):
+    pass
+
+
+def test_class_attributes_read_by_the_function_are_checked():
+    """`Tuning.GAIN` (a config class): set on the class later, or on a subclass that inherited
+    it, the graph traces again instead of replaying the old value."""
+    def tuned(x):
+        return x * Tuning.GAIN
+
+    def fine_tuned(x):
+        return x * FineTuning.GAIN
+
+    try:
+        for fn in (tuned, fine_tuned):
+            Tuning.GAIN = 2.0
+            lazy = lazytrace.trace_graph(fn)
+            x = torch.rand(3)
+            lazy(x), lazy(x)
+            Tuning.GAIN = 5.0
+            assert torch.equal(lazy(x), x * 5.0)
+            FineTuning.GAIN = 7.0
+            assert torch.equal(lazy(x), fn(x))
+            assert lazy.stats.hits == (2 if fn is tuned else 1)     # the subclass's value is fine_tuned's only
+            del FineTuning.GAIN
+    finally:
+        Tuning.GAIN = 2.0
+
+
+NP_TABLE = np.ones(3, dtype=np.float32)
+
+
+def test_numpy_table_copied_by_a_torch_function_is_checked_by_contents():
+    """torch.tensor(NP_TABLE) copies the global NumPy array into a constant: the identity check of
+    globals passed after an in-place write, and the graph kept the old values."""
+    def weighted(x):
+        return x * torch.tensor(NP_TABLE)
+
+    lazy = lazytrace.trace_graph(weighted)
+    x = torch.rand(3)
+    try:
+        for step in range(3):
+            NP_TABLE[:] = step + 1
+            assert torch.equal(lazy(x), weighted(x)) and torch.equal(lazy(x), weighted(x))
+        assert lazy.stats.traces == 3 and lazy.stats.hits == 3
+    finally:
+        NP_TABLE[:] = 1

@@ -68,6 +68,113 @@ def test_random_draws_are_fresh_or_make_the_call_eager():
     assert unseen.stats.eager == 2 and "random" in next(iter(unseen.stats.reasons))
 
 
+def test_set_seed_inside_the_function_is_not_skipped_by_replay():
+    """tf.random.set_seed inside makes every eager call draw the same numbers; a graph that
+    replayed only the draw would continue the sequence instead."""
+    def reseeded(x):
+        tf.random.set_seed(5)
+        return x + tf.random.normal(tf.shape(x))
+
+    def drawn_then_reseeded(x):
+        y = x + tf.random.uniform(tf.shape(x))
+        tf.random.set_seed(7)
+        return y
+
+    x = tf.zeros((4,))
+    for fn in (reseeded, drawn_then_reseeded):
+        lazy = lazytrace.trace_graph(fn)
+        for step in range(3):
+            tf.random.set_seed(100 + step)
+            expected = fn(x + step)
+            tf.random.set_seed(100 + step)
+            assert np.array_equal(lazy(x + step), expected)
+        assert lazy.stats.hits == 0 and "reseeded" in next(iter(lazy.stats.reasons))
+    seeded = lazytrace.trace_graph(lambda x: x + tf.random.uniform(tf.shape(x), seed=3))
+    for step in range(3):                  # a seed set outside: replay draws what eager draws
+        tf.random.set_seed(step)
+        expected = x + tf.random.uniform(tf.shape(x), seed=3)
+        tf.random.set_seed(step)
+        assert np.array_equal(seeded(x), expected)
+    assert seeded.stats.hits == 2
+
+
+def test_numpy_behaviour_dtype_conversion_mode_is_part_of_the_key():
+    """TF-NumPy behaviour changes how a Python number meets a tensor (int32 * 2**40 wraps
+    without it, raises OverflowError with it): a graph traced in one mode must not replay in
+    the other. (Set through the internal switch experimental_enable_numpy_behavior uses, since
+    the public one cannot be undone.)"""
+    from tensorflow.python.framework import ops as tf_ops
+
+    def scale(x):
+        return x * 2 ** 40
+
+    lazy = lazytrace.trace_graph(scale)
+    x = tf.constant([1, 2])
+    lazy(x), lazy(x + 1)
+    tf_ops.set_dtype_conversion_mode("all")
+    try:
+        with pytest.raises(OverflowError):
+            scale(x + 2)
+        with pytest.raises(OverflowError):
+            lazy(x + 2)
+    finally:
+        tf_ops.set_dtype_conversion_mode("off")
+    assert np.array_equal(lazy(x + 3), scale(x + 3)) and lazy.stats.hits == 2
+
+
+def test_ops_returning_named_tuples_replay_on_new_data():
+    """tf.unique and tf.math.top_k return namedtuples: their tensors reached the function
+    unwrapped, so the ops on them were not seen and their trace-time results were baked in."""
+    def unique_doubled(x):
+        return tf.unique(x)[0] * 2
+
+    def top_two(x):
+        values, indices = tf.math.top_k(x, 2)
+        return values + 1, indices
+
+    for fn, inputs in ((unique_doubled, ([1, 2, 2], [3, 3, 3], [4, 5, 6])),
+                       (top_two, ([1.0, 5.0, 2.0], [3.0, 0.0, 3.5], [7.0, 2.0, 9.0]))):
+        lazy = lazytrace.trace_graph(fn)
+        for values in inputs:
+            x = tf.constant(values)
+            expected, out = fn(x), lazy(x)
+            for e, o in zip(tf.nest.flatten(expected), tf.nest.flatten(out)):
+                assert type(o) is type(e) and np.array_equal(o, e)
+        assert lazy.stats.hits == 2
+
+
+def test_calls_taking_python_functions_run_eagerly():
+    """Eagerly, tf.cond reads its predicate and calls one branch: recorded as one call, the
+    graph replayed the branch of the trace with the tracer the lambda closed over."""
+    def cond(x):
+        return tf.cond(tf.reduce_sum(x) > 3, lambda: x * 2, lambda: x - 1)
+
+    lazy = lazytrace.trace_graph(cond)
+    for scale in (1.0, 3.0, 0.5, 4.0):
+        x = tf.ones((1, 2)) * scale
+        out = lazy(x)
+        assert type(out) is type(cond(x)) and np.array_equal(out, cond(x))
+    assert lazy.stats.hits == 0 and "Python functions" in next(iter(lazy.stats.reasons))
+
+
+NP_TABLE = np.ones(3, dtype=np.float32)
+
+
+def test_numpy_table_given_to_tf_constant_is_checked_by_contents():
+    def weighted(x):
+        return x * tf.constant(NP_TABLE) + tf.convert_to_tensor(NP_TABLE)
+
+    lazy = lazytrace.trace_graph(weighted)
+    x = tf.ones(3)
+    try:
+        for step in range(3):
+            NP_TABLE[:] = step + 1
+            assert np.array_equal(lazy(x), weighted(x)) and np.array_equal(lazy(x * 2), weighted(x * 2))
+        assert lazy.stats.traces == 3 and lazy.stats.hits == 3
+    finally:
+        NP_TABLE[:] = 1
+
+
 def test_numpy_escape_and_undispatchable_calls_run_eagerly():
     def escape(x):
         return x * float(np.sum(x.numpy()))

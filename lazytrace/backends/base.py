@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import operator
+import sys
 from contextlib import AbstractContextManager
 from typing import Any, Callable
 
@@ -230,6 +231,16 @@ class Backend:
         from . import get_backend
         return self.from_numpy(get_backend("numpy").example_array(shape, dtype, seed))
 
+    def baked_contents(self, obj):
+        """For an object the function reaches by itself whose contents a call could copy into a
+        constant (a NumPy array given to tf.constant / torch.tensor / jnp.asarray by a function
+        of another framework): a function reading what a guard compares. None: identity is
+        enough (the object is used live). NumPy's own backend reads its arrays live."""
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and type(obj) is numpy.ndarray and self.name != "numpy":
+            return _host_contents
+        return None
+
     def describe_global_state(self, state: tuple) -> dict[str, str]:
         """{name: value} for each part of global_state(), for explaining retraces."""
         return {f"global state [{i}]": repr(x) for i, x in enumerate(state)}
@@ -375,3 +386,8 @@ def unwrap_tree(obj, tracer_type):
     if tp is dict:
         return {k: unwrap_tree(v, tracer_type) for k, v in obj.items()}
     return obj
+
+
+def _host_contents(array) -> tuple:
+    """What a guard on a NumPy array compares besides its identity: shape, dtype and bytes."""
+    return array.shape, array.dtype.str, array.tobytes()

@@ -55,7 +55,7 @@ from functools import partial
 
 import jax
 import numpy as np
-from jax._src import core, dispatch, pjit, tree_util
+from jax._src import config as jax_config, core, dispatch, pjit, tree_util
 from jax._src.array import ArrayImpl
 from jax._src.interpreters import pxla
 from jax._src.lax import slicing
@@ -65,6 +65,9 @@ from jax._src.random.prng import PRNGKeyArray
 from .base import READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, unwrap_tree
 
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
+_trace_context = jax_config.trace_context
+_DESCRIBED = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion",
+              "jax_numpy_rank_promotion", "jax_default_device", "jax_disable_jit", "jax_threefry_partitionable")
 _TRACE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
                  jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
 
@@ -143,11 +146,21 @@ class LazyTrace(core.Trace):
         self.backend = session.backend
 
     def process_primitive(self, primitive, tracers, params):
+        if primitive is pjit.jit_p and any(params["donated_invars"]):
+            # a constant of the graph given to a jit that donates it would be deleted by the first
+            # replay (every later one would fail): only the function's inputs stay donated
+            donated = tuple(d and self._varies(t) for d, t in zip(params["donated_invars"], tracers))
+            params = dict(params, donated_invars=donated)
         return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {})
+
+    def _varies(self, tracer) -> bool:
+        value = self.session.value_of(tracer) if type(tracer) is JaxTracer else None
+        return value is not None and not value.foldable
 
     def stage_value(self, val):
         """jnp.asarray of host data: made under the outer trace; the tracer sees it as a
-        constant when it is used."""
+        constant when it is used (a NumPy array the function reaches by itself is checked by
+        contents: Backend.baked_contents)."""
         with core.set_current_trace(self.parent):
             return self.parent.stage_value(val)
 
@@ -213,14 +226,28 @@ class JaxBackend(Backend):
         return conditions
 
     def state_conditions(self, state, const):
-        x64, precision, prng = state
-        config = const(jax.config)
-        return [f"{config}.jax_enable_x64 is {x64}", f"{config}.jax_default_matmul_precision == {const(precision)}",
-                f"{config}.jax_default_prng_impl == {const(prng)}"]
+        context, prng = state
+        return [f"{const(_trace_context)}() == {const(context)}",
+                f"{const(jax.config)}.jax_default_prng_impl == {const(prng)}"]
 
     def global_state(self):
-        config = jax.config
-        return (config.jax_enable_x64, config.jax_default_matmul_precision, config.jax_default_prng_impl)
+        """What `jax.jit` keys its own cache on besides the arguments (`trace_context()`: x64,
+        matmul precision, dtype and rank promotion, default device, threefry mode, disable_jit,
+        meshes ...), plus the default PRNG implementation: a graph records primitives as jax
+        traced them under these settings, and replays them unchanged."""
+        return (_trace_context(), jax.config.jax_default_prng_impl)
+
+    def describe_global_state(self, state):
+        """The settings people change by name; the rest of trace_context() as one entry."""
+        context, prng = state
+        try:
+            named = dict(zip(jax_config.trace_context_names(), context))
+        except NotImplementedError:       # an older jaxlib: no names
+            named = {}
+        shown = {f"jax.config.{n}": repr(named.pop(n)) for n in _DESCRIBED if n in named}
+        rest = tuple(named.values()) if shown else context
+        return {**shown, "jax.config.jax_default_prng_impl": repr(prng),
+                "jax.config (other trace settings)": f"{hash(rest) & 0xffffffff:08x}"}
 
     # ---- tracing ----------------------------------------------------------------
     def _trace(self, session) -> LazyTrace:
@@ -237,6 +264,10 @@ class JaxBackend(Backend):
 
     @contextmanager
     def intercept(self, session):
+        if jax.config.jax_debug_key_reuse:
+            from ..graph.tracer import NotTraceable
+            raise NotTraceable("jax_debug_key_reuse is on: JAX checks keys in its eager dispatch, which a "
+                               "trace and a graph bypass")
         trace = self._trace(session)
         try:
             with core.set_current_trace(trace):

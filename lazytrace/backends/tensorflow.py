@@ -53,6 +53,7 @@ from contextlib import contextmanager
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
+from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.framework.ops import EagerTensor
 from tensorflow.python.ops import gen_math_ops
 from tensorflow.python.util import dispatch, tf_export
@@ -166,6 +167,15 @@ def _first_tracer(obj, kwargs=None):
     return None
 
 
+def _takes_code(args, kwargs) -> bool:
+    """Whether call arguments (one level of lists/tuples/dicts deep) hold a Python function."""
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        items = a.values() if type(a) is dict else a if type(a) in (list, tuple) else (a,)
+        if any(callable(x) and not isinstance(x, (type, TfTracer, tf.Tensor, tf.Variable)) for x in items):
+            return True
+    return False
+
+
 class _Dispatcher(dispatch.GlobalOpDispatcher):
     """Handles TensorFlow API calls given tracers (TensorFlow asks after conversion failed)."""
 
@@ -173,6 +183,12 @@ class _Dispatcher(dispatch.GlobalOpDispatcher):
         tracer = _first_tracer(args, kwargs)
         if tracer is None:
             return self.NOT_SUPPORTED
+        if _takes_code(args, kwargs):
+            # tf.cond, tf.map_fn, tf.case ...: eagerly they run a Python function, chosen by a value
+            # TensorFlow reads itself; a recorded call would replay the branch taken with the
+            # tracers the function closed over
+            tracer._lt_session.fail(f"{getattr(op, '__name__', 'a TensorFlow call')} runs Python "
+                                    f"functions it was given: a graph could not replay them")
         return tracer._lt_session.on_call(op, args, kwargs or {})
 
 
@@ -217,6 +233,17 @@ class TensorflowBackend(Backend):
 
     def guard_conditions(self, expr, t, const):
         return [f"tuple({expr}.shape) == {const(tuple(t.shape))}", f"{expr}.dtype == {const(t.dtype)}"]
+
+    def global_state(self):
+        """TF-NumPy behaviour (`tf.experimental.numpy.experimental_enable_numpy_behavior`):
+        its dtype conversion mode changes how Python numbers and mixed dtypes combine (a graph
+        caches a number operand as a tensor of the other operand's dtype), and its slicing mode
+        changes indexing."""
+        return (tf_ops.get_dtype_conversion_mode(), tf_ops._numpy_style_slicing)
+
+    def describe_global_state(self, state):
+        mode, slicing = state
+        return {"tf dtype conversion mode": str(mode), "tf numpy-style slicing": str(slicing)}
 
     # ---- tracing ----------------------------------------------------------------
     def wrap_live(self, obj, session):
@@ -274,6 +301,8 @@ class TensorflowBackend(Backend):
             return known if known is not None else TfTracer(result, session)
         if type(result) in (tuple, list):
             return type(result)(self._wrap(x, session, by_array) for x in result)
+        if isinstance(result, tuple) and hasattr(result, "_fields"):     # tf.unique, tf.math.top_k
+            return type(result)(*(self._wrap(x, session, by_array) for x in result))
         return result
 
     def specialize_args(self, func, args, kwargs, recorded):
@@ -326,8 +355,23 @@ class TensorflowBackend(Backend):
     def from_numpy(self, data):
         return tf.convert_to_tensor(data)
 
+    def rng_sources(self, func, args, kwargs) -> list:
+        """The eager context's global seed (`tf.random.set_seed`) for a draw without a
+        `tf.random.Generator`: it decides the op seeds of stateful random ops."""
+        if func is not None and args and type(args[0]) is CallRecordingProxy:
+            return []
+        return [context.context()]
+
     def rng_token(self, source=None):
-        return None         # unseen draws are caught by the op callback instead
+        """`tf.random.set_seed` (inside the function: a graph would not reseed) replaces the
+        context's seed and its op-seed generator object, and clears the kernel cache: compared
+        by identity, so reseeding with the same seed is seen too. Draws themselves are caught by
+        the op callback when no call shows them."""
+        if source is None:
+            source = context.context()
+        if not isinstance(source, context.Context):
+            return None          # a tf.random.Generator argument: its draws are recorded calls
+        return (source._seed, getattr(source, "_rng", None))
 
     def brief(self, t) -> tuple:
         return (t.shape, t.dtype)

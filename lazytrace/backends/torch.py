@@ -331,9 +331,16 @@ class TorchBackend(Backend):
             return t.clone()
 
     def to_numpy(self, t):
-        return t.detach().cpu().numpy()
+        """Views with a lazy conjugate or negation are resolved; bfloat16 becomes ml_dtypes'
+        bfloat16 (what JAX and TensorFlow use), which NumPy itself lacks."""
+        t = t.detach().cpu().resolve_conj().resolve_neg()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(_ml_bfloat16())
+        return t.numpy()
 
     def from_numpy(self, data):
+        if data.dtype.name == "bfloat16":
+            return torch.from_numpy(data.view("int16").copy()).view(torch.bfloat16)
         return torch.from_numpy(data.copy() if not data.flags.writeable else data)
 
     def returned_its_input(self, func, args, result, mutated) -> bool:
@@ -667,6 +674,16 @@ def _changed_in_place(func, args, result) -> bool:
 def _has_mask_index(index) -> bool:
     items = index if isinstance(index, tuple) else (index,)
     return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in items)
+
+
+
+def _ml_bfloat16():
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError("a bfloat16 tensor can only be converted with to= when ml_dtypes is installed "
+                        "(it comes with jax and tensorflow)") from None
+    return ml_dtypes.bfloat16
 
 
 BACKEND_CLASS = TorchBackend

@@ -36,6 +36,8 @@ class Plan:
     visible_effects: bool = False                 # random draws, attribute writes, writes to inputs
     inputs: list = field(default_factory=list)    # the trace's input Values (for views)
     output_structure: object = None               # the result with Values in place of arrays
+    packages: tuple = ()                          # top-level packages whose Python code the trace ran
+    code_globals: tuple = ()                      # (module, name) of globals holding code it read
 
 
 def plan(trace: TraceResult, final_versions: dict) -> Plan:

@@ -22,8 +22,10 @@ data become guards at the start of the graph:
 A failed check traces the signature again, as a failed guard does. A value the function itself
 changes during the trace (a counter, a cache it fills) is traced once more and then makes the
 signature run eagerly: the graph could not replay the change. The traced function's own closure cells are guarded the same
-way. Not watched (the README lists them): globals holding functions, classes or modules
-(rebinding a function after the trace is not seen), code of the standard library, lazytrace, the
+way. `mod.NAME` of a module global (an imported config module) and `Cls.NAME` of a class
+global (each class of its MRO down to the one defining it) are guarded like globals. Not watched
+(the README lists them): globals holding functions, classes or modules themselves (rebinding
+a function after the trace is not seen; stored graphs name them, persist/identity.py), code of the standard library, lazytrace, the
 frameworks and the tools listed in UNWATCHED, closure cells of functions seen only on the stack,
 and Python code that makes no framework call and is reached only through attributes (a method
 computing a number from a global); a value such code changes before the first framework call
@@ -35,6 +37,7 @@ import argparse
 import collections
 import dataclasses
 import dis
+import enum
 import functools
 import math
 import sys
@@ -45,12 +48,12 @@ MISSING = object()      # what a guard reads for a global that no longer exists
 _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
                types.ClassMethodDescriptorType, types.GetSetDescriptorType, functools.partial,
-               staticmethod, classmethod, property)
+               staticmethod, classmethod, property, type(functools.lru_cache(None)(len)))
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 _DEPTH = 3        # how many calls deep `start` follows functions held by globals
-_LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR, _CACHE = (
-    dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR",
-                                 "CACHE"))
+_LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
+    dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
+_CACHE = dis.opmap.get("CACHE", -1)                               # 3.11+: inline cache entries
 _LOAD_METHOD = dis.opmap.get("LOAD_METHOD", -1)                   # 3.11; folded into LOAD_ATTR in 3.12
 _LOAD_GLOBAL_SHIFT = 1                                          # the low bit means "push NULL"
 _LOAD_ATTR_SHIFT = 1 if sys.version_info >= (3, 12) else 0       # 3.12: the low bit means "a method"
@@ -137,8 +140,8 @@ def _changeable(value) -> bool:
 def global_reads(code) -> tuple[tuple[str, ...], ...]:
     """What a code object reads as globals: (name,) for each global it loads, stores or deletes,
     and (name, attribute, ...) for each chain of attribute reads on a loaded global
-    (`config.SCALE`, `pkg.settings.MODE`), in order of use. Read from the bytecode directly:
-    `dis.get_instructions` costs ~20x more, and the first trace reads dozens of code objects."""
+    (`config.SCALE`, `pkg.settings.MODE`, `Config.GAIN`), in order of use. Read from the bytecode
+    directly: `dis.get_instructions` costs ~20x more, and the first trace reads dozens of code objects."""
     raw, names, found, extended, chain = code.co_code, code.co_names, {}, 0, None
     for i in range(0, len(raw), 2):
         op, arg = raw[i], raw[i + 1] | extended
@@ -188,6 +191,9 @@ class PythonReads:
         self._same = same
         self._codes: set = set()
         self._root = None
+        self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
+        self.code_globals: set = set()  # (module name, global name) of globals holding code
+        self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
         self.defaults: list = []    # (function, expected): defaults that can change in place (a list, a dict ...)
@@ -242,9 +248,10 @@ class PythonReads:
 
     def _code(self, code, namespace, depth):
         self._codes.add(code)
-        if str(namespace.get("__name__", "")).partition(".")[0] in UNWATCHED \
-                or code.co_filename.startswith("<lazytrace"):       # a graph inlined into this trace
+        package = str(namespace.get("__name__", "")).partition(".")[0]
+        if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
+        self.packages.add(package)
         for name, *attributes in global_reads(code):
             space = namespace
             while attributes and isinstance(space.get(name), types.ModuleType):    # config.SCALE
@@ -252,9 +259,11 @@ class PythonReads:
                 if module.__name__.partition(".")[0] in UNWATCHED:
                     break
                 space, name = vars(module), attributes.pop(0)
-            if attributes and space is namespace:
-                continue        # an attribute of something else than a module: the global itself is noted
-            self._global(space, name, depth)
+            if space is not namespace or not attributes:
+                self._global(space, name, depth)        # config.SCALE: a global of the module `config`
+            holder = space.get(name) if attributes else None
+            if isinstance(holder, type) and not issubclass(holder, enum.Enum):     # Config.GAIN
+                self._class_attribute(holder, attributes[0], depth)
         for const in code.co_consts:        # comprehensions, lambdas and inner functions
             if isinstance(const, types.CodeType) and const not in self._codes:
                 self._code(const, namespace, depth)
@@ -265,12 +274,33 @@ class PythonReads:
             return
         value = namespace.get(name, MISSING)
         if value is MISSING:
-            return          # a builtin, or a name the function stores later
+            return              # a builtin, or a name the function stores later
         expected = self._expect(value)
         if expected is not self._nothing:
             self.globals[key] = (namespace, name, value, expected)
-        elif depth < _DEPTH and (isinstance(value, types.FunctionType) or hasattr(value, "__wrapped__")):
+            return
+        if type(namespace.get("__name__")) is str:     # a module's global (not a class attribute)
+            self.code_globals.add((namespace["__name__"], name))
+        if depth < _DEPTH and (isinstance(value, types.FunctionType) or hasattr(value, "__wrapped__")):
             self._function(value, depth + 1)
+
+    def _class_attribute(self, cls, name, depth):
+        """`Config.SCALE`: checked in the namespace of each class of the MRO down to the one that
+        defines it (absent from the ones before: setting it on a subclass later is seen too).
+        Classes of the standard library, the frameworks and tools are not watched."""
+        for klass in cls.__mro__:
+            if str(getattr(klass, "__module__", "")).partition(".")[0] in UNWATCHED:
+                return
+            namespace = self._class_namespaces.get(klass)
+            if namespace is None:       # vars() makes a new (live) mappingproxy each time: one per class
+                namespace = self._class_namespaces[klass] = vars(klass)
+            if name in namespace:
+                if not isinstance(namespace[name], _CODE_TYPES):    # methods, nested classes: not checked
+                    self._global(namespace, name, depth)
+                return
+            key = (id(namespace), name)
+            if key not in self.globals:
+                self.globals[key] = (namespace, name, MISSING, self._expect(MISSING))
 
     def _expect(self, value):
         """(type, snapshot) a guard compares, or `nothing` for code (functions, classes, modules,
@@ -278,7 +308,7 @@ class PythonReads:
         if _is_code(value):
             return self._nothing
         expected = self._snapshot(value)
-        if expected is self._nothing or isinstance(expected, self._same):
+        if expected is self._nothing or type(expected) is self._same:   # not _SameContents
             self._note_object(value, depth=0)
             return _ANY, self._same(value), None     # identity (a stateful object's class is swapped meanwhile)
         self._reach_items(expected)            # a model held in a dict or list global is recorded too

@@ -367,6 +367,9 @@ class TraceSession:
                 return _NOTHING
             items = {k: self._snapshot(v, record) for k, v in obj.items()}
             return _NOTHING if any(v is _NOTHING for v in items.values()) else items
+        read = self.backend.baked_contents(obj)
+        if read is not None:
+            return _SameContents(obj, read)
         if (not record or isinstance(obj, self._tracked) or self.value_of(obj) is not None
                 or self._record_object(obj)):
             return _Same(obj)       # an array in a container: used live, checked by identity
@@ -538,6 +541,25 @@ class _Same:
         return f"<the same {type(self.obj).__name__}>"
 
 
+class _SameContents(_Same):
+    """The same object holding the same contents: host memory of another framework (a NumPy
+    table read by a torch, TensorFlow or JAX function) that a conversion call (tf.constant,
+    torch.tensor, jnp.asarray) may have copied into a constant; an in-place write must be seen."""
+
+    __slots__ = ("contents", "read")
+
+    def __init__(self, obj, read):
+        super().__init__(obj)
+        self.read = read
+        self.contents = read(obj)
+
+    def __eq__(self, other):
+        return other is self.obj and self.read(other) == self.contents
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+
 def _is_literal(obj, backend) -> bool:
     return (obj is None or type(obj) in (int, float, bool, complex, str, bytes, slice, type(Ellipsis))
             or isinstance(obj, enum.Enum) or isinstance(obj, backend.static_types))
@@ -625,6 +647,8 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     session.add_reads(session.reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
+    plan.packages = tuple(sorted(session.reads.packages))
+    plan.code_globals = tuple(sorted(session.reads.code_globals, key=str))
     if plan.untraceable:
         return NotTraceable(plan.untraceable), real
     if session.changed_reads:

@@ -93,13 +93,13 @@ class PersistentCache:
         """Store these plans (the variants of one signature), merged with those already stored
         by other processes. NotStorable says why a graph cannot be."""
         backend, ident, path = self._locate(key, backends)
-        docs = [codec.encode(backend, plan) for plan in plans]
+        docs = [_encode(backend, plan) for plan in plans]
 
         def merge(current):
             existing = []
             if current is not None:
                 try:
-                    existing = [codec.encode(backend, p) for p in read_file(backend, current, ident)]
+                    existing = [_encode(backend, p) for p in read_file(backend, current, ident)]
                 except (CorruptEntry, Unavailable):
                     existing = []      # replaced by ours
             texts = {json.dumps(doc, sort_keys=True) for doc, _ in existing}
@@ -109,6 +109,15 @@ class PersistentCache:
             return _pack(backend, ident, (existing + new)[:MAX_STORED_VARIANTS])
 
         self.store.update(path, merge)
+
+
+def _encode(backend, plan) -> tuple[dict, dict]:
+    """codec.encode, with the fingerprints of the packages whose code the trace ran (a helper
+    of another package than the function's: an edit there must miss too) and what the globals
+    holding code it read name (`ACT = torch.tanh if ... else torch.relu`, chosen at import)."""
+    doc, arrays = codec.encode(backend, plan)
+    doc["code"] = identity.code_state(plan.packages, plan.code_globals)
+    return doc, arrays
 
 
 def _pack(backend, ident: dict, docs: list) -> bytes:
@@ -138,7 +147,9 @@ def read_file(backend, data: bytes, ident: dict | None) -> list:
         named = {name[len(prefix):]: a for name, a in arrays.items() if name.startswith(prefix)}
         if type(doc) is not dict:
             raise CorruptEntry("malformed graph description")
-        plans.append(codec.decode(backend, doc, named))
+        plan = codec.decode(backend, doc, named)
+        if ident is None or identity.code_state(plan.packages, plan.code_globals, strict=False) == doc.get("code"):
+            plans.append(plan)          # else code it ran has changed since: a miss
     return plans
 
 

@@ -269,7 +269,8 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
            "outputs": enc(output_structure),
            "cloned": [enc.value(v) for v in plan.cloned_outputs],
            "folded": plan.folded, "pruned": [_name(n.target) for n in plan.pruned],
-           "visible_effects": plan.visible_effects}
+           "visible_effects": plan.visible_effects, "packages": list(plan.packages),
+           "code_globals": [list(pair) for pair in plan.code_globals]}
     return doc, enc.arrays
 
 
@@ -327,9 +328,16 @@ def _decode(backend, doc, arrays):
             node.outputs.append(out)
             values[("n", n, j)] = out
         nodes.append(node)
+    packages = tuple(_list(doc["packages"]))
+    if not all(type(p) is str and p.isidentifier() for p in packages):
+        raise CorruptEntry("malformed package names")
+    code_globals = tuple(tuple(_list(pair, 2)) for pair in _list(doc["code_globals"]))
+    if not all(type(m) is str and type(n) is str for m, n in code_globals):
+        raise CorruptEntry("malformed global names")
     plan = Plan(nodes, constants, {dec.value(r) for r in _list(doc["cloned"])},
                 folded=int(doc["folded"]),
                 pruned=[SimpleNamespace(target=SimpleNamespace(__qualname__=str(name)))
                         for name in _list(doc["pruned"])],
-                visible_effects=bool(doc["visible_effects"]), inputs=inputs, output_structure=dec(doc["outputs"]))
+                visible_effects=bool(doc["visible_effects"]), inputs=inputs, output_structure=dec(doc["outputs"]),
+                packages=packages, code_globals=code_globals)
     return plan

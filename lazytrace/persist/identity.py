@@ -2,7 +2,8 @@
 
 The function (module, qualified name, hash of its compiled code and defaults), the files of its
 package and of lazytrace (sizes and modification times: an edit anywhere in the
-library or in lazytrace misses), the versions of the library's distribution and
+library or in lazytrace misses), and, stored with each graph and checked at load, the files of
+every other package whose Python code the trace ran (graph/reads.py notes them), the versions of the library's distribution and
 of the framework (importlib-metadata), the format version, the Python version,
 the trace options and the call's signature key written as stable text. Any
 difference gives another digest: a miss, never a wrong graph.
@@ -22,7 +23,7 @@ import importlib_metadata
 from .codec import NotStorable
 
 #: bumped whenever the stored description of a graph changes meaning
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def function_identity(fn) -> dict:
@@ -111,6 +112,37 @@ def _last_line(code) -> int:
     last = max((line for _, _, line in code.co_lines() if line is not None), default=code.co_firstlineno)
     nested = [_last_line(c) for c in code.co_consts if hasattr(c, "co_lines")]
     return max([last, *nested])
+
+
+def code_state(packages, code_globals, strict=True) -> dict:
+    """What a graph's trace depended on besides its key: {package: package_fingerprint} of the
+    packages whose code it ran, and what each module global holding code that it read names
+    now (the same file can pick another function at import, from the environment). With
+    strict=False, what cannot be described (a module no longer imported) gives None."""
+    def described(describe, *args):
+        try:
+            return describe(*args)
+        except NotStorable:
+            if strict:
+                raise
+            return None
+    return {"packages": {p: described(package_fingerprint, p) for p in packages},
+            "globals": [[m, n, described(_global_code_text, m, n)] for m, n in code_globals]}
+
+
+def _global_code_text(module_name, name) -> str:
+    """A stable text naming what the global `name` of a module holds (a function, class, module)."""
+    module = sys.modules.get(module_name) if type(module_name) is str else None
+    if module is None:
+        raise NotStorable(f"a global read from {module_name!r}, which is not an imported module")
+    value = vars(module).get(name)
+    if isinstance(value, type(sys)):
+        return f"module {value.__name__}"
+    qualname, owner = getattr(value, "__qualname__", None), getattr(value, "__module__", None)
+    if type(qualname) is not str or type(owner) is not str or "<locals>" in qualname or "<lambda>" in qualname:
+        raise NotStorable(f"the global {name!r} of {module_name} holds a {type(value).__qualname__} "
+                          f"that has no stable name")
+    return f"{type(value).__qualname__} {owner}:{qualname}"
 
 
 def environment(backend) -> dict:
