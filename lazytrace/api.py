@@ -4,7 +4,7 @@ arguments are given (eager Graph) or not (LazyGraph)."""
 from __future__ import annotations
 
 import dataclasses
-from types import ModuleType
+from types import MethodType, ModuleType
 from typing import Any
 
 from .backends import available, get_backend
@@ -91,7 +91,7 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
                           stateful_argnums=_stateful_indices(arg_stateful_idxs),
                           stateful_argnames=_as_tuple(kwarg_stateful_idxs))
     binding = _bind(obj)
-    fn, extra, install, state_objects = binding if binding else (obj, None, None, ())
+    fn, extra, install, state_objects = binding if binding else (obj, None, None, _bound_state(obj))
     if state_objects:
         options = dataclasses.replace(options, stateful=options.stateful + tuple(state_objects))
     if not callable(fn):
@@ -140,6 +140,16 @@ def eager_graph(fn, args: tuple, kwargs: dict, *, options, signature, name, extr
                          f"signatures eagerly.")
     graph.fn                     # an eager graph is generated (and compiled) now
     return graph
+
+
+def _bound_state(obj) -> tuple:
+    """A bound method's object (for a model, its modules, as trace_graph(model) records them): its
+    attributes are read at every call, so they are recorded like those of `stateful` objects."""
+    owner = getattr(obj, "__self__", None) if isinstance(obj, MethodType) else None
+    if owner is None or isinstance(owner, ModuleType):
+        return ()
+    binding = _bind(owner)
+    return binding[3] if binding else (owner,)
 
 
 def _bind(obj: Any):

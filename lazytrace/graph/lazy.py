@@ -97,6 +97,9 @@ class LazyGraph:
 
     def __init__(self, fn, *, options: TraceOptions | None = None, signature: Signature | None = None,
                  name: str | None = None, max_signatures: int = 64, extra=None):
+        if type(max_signatures) is not int or max_signatures < 1:
+            raise ValueError(f"max_signatures must be a positive int (signatures kept in the cache), "
+                             f"got {max_signatures!r}")
         self._fn = fn
         self._options = options or TraceOptions()
         self._signature = signature or Signature()

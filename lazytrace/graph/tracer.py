@@ -63,6 +63,11 @@ class TraceSession:
             value = Value(Source.INPUT, meta=self.backend.brief(obj), storage=self.backend.storage_key(obj))
             self._input_writes.append((obj, value, self.backend.write_count(obj)))
         else:
+            if kind == "stateful" and isinstance(obj, (list, tuple, dict, set, frozenset)):
+                # iterating the proxy hands out the items themselves: their attributes would be baked
+                raise NotTraceable(f"a stateful argument ({path}) is a {type(obj).__name__}: only the "
+                                   f"attributes of the object passed itself are recorded; pass each "
+                                   f"object as its own stateful argument")
             handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
             token = self.backend.rng_token(obj) if kind == "live" else None
             if token is not None:
@@ -630,7 +635,10 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         session.stateful_stack = stack
         for obj in options.stateful:
             session.add_stateful(obj)
-            stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))
+            try:
+                stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))
+            except TypeError as exc:    # a class, an object with __slots__: its reads would be baked
+                raise NotTraceable(str(exc)) from None
         session.reads.start(fn)
         stack.enter_context(session.activate())
         try:

@@ -1,0 +1,114 @@
+"""Red-team of the LazyGraph machinery: options, bound methods, the cache key of static
+arguments. Each test compares calls on new inputs with eager."""
+import pytest
+import torch
+
+from lazytrace import trace_graph
+
+
+def test_static_tuple_keeps_types_and_signs_of_its_items():
+    # (1,) == (True,) and (0.0,) == (-0.0,): a static key by equality alone replayed the wrong graph
+    def pick(x, c):
+        return x + (100 if c[0] is True else 1)
+
+    def divide(x, s):
+        return x / s[0]
+
+    lz = trace_graph(pick, static_argnums=1)
+    for c in [(1,), (True,), (1,), (True,)]:
+        assert torch.equal(lz(torch.ones(2), c), pick(torch.ones(2), c))
+    lz = trace_graph(divide, static_argnums=1)
+    for s in [(0.0,), (-0.0,), (-0.0,), (0.0,)]:
+        assert torch.equal(lz(torch.ones(2), s), divide(torch.ones(2), s))
+
+
+def test_static_float_zero_sign_is_part_of_the_key():
+    def divide(x, s):
+        return x / s
+
+    lz = trace_graph(divide, static_argnames="s")
+    for s in [0.0, -0.0, 0.0, -0.0]:
+        assert torch.equal(lz(torch.ones(2), s=s), divide(torch.ones(2), s=s))
+
+
+class _Counter:
+    def __init__(self):
+        self.k = 1.0
+
+
+def test_a_container_of_stateful_objects_runs_eagerly_with_the_reason():
+    # the list's items reached the function unrecorded: their attributes were baked, writes lost
+    def bump(x, objs):
+        for o in objs:
+            o.k += 1
+        return x * sum(o.k for o in objs)
+
+    mine, theirs = [_Counter(), _Counter()], [_Counter(), _Counter()]
+    lz = trace_graph(bump, arg_stateful_idxs=[[1]])
+    for _ in range(3):
+        assert torch.equal(lz(torch.ones(2), mine), bump(torch.ones(2), theirs))
+    assert [o.k for o in mine] == [o.k for o in theirs] == [4.0, 4.0]
+    assert any("is a list" in reason for reason in lz.stats.reasons)
+
+
+def test_max_signatures_must_be_positive():
+    with pytest.raises(ValueError, match="max_signatures"):
+        trace_graph(torch.sin, max_signatures=-1)
+    with pytest.raises(ValueError, match="max_signatures"):
+        trace_graph(torch.sin, max_signatures=0)
+
+
+class _Scaler:
+    C = 3.0
+
+    def __init__(self):
+        self.k = 2.0
+
+    def scale(self, x):
+        return x * self.k
+
+    @classmethod
+    def by_class(cls, x):
+        return x * cls.C
+
+
+class _Slotted:
+    __slots__ = ("k",)
+
+    def __init__(self):
+        self.k = 2.0
+
+    def scale(self, x):
+        return x * self.k
+
+
+@pytest.mark.parametrize("make", [_Scaler, _Slotted])
+def test_a_bound_method_sees_changes_of_its_object(make):
+    # trace_graph(obj.method): obj's attributes were baked into the graph
+    obj = make()
+    lz = trace_graph(obj.scale)
+    for k in [2.0, 2.0, 5.0, 5.0, 7.0]:
+        obj.k = k
+        x = torch.rand(3)
+        assert torch.equal(lz(x), obj.scale(x))
+
+
+def test_a_classmethod_sees_changes_of_its_class():
+    lz = trace_graph(_Scaler.by_class)
+    try:
+        for c in [3.0, 3.0, 4.0]:
+            _Scaler.C = c
+            x = torch.rand(3)
+            assert torch.equal(lz(x), x * c)
+    finally:
+        _Scaler.C = 3.0
+
+
+def test_a_models_bound_forward_sees_eval():
+    model = torch.nn.Sequential(torch.nn.Dropout(0.5))
+    lz = trace_graph(model.forward)
+    lz(torch.ones(1000))
+    model.eval()
+    x = torch.rand(1000)
+    assert torch.equal(lz(x), x)
+    assert torch.equal(lz(x), x)
