@@ -112,3 +112,40 @@ def test_a_models_bound_forward_sees_eval():
     x = torch.rand(1000)
     assert torch.equal(lz(x), x)
     assert torch.equal(lz(x), x)
+
+
+class _Config:
+    """Hashable, not keyable by itself: only static_argnums/static_argnames make it a key."""
+
+    def __init__(self, gain):
+        self.gain = gain
+
+    def __hash__(self):
+        return hash(self.gain)
+
+    def __eq__(self, other):
+        return isinstance(other, _Config) and other.gain == self.gain
+
+
+def _apply(x, cfg, bias=0.0):
+    return x * cfg.gain + bias
+
+
+@pytest.mark.parametrize("option", [dict(static_argnums=-2), dict(static_argnums=1),
+                                    dict(static_argnames="cfg")])
+def test_static_arguments_by_negative_index_by_name_or_position(option):
+    # static_argnums=-2 was never matched; a static name passed by position (or an index passed
+    # by name) was not static: the call ran eagerly as unkeyable
+    lz = trace_graph(_apply, **option)
+    for gain in [2.0, 3.0, 2.0]:
+        x = torch.rand(3)
+        assert torch.equal(lz(x, _Config(gain)), _apply(x, _Config(gain)))
+        assert torch.equal(lz(x, cfg=_Config(gain), bias=1.0), _apply(x, _Config(gain), 1.0))
+    assert lz.stats.eager == 0 and lz.stats.traces == 4
+
+
+def test_bad_static_argnums_are_named():
+    with pytest.raises(ValueError, match="static_argnums"):
+        trace_graph(_apply, static_argnums=-4)
+    with pytest.raises(TypeError, match="static_argnums"):
+        trace_graph(_apply, static_argnums="cfg")
