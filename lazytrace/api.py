@@ -169,9 +169,14 @@ def eager_graph(fn, args: tuple, kwargs: dict, *, options, signature, name, extr
 
 
 def _bound_state(obj) -> tuple:
-    """A bound method's object (for a model, its modules, as trace_graph(model) records them): its
+    """A bound method's object or a callable object (for a model, its modules, as trace_graph(model) records them): its
     attributes are read at every call, so they are recorded like those of `stateful` objects."""
-    owner = getattr(obj, "__self__", None) if isinstance(obj, MethodType) else None
+    if isinstance(obj, MethodType):
+        owner = obj.__self__
+    elif inspect.isfunction(getattr(type(obj), "__call__", None)) and not isinstance(obj, (type, LazyGraph, Graph)):
+        owner = obj                 # an instance of a class with a Python __call__
+    else:
+        return ()
     if owner is None or isinstance(owner, ModuleType):
         return ()
     binding = _bind(owner)

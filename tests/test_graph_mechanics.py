@@ -149,3 +149,39 @@ def test_bad_static_argnums_are_named():
         trace_graph(_apply, static_argnums=-4)
     with pytest.raises(TypeError, match="static_argnums"):
         trace_graph(_apply, static_argnums="cfg")
+
+
+class _CallableScaler:
+    def __init__(self):
+        self.k = 2.0
+
+    def __call__(self, x):
+        return x * self.k
+
+
+def test_a_callable_object_sees_changes_of_its_attributes():
+    obj = _CallableScaler()
+    lz = trace_graph(obj)
+    for k in [2.0, 2.0, 9.0, 9.0]:
+        obj.k = k
+        x = torch.rand(3)
+        assert torch.equal(lz(x), x * k)
+
+
+def test_an_inner_lazygraph_with_frozen_draws_keeps_them_inside_an_outer_trace():
+    # the outer trace (include_generators=True) inlined the inner function: its graph drew anew at
+    # every call where the inner LazyGraph, called eagerly, returns its frozen draw
+    def noisy(x):
+        return x + torch.rand(2)
+
+    inner = trace_graph(noisy, include_generators=False)
+
+    def wrap(x):
+        return inner(x) * 2
+
+    outer = trace_graph(wrap)
+    results = [outer(torch.zeros(2)) for _ in range(3)]
+    expected = wrap(torch.zeros(2))
+    for r in results[1:]:
+        assert torch.equal(r, expected)
+    assert any("include_generators=False" in reason for reason in outer.stats.reasons)

@@ -122,8 +122,14 @@ class LazyGraph:
 
     # ---- the call path ---------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if self._disabled or _active.get() is not None:
-            return self._fn(*args, **kwargs)     # disabled, or inlined into an outer trace
+        if self._disabled:
+            return self._fn(*args, **kwargs)
+        session = _active.get()
+        if session is not None:                  # inlined into an outer trace
+            if session.include_generators and not self._options.include_generators:
+                session.fail(f"calls {self._name}, traced with include_generators=False: its random draws "
+                             f"are frozen in its own graphs, an outer graph would draw anew")
+            return self._fn(*args, **kwargs)
         stats = self.stats
         fast = self._fast
         if fast is not None:
