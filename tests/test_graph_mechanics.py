@@ -185,3 +185,28 @@ def test_an_inner_lazygraph_with_frozen_draws_keeps_them_inside_an_outer_trace()
     for r in results[1:]:
         assert torch.equal(r, expected)
     assert any("include_generators=False" in reason for reason in outer.stats.reasons)
+
+
+def _twice(x):
+    yield x * 2
+    yield x + 1
+
+
+async def _doubled(x):
+    return x * 2
+
+
+def test_generator_and_async_functions_run_eagerly_without_leaking_tracers():
+    # their bodies ran after the traced call returned: the first call yielded the trace's NumPy
+    # tracers instead of arrays
+    import asyncio
+    np = pytest.importorskip("numpy")
+    gen, coro = trace_graph(_twice), trace_graph(_doubled)
+    for i in range(3):
+        x = np.full(2, float(i))
+        out = list(gen(x))
+        assert all(type(v) is np.ndarray for v in out)
+        assert [v.tolist() for v in out] == [v.tolist() for v in _twice(x)]
+        got = asyncio.run(coro(x))
+        assert type(got) is np.ndarray and got.tolist() == (x * 2).tolist()
+    assert gen.stats.traces == coro.stats.traces == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import dataclasses
+import inspect
 import enum
 import sys
 from contextlib import ExitStack, contextmanager
@@ -621,6 +622,9 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     Returns (graph or NotTraceable, result): the result is what `fn` returned.
     Exceptions raised by `fn` propagate unchanged.
     """
+    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        # its body runs after the call returns, outside the trace: it would keep the trace's arrays
+        raise NotTraceable("a generator or async function: its body runs after the call returns")
     backend = choose_backend(backends, options.to)
     session = TraceSession(backend, include_generators=options.include_generators,
                            array_caching=options.array_caching)
