@@ -210,3 +210,49 @@ def test_generator_and_async_functions_run_eagerly_without_leaking_tracers():
         got = asyncio.run(coro(x))
         assert type(got) is np.ndarray and got.tolist() == (x * 2).tolist()
     assert gen.stats.traces == coro.stats.traces == 0
+
+
+def test_overlapping_traces_in_two_threads_put_the_objects_class_back():
+    # each trace swapped the class for a recording subclass of what it found: the first to finish
+    # put the original back, the second the first's recorder, left on the object for good
+    import threading
+
+    first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
+
+    class Scaler:
+        def __init__(self):
+            self.k = 2.0
+
+    obj = Scaler()
+
+    def scale(x):
+        if x.shape[0] == 1:
+            first_in.set()
+            assert second_in.wait(10)
+        else:
+            second_in.set()
+            assert first_done.wait(10)
+        return x * obj.k
+
+    lz = trace_graph(scale, stateful=[obj])
+
+    def first():
+        lz(torch.ones(1))
+        first_done.set()
+
+    def second():
+        assert first_in.wait(10)
+        lz(torch.ones(2))
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert type(obj) is Scaler
+    first_in.clear()
+    second_in.set()
+    first_done.set()
+    obj.k = 5.0
+    for n in (1, 2):
+        assert torch.equal(lz(torch.ones(n)), torch.full((n,), 5.0))

@@ -386,7 +386,7 @@ class TraceSession:
         if self.stateful_stack is None or isinstance(obj, self._tracked) or type(obj) in (set, frozenset):
             return False
         try:
-            self.stateful_stack.enter_context(recording_class(obj, self, lambda s: _active.get() is s))
+            self.stateful_stack.enter_context(recording_class(obj, self, _active.get))
         except TypeError:           # its class cannot be swapped (slots, builtins ...)
             return False
         self.add_stateful(obj)
@@ -640,7 +640,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         for obj in options.stateful:
             session.add_stateful(obj)
             try:
-                stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))
+                stack.enter_context(recording_class(obj, session, _active.get))
             except TypeError as exc:    # a class, an object with __slots__: its reads would be baked
                 raise NotTraceable(str(exc)) from None
         session.reads.start(fn)
