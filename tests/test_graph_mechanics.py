@@ -256,3 +256,21 @@ def test_overlapping_traces_in_two_threads_put_the_objects_class_back():
     obj.k = 5.0
     for n in (1, 2):
         assert torch.equal(lz(torch.ones(n)), torch.full((n,), 5.0))
+
+
+def test_the_default_device_is_part_of_the_key():
+    # torch.zeros(2) became a CPU constant: after set_default_device("meta") eager makes it on meta
+    def shifted(x):
+        return torch.zeros(2) + x.sum()
+
+    lz = trace_graph(shifted)
+    for _ in range(2):
+        assert lz(torch.ones(2)).device.type == "cpu"
+    torch.set_default_device("meta")
+    try:
+        for _ in range(2):
+            x = torch.ones(2, device="cpu")
+            assert lz(x).device == shifted(x).device == torch.device("meta")
+    finally:
+        torch.set_default_device(None)
+    assert lz(torch.ones(2)).device.type == "cpu"
