@@ -94,7 +94,7 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
     signature = Signature(static_argnums=static[0], static_argnames=static[1],
                           stateful_argnums=stateful[0], stateful_argnames=stateful[1])
     binding = _bind(obj)
-    fn, extra, install, state_objects = binding if binding else (obj, None, None, _bound_state(obj))
+    fn, extra, install, state_objects = binding if binding else (obj, *_bound_state(obj))
     if state_objects:
         options = dataclasses.replace(options, stateful=options.stateful + tuple(state_objects))
     if not callable(fn):
@@ -169,18 +169,19 @@ def eager_graph(fn, args: tuple, kwargs: dict, *, options, signature, name, extr
 
 
 def _bound_state(obj) -> tuple:
-    """A bound method's object or a callable object (for a model, its modules, as trace_graph(model) records them): its
-    attributes are read at every call, so they are recorded like those of `stateful` objects."""
+    """(extra live inputs, install, stateful objects) of a bound method or a callable object: its
+    object's attributes are read at every call, so they are recorded like those of `stateful`
+    objects (a model's modules and parameters as trace_graph(model) records them)."""
     if isinstance(obj, MethodType):
         owner = obj.__self__
     elif inspect.isfunction(getattr(type(obj), "__call__", None)) and not isinstance(obj, (type, LazyGraph, Graph)):
         owner = obj                 # an instance of a class with a Python __call__
     else:
-        return ()
+        return None, None, ()
     if owner is None or isinstance(owner, ModuleType):
-        return ()
+        return None, None, ()
     binding = _bind(owner)
-    return binding[3] if binding else (owner,)
+    return (binding[1], None, binding[3]) if binding else (None, None, (owner,))
 
 
 def _bind(obj: Any):

@@ -301,3 +301,15 @@ def test_a_returned_closure_holds_arrays_not_tracers():
 
     lz = trace_graph(later)
     assert type(lz(np.ones(2))()) is np.ndarray
+
+
+def test_a_models_bound_forward_sees_a_replaced_parameter():
+    model = torch.nn.Linear(2, 2)
+    lz = trace_graph(model.forward)
+    x = torch.rand(2)
+    lz(x)
+    lz(x)
+    model.weight = torch.nn.Parameter(torch.zeros(2, 2))
+    for _ in range(2):
+        x = torch.rand(2)
+        assert torch.equal(lz(x), model(x))
