@@ -313,3 +313,39 @@ def test_a_models_bound_forward_sees_a_replaced_parameter():
     for _ in range(2):
         x = torch.rand(2)
         assert torch.equal(lz(x), model(x))
+
+
+class _Accumulator:
+    def __init__(self, zeros):
+        self.acc = zeros
+
+
+def test_numpy_array_read_from_a_stateful_object_is_traced_through():
+    # the attribute came back as a raw ndarray: `acc += x` then `acc.sum()` ran on it unseen, and
+    # the sum was baked (2.0 at every call) while the in-place write went on
+    np = pytest.importorskip("numpy")
+    mine, theirs = _Accumulator(np.zeros(2)), _Accumulator(np.zeros(2))
+
+    def add(x, state):
+        acc = state.acc
+        acc += x
+        return acc.sum()
+
+    lz = trace_graph(add, arg_stateful_idxs=[[1]])
+    for _ in range(3):
+        assert lz(np.ones(2), mine) == add(np.ones(2), theirs)
+    assert mine.acc.tolist() == theirs.acc.tolist() == [3.0, 3.0]
+
+
+def test_numpy_array_set_on_a_stateful_object_is_an_array_not_a_tracer():
+    np = pytest.importorskip("numpy")
+    state = _Accumulator(None)
+
+    def keep(x):
+        state.acc = x * 2
+        return x + 1
+
+    lz = trace_graph(keep, stateful=[state])
+    for i in range(3):
+        lz(np.full(2, float(i)))
+        assert type(state.acc) is np.ndarray and state.acc.tolist() == [2.0 * i] * 2

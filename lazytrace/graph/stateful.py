@@ -63,8 +63,7 @@ class StatefulProxy(SessionProxy):
     def __setattr__(self, name, value):
         if name.startswith("_self_") or name == "__wrapped__":
             return super().__setattr__(name, value)
-        self._self_session.on_setattr(self.__wrapped__, name, value)
-        setattr(self.__wrapped__, name, value)
+        setattr(self.__wrapped__, name, self._self_session.on_setattr(self.__wrapped__, name, value))
 
 
 #: class swaps are installed and undone one at a time (two threads tracing with one object)
@@ -106,7 +105,7 @@ def _recorder(obj, active):
     def __setattr__(self, name, value):
         session = active()
         if session is not None and session in sessions:
-            session.on_setattr(self, name, value)
+            value = session.on_setattr(self, name, value)
         cls.__setattr__(self, name, value)
 
     try:

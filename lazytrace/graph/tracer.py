@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..backends import CallKind, get_backend
+from ..backends.base import unwrap_tree
 from . import codegen, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads
@@ -272,12 +273,16 @@ class TraceSession:
             self._values[id(obj)] = (obj, value)
 
     # ---- stateful objects --------------------------------------------------------
-    def on_setattr(self, obj, name: str, value) -> None:
-        """Called from user code (interception active): framework calls made here are paused."""
+    def on_setattr(self, obj, name: str, value):
+        """Called from user code (interception active): framework calls made here are paused.
+        Returns what the object is given: `value` without tracers (they are the trace's own)."""
+        real = value if self.backend.tracer_class is None else unwrap_tree(value, self.backend.tracer_class)
         if self.untraceable is not None or name in self.backend.bookkeeping_attributes:
-            return
+            return real
         with self.backend.suspended():
             self._record_setattr(obj, name, value)
+        self._written[(id(obj), name)] = (real, value)
+        return real
 
     def _record_setattr(self, obj, name, value):
         inputs: list[Value] = []
@@ -290,7 +295,6 @@ class TraceSession:
         node = Node(len(self.nodes), Kind.SETATTR, setattr, args, {}, inputs,
                     [self.version(v) for v in inputs])
         self.nodes.append(node)
-        self._written[(id(obj), name)] = value
 
     def _fresh(self, lifted, inputs: list):
         """`lifted` with each cached constant replaced by a copy made at every call, as eager makes
@@ -331,11 +335,11 @@ class TraceSession:
         if self.untraceable is not None or callable(value) and not isinstance(value, self._tracked) \
                 or name in self.backend.bookkeeping_attributes:
             return value
-        if self._written.get((id(obj), name), _NOTHING) is value:
-            return value        # what the graph itself set earlier in this call
+        written = self._written.get((id(obj), name))
+        if written is not None and written[0] is value:
+            return written[1]   # what the graph itself set earlier in this call
         with self.backend.suspended():
-            self._record_getattr(obj, name, value)
-        return value
+            return self._record_getattr(obj, name, value)
 
     def _record_getattr(self, obj, name, value):
         inputs: list[Value] = []
@@ -343,6 +347,8 @@ class TraceSession:
         versions = [self.version(v) for v in inputs]
         if isinstance(value, self._tracked):
             node = Node(len(self.nodes), Kind.GETATTR, getattr, args, {}, inputs, versions)
+            if self.value_of(value) is None and type(value) is not self.backend.tracer_class:
+                value = self.backend.wrap_input(value, self)     # NumPy: its methods are recorded too
             self._register_outputs(node, value, False, False)
             self.nodes.append(node)
         else:
@@ -350,9 +356,10 @@ class TraceSession:
             if expected is _NOTHING:
                 self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object, and "
                           f"lazytrace cannot record what is read from that")
-                return
+                return value
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
                                    expected=expected))
+        return value
 
     def _snapshot(self, obj, record=True):
         """What a guard compares a value read from a stateful object with: literals by value,
