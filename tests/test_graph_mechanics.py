@@ -349,3 +349,17 @@ def test_numpy_array_set_on_a_stateful_object_is_an_array_not_a_tracer():
     for i in range(3):
         lz(np.full(2, float(i)))
         assert type(state.acc) is np.ndarray and state.acc.tolist() == [2.0 * i] * 2
+
+
+def test_jax_array_set_on_a_stateful_object_is_an_array_not_a_tracer():
+    # the first call stored a JaxTracer: the next call raised UnexpectedTracerError
+    jnp = pytest.importorskip("jax.numpy")
+    state = _Accumulator(jnp.zeros(2))
+
+    def add(x):
+        state.acc = state.acc + x
+        return state.acc.sum()
+
+    lz = trace_graph(add, stateful=[state])
+    assert [float(lz(jnp.ones(2))) for _ in range(3)] == [2.0, 4.0, 6.0]
+    assert state.acc.tolist() == [3.0, 3.0] and "Tracer" not in type(state.acc).__name__

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..backends import CallKind, get_backend
-from ..backends.base import unwrap_tree
 from . import codegen, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads
@@ -276,13 +275,24 @@ class TraceSession:
     def on_setattr(self, obj, name: str, value):
         """Called from user code (interception active): framework calls made here are paused.
         Returns what the object is given: `value` without tracers (they are the trace's own)."""
-        real = value if self.backend.tracer_class is None else unwrap_tree(value, self.backend.tracer_class)
+        real = self._real(value)
         if self.untraceable is not None or name in self.backend.bookkeeping_attributes:
             return real
         with self.backend.suspended():
             self._record_setattr(obj, name, value)
         self._written[(id(obj), name)] = (real, value)
         return real
+
+    def _real(self, obj):
+        """`obj` with the trace's tracers replaced by their arrays, through tuples, lists and dicts."""
+        tp = type(obj)
+        if isinstance(obj, self._tracked):
+            return self.backend.unwrap(obj)
+        if tp is tuple or tp is list:
+            return tp([self._real(x) for x in obj])
+        if tp is dict:
+            return {k: self._real(v) for k, v in obj.items()}
+        return obj
 
     def _record_setattr(self, obj, name, value):
         inputs: list[Value] = []
