@@ -321,14 +321,19 @@ class TorchBackend(Backend):
         return None if t.is_inference() else t._version      # inference tensors count nothing
 
     def clone(self, t):
-        """A copy with `t`'s strides (eager's result may be a view of a constant: `c[:, 1:]`), or
-        contiguous where its elements overlap (`expand`)."""
+        """A copy with `t`'s strides: eager's result may be a view of a constant (`c[:, 1:]`), or
+        an `expand`ed one whose elements overlap (kornia's `center.expand(batch, -1)`: writing into
+        it raises in eager, so the copy overlaps the same way, over a copy of the memory it spans)."""
         if t.is_contiguous():
             return t.clone()
         try:
             return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
         except RuntimeError:            # overlapping elements cannot be written
-            return t.clone()
+            if t.requires_grad or t.numel() == 0:
+                return t.clone()
+            span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+            memory = t.as_strided((span,), (1,)).clone()
+            return memory.as_strided(t.shape, t.stride())
 
     def to_numpy(self, t):
         """Views with a lazy conjugate or negation are resolved; bfloat16 becomes ml_dtypes'
