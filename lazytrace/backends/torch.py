@@ -611,7 +611,8 @@ _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_
 
 
 class ModuleLiveInputs:
-    """Parameters and buffers are graph inputs read at every call; train/eval mode is keyed."""
+    """Parameters and buffers are graph inputs read at every call; the submodules and their
+    train/eval mode are keyed."""
 
     def __init__(self, module):
         self.module = module
@@ -622,13 +623,15 @@ class ModuleLiveInputs:
         modules = tuple(module.modules())
         hooks = tuple([tuple(d) for m in modules for d in (m._forward_pre_hooks, m._forward_hooks,
                                                            m._backward_pre_hooks, m._backward_hooks) if d])
-        key = (tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors), hooks)
+        # the submodules themselves (by identity): a graph replays what the ones it saw did, so a
+        # submodule replaced after the trace (`aug._param_generator = ...`) is a new signature
+        key = (modules, tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors), hooks)
         return key, tensors
 
     def describe(self, key) -> dict[str, str]:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
-        training, tensors, _ = key
+        _, training, tensors, _ = key
         names = [n for n, _ in module.named_modules()]
         out = {f"self{'.' if n else ''}{n}.training": repr(t) for n, t in zip(names, training)}
         names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
