@@ -73,8 +73,9 @@ def recording_class(obj, session, is_active):
 
     def __getattribute__(self, name):
         value = cls.__getattribute__(self, name)
-        if not name.startswith("__") and is_active(session) and name in getattr(self, "__dict__", ()):
-            return session.on_getattr(self, name, value)
+        if not name.startswith("__") and is_active(session) and (
+                name in getattr(self, "__dict__", ()) or type(value) is MethodType and value.__self__ is self):
+            return session.on_getattr(self, name, value)   # a method: one set on the object later hides it
         return value
 
     def __setattr__(self, name, value):
