@@ -371,3 +371,18 @@ def test_numpy_table_copied_by_a_torch_function_is_checked_by_contents():
         assert lazy.stats.traces == 3 and lazy.stats.hits == 3
     finally:
         NP_TABLE[:] = 1
+
+
+STEP = 0
+
+
+def test_a_partial_does_not_check_the_callers_own_globals():
+    """The stack walk ends at the trace: the script calling the graph (here this test module's
+    globals, e.g. a loop counter) is not part of the function."""
+    global STEP
+    import functools
+    lazy = lazytrace.trace_graph(functools.partial(torch.mul, other=2.0))
+    x = torch.rand(3)
+    for STEP in range(4):
+        assert torch.equal(lazy(x), x * 2.0)
+    assert lazy.stats.traces == 1 and lazy.stats.hits == 3

@@ -334,14 +334,19 @@ class TorchBackend(Backend):
         return None if t.is_inference() else t._version      # inference tensors count nothing
 
     def clone(self, t):
-        """A copy with `t`'s strides (eager's result may be a view of a constant: `c[:, 1:]`), or
-        contiguous where its elements overlap (`expand`)."""
+        """A copy with `t`'s strides: eager's result may be a view of a constant (`c[:, 1:]`), or
+        an `expand`ed one whose elements overlap (kornia's `center.expand(batch, -1)`: writing into
+        it raises in eager, so the copy overlaps the same way, over a copy of the memory it spans)."""
         if t.is_contiguous():
             return t.clone()
         try:
             return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
         except RuntimeError:            # overlapping elements cannot be written
-            return t.clone()
+            if t.requires_grad or t.numel() == 0:
+                return t.clone()
+            span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+            memory = t.as_strided((span,), (1,)).clone()
+            return memory.as_strided(t.shape, t.stride())
 
     def to_numpy(self, t):
         """Views with a lazy conjugate or negation are resolved; bfloat16 becomes ml_dtypes'
@@ -620,7 +625,8 @@ _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_
 
 
 class ModuleLiveInputs:
-    """Parameters and buffers are graph inputs read at every call; train/eval mode is keyed."""
+    """Parameters and buffers are graph inputs read at every call; the submodules and their
+    train/eval mode are keyed."""
 
     def __init__(self, module):
         self.module = module
@@ -631,13 +637,15 @@ class ModuleLiveInputs:
         modules = tuple(module.modules())
         hooks = tuple([tuple(d) for m in modules for d in (m._forward_pre_hooks, m._forward_hooks,
                                                            m._backward_pre_hooks, m._backward_hooks) if d])
-        key = (tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors), hooks)
+        # the submodules themselves (by identity): a graph replays what the ones it saw did, so a
+        # submodule replaced after the trace (`aug._param_generator = ...`) is a new signature
+        key = (modules, tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors), hooks)
         return key, tensors
 
     def describe(self, key) -> dict[str, str]:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
-        training, tensors, _ = key
+        _, training, tensors, _ = key
         names = [n for n, _ in module.named_modules()]
         out = {f"self{'.' if n else ''}{n}.training": repr(t) for n, t in zip(names, training)}
         names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]

@@ -191,6 +191,7 @@ class PythonReads:
         self._same = same
         self._codes: set = set()
         self._root = None
+        self._stop = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
@@ -206,6 +207,7 @@ class PythonReads:
         bumps before its first framework call is then seen as changed)."""
         fn = getattr(fn, "__func__", fn)
         self._root = getattr(fn, "__code__", None)
+        self._stop = sys._getframe(1)       # the trace's own frame: stack walks end there at the latest
         self._function(fn, depth=0)
         if isinstance(fn, types.FunctionType) and (fn.__defaults__ or fn.__kwdefaults__):
             defaults = read_defaults(fn)
@@ -221,8 +223,8 @@ class PythonReads:
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
         stack down to the traced one (methods and other code the start could not see)."""
-        codes = self._codes
-        while frame is not None:
+        codes, stop = self._codes, self._stop
+        while frame is not None and frame is not stop:     # (the caller's own code is not the function's)
             code = frame.f_code
             if code is self._root:
                 return

@@ -96,10 +96,11 @@ def _recorder(obj, active):
 
     def __getattribute__(self, name):
         value = cls.__getattribute__(self, name)
-        if not name.startswith("__") and name in getattr(self, "__dict__", ()):
+        if not name.startswith("__") and (
+                name in getattr(self, "__dict__", ()) or type(value) is MethodType and value.__self__ is self):
             session = active()
             if session is not None and session in sessions:
-                return session.on_getattr(self, name, value)
+                return session.on_getattr(self, name, value)   # a method: one set on the object later hides it
         return value
 
     def __setattr__(self, name, value):

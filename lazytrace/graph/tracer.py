@@ -17,6 +17,7 @@ import sys
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
+from types import MethodType
 
 from ..backends import CallKind, get_backend
 from . import codegen, passes
@@ -48,6 +49,7 @@ class TraceSession:
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
+        self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
@@ -342,12 +344,18 @@ class TraceSession:
         return _is_literal(lifted, self.backend)
 
     def on_getattr(self, obj, name: str, value):
-        if self.untraceable is not None or callable(value) and not isinstance(value, self._tracked) \
-                or name in self.backend.bookkeeping_attributes:
+        if self.untraceable is not None or name in self.backend.bookkeeping_attributes:
             return value
         written = self._written.get((id(obj), name))
         if written is not None and written[0] is value:
             return written[1]   # what the graph itself set earlier in this call
+        if callable(value) and not isinstance(value, self._tracked):
+            # a function or module held in an attribute (kornia's `Lambda.func`, an augmentation's
+            # `_param_generator`), a method an attribute set later would hide: the graph baked in
+            # what it did, so the same one must be there
+            with self.backend.suspended():
+                self._record_callable(obj, name, value)
+            return value
         with self.backend.suspended():
             return self._record_getattr(obj, name, value)
 
@@ -370,6 +378,16 @@ class TraceSession:
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
                                    expected=expected))
         return value
+
+    def _record_callable(self, obj, name, value):
+        if (id(obj), name) in self._checked_callables:
+            return                  # checked once
+        self._checked_callables.add((id(obj), name))
+        inputs: list[Value] = []
+        args = self._lift((obj, name), inputs)
+        expected = _SameMethod(value) if isinstance(value, MethodType) else _Same(value)
+        self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs,
+                               [self.version(v) for v in inputs], expected=expected))
 
     def _snapshot(self, obj, record=True):
         """What a guard compares a value read from a stateful object with: literals by value,
@@ -562,6 +580,19 @@ class _Same:
 
     def __repr__(self):
         return f"<the same {type(self.obj).__name__}>"
+
+
+class _SameMethod(_Same):
+    """A bound method, made anew at each attribute read: the same function bound to the same object."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return type(other) is MethodType and other.__func__ is self.obj.__func__ \
+            and other.__self__ is self.obj.__self__
+
+    def __ne__(self, other):
+        return not self == other
 
 
 class _SameContents(_Same):
