@@ -4,7 +4,8 @@ arguments are given (eager Graph) or not (LazyGraph)."""
 from __future__ import annotations
 
 import dataclasses
-from types import ModuleType
+import inspect
+from types import MethodType, ModuleType
 from typing import Any
 
 from .backends import available, get_backend
@@ -87,11 +88,13 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
 
 def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs, kwarg_stateful_idxs,
                args, kwargs, max_signatures):
-    signature = Signature(static_argnums=_as_tuple(static_argnums), static_argnames=_as_tuple(static_argnames),
-                          stateful_argnums=_stateful_indices(arg_stateful_idxs),
-                          stateful_argnames=_as_tuple(kwarg_stateful_idxs))
+    static = _by_position_and_name(obj, _as_tuple(static_argnums), _as_tuple(static_argnames), "static_argnums")
+    stateful = _by_position_and_name(obj, _stateful_indices(arg_stateful_idxs), _as_tuple(kwarg_stateful_idxs),
+                                     "arg_stateful_idxs")
+    signature = Signature(static_argnums=static[0], static_argnames=static[1],
+                          stateful_argnums=stateful[0], stateful_argnames=stateful[1])
     binding = _bind(obj)
-    fn, extra, install, state_objects = binding if binding else (obj, None, None, ())
+    fn, extra, install, state_objects = binding if binding else (obj, *_bound_state(obj))
     if state_objects:
         options = dataclasses.replace(options, stateful=options.stateful + tuple(state_objects))
     if not callable(fn):
@@ -109,6 +112,29 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
     if target is not None:
         traced = Converting(traced, signature, target)
     return install(traced) if install else traced
+
+
+def _by_position_and_name(obj, nums: tuple, names: tuple, option: str) -> tuple[tuple, tuple]:
+    """(argnums, argnames) completed from the function's parameters, as jax.jit does: a parameter
+    named in one is also given by the other way of passing it; negative indices count from the end."""
+    try:
+        params = list(inspect.signature(obj).parameters.values())
+    except (TypeError, ValueError):         # a builtin without a signature: as given
+        params = None
+    if any(not isinstance(i, int) or isinstance(i, bool) for i in nums):
+        raise TypeError(f"{option} takes argument indices (int), got {nums!r}")
+    positional = [p.name for p in params or () if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(i < 0 for i in nums):
+        if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):
+            raise ValueError(f"{option}={nums!r}: a negative index needs a function with a fixed number "
+                             f"of positional parameters")
+        if any(i < -len(positional) for i in nums):
+            raise ValueError(f"{option}={nums!r}: the function has {len(positional)} positional parameters")
+        nums = tuple(i % len(positional) if i < 0 else i for i in nums)
+    by_name = {p: i for i, p in enumerate(positional)}
+    nums += tuple(by_name[n] for n in names if n in by_name and by_name[n] not in nums)
+    names += tuple(positional[i] for i in nums if i < len(positional) and positional[i] not in names)
+    return nums, names
 
 
 def trace_library(module: ModuleType, settings: dict, include=None, exclude=None):
@@ -140,6 +166,22 @@ def eager_graph(fn, args: tuple, kwargs: dict, *, options, signature, name, extr
                          f"signatures eagerly.")
     graph.fn                     # an eager graph is generated (and compiled) now
     return graph
+
+
+def _bound_state(obj) -> tuple:
+    """(extra live inputs, install, stateful objects) of a bound method or a callable object: its
+    object's attributes are read at every call, so they are recorded like those of `stateful`
+    objects (a model's modules and parameters as trace_graph(model) records them)."""
+    if isinstance(obj, MethodType):
+        owner = obj.__self__
+    elif inspect.isfunction(getattr(type(obj), "__call__", None)) and not isinstance(obj, (type, LazyGraph, Graph)):
+        owner = obj                 # an instance of a class with a Python __call__
+    else:
+        return None, None, ()
+    if owner is None or isinstance(owner, ModuleType):
+        return None, None, ()
+    binding = _bind(owner)
+    return (binding[1], None, binding[3]) if binding else (None, None, (owner,))
 
 
 def _bind(obj: Any):

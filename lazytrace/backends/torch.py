@@ -78,6 +78,17 @@ def _autocast_state():
     return tuple((d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d))
 
 
+def _function_modes():
+    """The torch function modes active outside any trace: the default device of a
+    `torch.set_default_device` or `with torch.device(...)` (factory calls make arrays there; a
+    graph's constants were made on the trace's device), other modes by type."""
+    if not torch._C._len_torch_function_stack():
+        return ()
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+    return tuple(m.device if isinstance(m, DeviceContext) else type(m) for m in _get_current_function_mode_stack())
+
+
 def _set_autocast(state) -> None:
     """Put autocast in `state` (what `_autocast_state()` returned): the replay of an autocast switch."""
     if _autocast_state() == state:
@@ -181,17 +192,19 @@ class TorchBackend(Backend):
         return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const):
-        grad, (dtype, inference, autocast) = state
+        grad, (dtype, inference, autocast, modes) = state
         conditions = [f"{const(torch.is_grad_enabled)}() is {grad}",
                       f"{const(torch.get_default_dtype)}() is {const(dtype)}",
-                      f"{const(torch.is_inference_mode_enabled)}() is {inference}"]
+                      f"{const(torch.is_inference_mode_enabled)}() is {inference}",
+                      f"{const(_function_modes)}() == {const(modes)}" if modes else
+                      f"{const(torch._C._len_torch_function_stack)}() == 0"]
         if autocast is False:
             return conditions + [f"{const(torch._C._is_any_autocast_enabled)}() is False"]
         return conditions + [f"{const(_autocast_state)}() == {const(autocast)}"]
 
     def global_state(self):
         return torch.is_grad_enabled(), (torch.get_default_dtype(), torch.is_inference_mode_enabled(),
-                                         _autocast_state())
+                                         _autocast_state(), _function_modes())
 
     def unseen_state(self):
         """Default dtype, inference mode, autocast, and the torch.func transform level:
@@ -409,11 +422,12 @@ class TorchBackend(Backend):
         return torch.randint(0, 10, shape, generator=g, dtype=dt)
 
     def describe_global_state(self, state):
-        grad, (dtype, inference, autocast) = state
+        grad, (dtype, inference, autocast, modes) = state
         autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \
             if autocast else "off"
         return {"torch.is_grad_enabled()": repr(grad), "torch.get_default_dtype()": repr(dtype),
-                "torch.is_inference_mode_enabled()": repr(inference), "autocast": autocast}
+                "torch.is_inference_mode_enabled()": repr(inference), "autocast": autocast} | \
+            ({"torch function modes": ", ".join(map(str, modes))} if modes else {})
 
     # ---- persistent cache ----------------------------------------------------------
     distribution = "torch"

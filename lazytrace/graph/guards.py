@@ -17,7 +17,7 @@ import enum
 import itertools
 import math
 
-from .signature import _VALUE_TYPES, _signed_parts, alias_pattern
+from .signature import _VALUE_TYPES, _signed_parts, _static_value, alias_pattern
 
 MISS = object()
 _counter = itertools.count()
@@ -43,7 +43,10 @@ class _Builder:
 
     def top(self, where, expr, obj, static, stateful):
         if where in static:
-            self.conditions.append(f"type({expr}) is {self.const(type(obj))} and {expr} == {self.const(obj)}")
+            if isinstance(obj, (float, complex, tuple, frozenset)):   # equality ignores signs, 1 vs True
+                self.conditions.append(f"{self.const(_static_value)}({expr}) == {self.const(_static_value(obj))}")
+            else:
+                self.conditions.append(f"type({expr}) is {self.const(type(obj))} and {expr} == {self.const(obj)}")
         elif where in stateful:
             self.conditions.append(f"type({expr}) is {self.const(type(obj))}")
             self.leaves.append(expr)

@@ -97,6 +97,9 @@ class LazyGraph:
 
     def __init__(self, fn, *, options: TraceOptions | None = None, signature: Signature | None = None,
                  name: str | None = None, max_signatures: int = 64, extra=None):
+        if type(max_signatures) is not int or max_signatures < 1:
+            raise ValueError(f"max_signatures must be a positive int (signatures kept in the cache), "
+                             f"got {max_signatures!r}")
         self._fn = fn
         self._options = options or TraceOptions()
         self._signature = signature or Signature()
@@ -119,8 +122,14 @@ class LazyGraph:
 
     # ---- the call path ---------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if self._disabled or _active.get() is not None:
-            return self._fn(*args, **kwargs)     # disabled, or inlined into an outer trace
+        if self._disabled:
+            return self._fn(*args, **kwargs)
+        session = _active.get()
+        if session is not None:                  # inlined into an outer trace
+            if session.include_generators and not self._options.include_generators:
+                session.fail(f"calls {self._name}, traced with include_generators=False: its random draws "
+                             f"are frozen in its own graphs, an outer graph would draw anew")
+            return self._fn(*args, **kwargs)
         stats = self.stats
         fast = self._fast
         if fast is not None:

@@ -103,7 +103,7 @@ class Signature:
             except TypeError:
                 raise TypeError(f"static argument {where!r} must be hashable, got "
                                 f"{type(obj).__name__}: it is part of the cache key by value") from None
-            return (_STATIC, type(obj), obj)
+            return (_STATIC, _static_value(obj))
         if where in stateful:
             leaves.append(obj)
             return (_STATEFUL, type(obj))
@@ -159,6 +159,18 @@ class Signature:
         raise Unkeyable(f"argument of type {tp.__module__}.{tp.__qualname__} cannot be part of "
                         f"a cache key (pass it in static_argnums/static_argnames if it is "
                         f"hashable and immutable)")
+
+
+def _static_value(obj):
+    """A static argument keyed by value with the types and signs equality ignores inside it:
+    (1,) == (True,) and 0.0 == -0.0, yet a function may tell them apart."""
+    tp = type(obj)
+    if tp is tuple or tp is frozenset or isinstance(obj, tuple) and hasattr(tp, "_fields"):
+        items = [_static_value(x) for x in obj]
+        return (tp, frozenset(items) if tp is frozenset else tuple(items))
+    if tp is float or tp is complex:
+        return _value_key(obj)
+    return (tp, obj)
 
 
 _ALIASED = "the same object passed as several arguments"

@@ -4,12 +4,13 @@ An object passed as an argument (arg_stateful_idxs / kwarg_stateful_idxs) is
 handed to the function inside a wrapt proxy. An object the function reaches
 by itself (stateful=[...]) cannot be swapped for a proxy, so for the length of
 the trace its class is replaced by a recording subclass, restored afterwards;
-the subclass records only for the session that installed it, so other threads
+the subclass records only for the sessions recording the object (traces overlapping in several threads share one swap), so other threads
 see plain attribute access.
 """
 from __future__ import annotations
 
 import functools
+import threading
 from contextlib import contextmanager
 from types import MethodType
 
@@ -62,36 +63,59 @@ class StatefulProxy(SessionProxy):
     def __setattr__(self, name, value):
         if name.startswith("_self_") or name == "__wrapped__":
             return super().__setattr__(name, value)
-        self._self_session.on_setattr(self.__wrapped__, name, value)
-        setattr(self.__wrapped__, name, value)
+        setattr(self.__wrapped__, name, self._self_session.on_setattr(self.__wrapped__, name, value))
+
+
+#: class swaps are installed and undone one at a time (two threads tracing with one object)
+_swap_lock = threading.Lock()
 
 
 @contextmanager
-def recording_class(obj, session, is_active):
-    """Temporarily give `obj` a subclass of its class that reports attribute use."""
+def recording_class(obj, session, active):
+    """Temporarily give `obj` a subclass of its class that reports attribute use to the active
+    session (`active()`) while it is one of the sessions recording `obj`. Traces overlapping in
+    several threads share one swap; the last to finish puts the class back."""
+    with _swap_lock:
+        recorder = type(obj)
+        if "_lazytrace_sessions" not in vars(recorder):
+            recorder = _recorder(obj, active)
+        sessions = recorder._lazytrace_sessions
+        sessions.append(session)
+    try:
+        yield
+    finally:
+        with _swap_lock:
+            sessions.remove(session)
+            if not sessions:
+                object.__setattr__(obj, "__class__", recorder.__base__)  # bypasses the recorder's __setattr__
+
+
+def _recorder(obj, active):
     cls = type(obj)
+    sessions: list = []
 
     def __getattribute__(self, name):
         value = cls.__getattribute__(self, name)
-        if not name.startswith("__") and is_active(session) and (
+        if not name.startswith("__") and (
                 name in getattr(self, "__dict__", ()) or type(value) is MethodType and value.__self__ is self):
-            return session.on_getattr(self, name, value)   # a method: one set on the object later hides it
+            session = active()
+            if session is not None and session in sessions:
+                return session.on_getattr(self, name, value)   # a method: one set on the object later hides it
         return value
 
     def __setattr__(self, name, value):
-        if is_active(session):
-            session.on_setattr(self, name, value)
+        session = active()
+        if session is not None and session in sessions:
+            value = session.on_setattr(self, name, value)
         cls.__setattr__(self, name, value)
 
-    recorder = type(cls.__name__, (cls,), {"__getattribute__": __getattribute__, "__setattr__": __setattr__,
-                                           "__module__": cls.__module__, "__qualname__": cls.__qualname__})
     try:
+        recorder = type(cls.__name__, (cls,), {"__getattribute__": __getattribute__, "__setattr__": __setattr__,
+                                               "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                                               "_lazytrace_sessions": sessions})
         obj.__class__ = recorder
     except TypeError as exc:
         raise TypeError(f"stateful object of type {cls.__qualname__} cannot be traced: its class cannot be "
                         f"swapped for a recording subclass ({exc}); pass it as an argument with "
                         f"arg_stateful_idxs instead") from None
-    try:
-        yield
-    finally:
-        object.__setattr__(obj, "__class__", cls)   # bypasses the recorder's __setattr__
+    return recorder

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import dataclasses
+import inspect
 import enum
 import sys
 from contextlib import ExitStack, contextmanager
@@ -65,6 +66,11 @@ class TraceSession:
             value = Value(Source.INPUT, meta=self.backend.brief(obj), storage=self.backend.storage_key(obj))
             self._input_writes.append((obj, value, self.backend.write_count(obj)))
         else:
+            if kind == "stateful" and isinstance(obj, (list, tuple, dict, set, frozenset)):
+                # iterating the proxy hands out the items themselves: their attributes would be baked
+                raise NotTraceable(f"a stateful argument ({path}) is a {type(obj).__name__}: only the "
+                                   f"attributes of the object passed itself are recorded; pass each "
+                                   f"object as its own stateful argument")
             handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
             token = self.backend.rng_token(obj) if kind == "live" else None
             if token is not None:
@@ -268,12 +274,27 @@ class TraceSession:
             self._values[id(obj)] = (obj, value)
 
     # ---- stateful objects --------------------------------------------------------
-    def on_setattr(self, obj, name: str, value) -> None:
-        """Called from user code (interception active): framework calls made here are paused."""
+    def on_setattr(self, obj, name: str, value):
+        """Called from user code (interception active): framework calls made here are paused.
+        Returns what the object is given: `value` without tracers (they are the trace's own)."""
+        real = self._real(value)
         if self.untraceable is not None or name in self.backend.bookkeeping_attributes:
-            return
+            return real
         with self.backend.suspended():
             self._record_setattr(obj, name, value)
+        self._written[(id(obj), name)] = (real, value)
+        return real
+
+    def _real(self, obj):
+        """`obj` with the trace's tracers replaced by their arrays, through tuples, lists and dicts."""
+        tp = type(obj)
+        if isinstance(obj, self._tracked):
+            return self.backend.unwrap(obj)
+        if tp is tuple or tp is list:
+            return tp([self._real(x) for x in obj])
+        if tp is dict:
+            return {k: self._real(v) for k, v in obj.items()}
+        return obj
 
     def _record_setattr(self, obj, name, value):
         inputs: list[Value] = []
@@ -286,7 +307,6 @@ class TraceSession:
         node = Node(len(self.nodes), Kind.SETATTR, setattr, args, {}, inputs,
                     [self.version(v) for v in inputs])
         self.nodes.append(node)
-        self._written[(id(obj), name)] = value
 
     def _fresh(self, lifted, inputs: list):
         """`lifted` with each cached constant replaced by a copy made at every call, as eager makes
@@ -326,8 +346,9 @@ class TraceSession:
     def on_getattr(self, obj, name: str, value):
         if self.untraceable is not None or name in self.backend.bookkeeping_attributes:
             return value
-        if self._written.get((id(obj), name), _NOTHING) is value:
-            return value        # what the graph itself set earlier in this call
+        written = self._written.get((id(obj), name))
+        if written is not None and written[0] is value:
+            return written[1]   # what the graph itself set earlier in this call
         if callable(value) and not isinstance(value, self._tracked):
             # a function or module held in an attribute (kornia's `Lambda.func`, an augmentation's
             # `_param_generator`), a method an attribute set later would hide: the graph baked in
@@ -336,8 +357,7 @@ class TraceSession:
                 self._record_callable(obj, name, value)
             return value
         with self.backend.suspended():
-            self._record_getattr(obj, name, value)
-        return value
+            return self._record_getattr(obj, name, value)
 
     def _record_getattr(self, obj, name, value):
         inputs: list[Value] = []
@@ -345,6 +365,8 @@ class TraceSession:
         versions = [self.version(v) for v in inputs]
         if isinstance(value, self._tracked):
             node = Node(len(self.nodes), Kind.GETATTR, getattr, args, {}, inputs, versions)
+            if self.value_of(value) is None and type(value) is not self.backend.tracer_class:
+                value = self.backend.wrap_input(value, self)     # NumPy: its methods are recorded too
             self._register_outputs(node, value, False, False)
             self.nodes.append(node)
         else:
@@ -352,9 +374,10 @@ class TraceSession:
             if expected is _NOTHING:
                 self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object, and "
                           f"lazytrace cannot record what is read from that")
-                return
+                return value
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
                                    expected=expected))
+        return value
 
     def _record_callable(self, obj, name, value):
         if (id(obj), name) in self._checked_callables:
@@ -398,7 +421,7 @@ class TraceSession:
         if self.stateful_stack is None or isinstance(obj, self._tracked) or type(obj) in (set, frozenset):
             return False
         try:
-            self.stateful_stack.enter_context(recording_class(obj, self, lambda s: _active.get() is s))
+            self.stateful_stack.enter_context(recording_class(obj, self, _active.get))
         except TypeError:           # its class cannot be swapped (slots, builtins ...)
             return False
         self.add_stateful(obj)
@@ -647,6 +670,9 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     Returns (graph or NotTraceable, result): the result is what `fn` returned.
     Exceptions raised by `fn` propagate unchanged.
     """
+    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        # its body runs after the call returns, outside the trace: it would keep the trace's arrays
+        raise NotTraceable("a generator or async function: its body runs after the call returns")
     backend = choose_backend(backends, options.to)
     session = TraceSession(backend, include_generators=options.include_generators,
                            array_caching=options.array_caching)
@@ -661,7 +687,10 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         session.stateful_stack = stack
         for obj in options.stateful:
             session.add_stateful(obj)
-            stack.enter_context(recording_class(obj, session, lambda s: _active.get() is s))
+            try:
+                stack.enter_context(recording_class(obj, session, _active.get))
+            except TypeError as exc:    # a class, an object with __slots__: its reads would be baked
+                raise NotTraceable(str(exc)) from None
         session.reads.start(fn)
         stack.enter_context(session.activate())
         try:
