@@ -480,6 +480,41 @@ def test_graphs_that_cannot_be_data_are_not_stored(lib, tmp_path):
     assert stored_files(cache) == []
 
 
+ENV_LIBRARY = """
+import os
+from os import environ, getenv
+
+def by_module(x):
+    return x * 3.0 if os.environ.get("LT_PROBE_FLAG") else x
+
+def by_name(x):
+    return x * 3.0 if environ.get("LT_PROBE_FLAG") else x
+
+def by_getenv(x):
+    return x * 3.0 if getenv("LT_PROBE_FLAG") else x
+"""
+
+
+@pytest.mark.parametrize("fn", ["by_module", "by_name", "by_getenv"])
+def test_a_function_reading_the_environment_is_not_stored(temp_library, tmp_path, monkeypatch, fn):
+    # another process (another shell) has other variables: a stored branch would be replayed there
+    name, _ = temp_library(ENV_LIBRARY)
+    lib = __import__(name)
+    monkeypatch.delenv("LT_PROBE_FLAG", raising=False)
+    cache = tmp_path / "cache"
+    g = lazytrace.trace_graph(getattr(lib, fn), cache=cache)
+    x = torch.rand(3)
+    assert torch.equal(g(x), x)
+    assert g.stats.stored == 0 and any("environment" in r for r in g.stats.not_stored)
+    monkeypatch.setenv("LT_PROBE_FLAG", "1")
+    result = run_fresh(lib, cache, f"""
+        g = lazytrace.trace_graph(lib.{fn}, cache=cache)
+        x = torch.rand(3)
+        print(json.dumps({{"same": torch.equal(g(x), x * 3.0), **g.stats.as_dict()}}))
+    """)
+    assert result["same"] and result["loaded"] == 0
+
+
 def test_environment_variable_opts_in(lib, tmp_path, monkeypatch):
     cache = tmp_path / "from-env"
     monkeypatch.setenv("LAZYTRACE_CACHE", "1")

@@ -237,6 +237,9 @@ def _hashable(key):
 def encode(backend, plan: Plan) -> tuple[dict, dict]:
     """(JSON-able description, {name: array}) of a plan; NotStorable if it holds anything but
     framework calls, literals and arrays computed from no input."""
+    if plan.reads_environment:
+        raise NotStorable("the function reads the process environment (os.environ, os.getenv): another "
+                          "process may see other values")
     inputs, output_structure = plan.inputs, plan.output_structure
     refs: dict[int, list] = {id(v): ["i", i] for i, v in enumerate(inputs)}
     enc = _Encoder(backend, refs)
