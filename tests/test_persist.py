@@ -515,6 +515,49 @@ def test_a_function_reading_the_environment_is_not_stored(temp_library, tmp_path
     assert result["same"] and result["loaded"] == 0
 
 
+IMPORT_TIME_LIBRARY = """
+import os
+SCALE = float(os.environ.get("LT_PROBE_SCALE", "2"))
+
+class Ops:
+    @staticmethod
+    def scale():
+        return SCALE
+
+def l1(): return l2()
+def l2(): return l3()
+def l3(): return l4()
+def l4(): return SCALE
+
+def by_method(x):
+    return x * Ops.scale()
+
+def deep(x):
+    return x * l1()
+"""
+
+
+@pytest.mark.parametrize("fn", ["by_method", "deep"])
+def test_a_global_computed_at_import_read_by_unseen_code_misses_in_another_process(
+        temp_library, tmp_path, monkeypatch, fn):
+    # the guards do not see SCALE (a method, a helper deeper than they follow); the module's
+    # data globals are part of what a stored graph checks at load
+    name, _ = temp_library(IMPORT_TIME_LIBRARY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(getattr(lib, fn), cache=cache)(torch.rand(3))
+    assert len(stored_files(cache)) == 1
+    code = f"""
+        g = lazytrace.trace_graph(lib.{fn}, cache=cache)
+        x = torch.rand(3)
+        print(json.dumps({{"same": torch.equal(g(x), x * lib.SCALE), **g.stats.as_dict()}}))
+    """
+    assert run_fresh(lib, cache, code)["loaded"] == 1          # same environment: replayed
+    monkeypatch.setenv("LT_PROBE_SCALE", "5")
+    result = run_fresh(lib, cache, code)
+    assert result["same"] and result["loaded"] == 0 and result["traces"] == 1
+
+
 def test_environment_variable_opts_in(lib, tmp_path, monkeypatch):
     cache = tmp_path / "from-env"
     monkeypatch.setenv("LAZYTRACE_CACHE", "1")

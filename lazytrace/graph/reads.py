@@ -200,6 +200,7 @@ class PythonReads:
         self._stop = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
+        self.modules: set = set()   # names of the modules of that code
         self.environment = False    # its code reads the process environment (not stored on disk)
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
@@ -261,6 +262,8 @@ class PythonReads:
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
         self.packages.add(package)
+        if type(namespace.get("__name__")) is str:
+            self.modules.add(namespace["__name__"])
         for name, *attributes in global_reads(code):
             value = namespace.get(name)
             if any(value is e for e in _ENVIRONMENT) or (value is os and attributes[:1] and
