@@ -480,6 +480,84 @@ def test_graphs_that_cannot_be_data_are_not_stored(lib, tmp_path):
     assert stored_files(cache) == []
 
 
+ENV_LIBRARY = """
+import os
+from os import environ, getenv
+
+def by_module(x):
+    return x * 3.0 if os.environ.get("LT_PROBE_FLAG") else x
+
+def by_name(x):
+    return x * 3.0 if environ.get("LT_PROBE_FLAG") else x
+
+def by_getenv(x):
+    return x * 3.0 if getenv("LT_PROBE_FLAG") else x
+"""
+
+
+@pytest.mark.parametrize("fn", ["by_module", "by_name", "by_getenv"])
+def test_a_function_reading_the_environment_is_not_stored(temp_library, tmp_path, monkeypatch, fn):
+    # another process (another shell) has other variables: a stored branch would be replayed there
+    name, _ = temp_library(ENV_LIBRARY)
+    lib = __import__(name)
+    monkeypatch.delenv("LT_PROBE_FLAG", raising=False)
+    cache = tmp_path / "cache"
+    g = lazytrace.trace_graph(getattr(lib, fn), cache=cache)
+    x = torch.rand(3)
+    assert torch.equal(g(x), x)
+    assert g.stats.stored == 0 and any("environment" in r for r in g.stats.not_stored)
+    monkeypatch.setenv("LT_PROBE_FLAG", "1")
+    result = run_fresh(lib, cache, f"""
+        g = lazytrace.trace_graph(lib.{fn}, cache=cache)
+        x = torch.rand(3)
+        print(json.dumps({{"same": torch.equal(g(x), x * 3.0), **g.stats.as_dict()}}))
+    """)
+    assert result["same"] and result["loaded"] == 0
+
+
+IMPORT_TIME_LIBRARY = """
+import os
+SCALE = float(os.environ.get("LT_PROBE_SCALE", "2"))
+
+class Ops:
+    @staticmethod
+    def scale():
+        return SCALE
+
+def l1(): return l2()
+def l2(): return l3()
+def l3(): return l4()
+def l4(): return SCALE
+
+def by_method(x):
+    return x * Ops.scale()
+
+def deep(x):
+    return x * l1()
+"""
+
+
+@pytest.mark.parametrize("fn", ["by_method", "deep"])
+def test_a_global_computed_at_import_read_by_unseen_code_misses_in_another_process(
+        temp_library, tmp_path, monkeypatch, fn):
+    # the guards do not see SCALE (a method, a helper deeper than they follow); the module's
+    # data globals are part of what a stored graph checks at load
+    name, _ = temp_library(IMPORT_TIME_LIBRARY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(getattr(lib, fn), cache=cache)(torch.rand(3))
+    assert len(stored_files(cache)) == 1
+    code = f"""
+        g = lazytrace.trace_graph(lib.{fn}, cache=cache)
+        x = torch.rand(3)
+        print(json.dumps({{"same": torch.equal(g(x), x * lib.SCALE), **g.stats.as_dict()}}))
+    """
+    assert run_fresh(lib, cache, code)["loaded"] == 1          # same environment: replayed
+    monkeypatch.setenv("LT_PROBE_SCALE", "5")
+    result = run_fresh(lib, cache, code)
+    assert result["same"] and result["loaded"] == 0 and result["traces"] == 1
+
+
 def test_environment_variable_opts_in(lib, tmp_path, monkeypatch):
     cache = tmp_path / "from-env"
     monkeypatch.setenv("LAZYTRACE_CACHE", "1")

@@ -29,7 +29,9 @@ a function after the trace is not seen; stored graphs name them, persist/identit
 frameworks and the tools listed in UNWATCHED, closure cells of functions seen only on the stack,
 and Python code that makes no framework call and is reached only through attributes (a method
 computing a number from a global); a value such code changes before the first framework call
-below it is seen at its new value.
+below it is seen at its new value. A read of the process environment (`os.environ`,
+`os.getenv`) in the traced code is not guarded either, but noted: such graphs are not stored on
+disk (another process has other variables).
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ import dis
 import enum
 import functools
 import math
+import os
 import sys
 import types
 
@@ -50,6 +53,9 @@ _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunction
                types.ClassMethodDescriptorType, types.GetSetDescriptorType, functools.partial,
                staticmethod, classmethod, property, type(functools.lru_cache(None)(len)))
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
+#: what reads the process environment (`os.environ[...]`, `os.getenv(...)`, `from os import environ`)
+_ENVIRONMENT_NAMES = ("environ", "environb", "getenv", "getenvb")
+_ENVIRONMENT = tuple(getattr(os, name) for name in _ENVIRONMENT_NAMES if hasattr(os, name))
 _DEPTH = 3        # how many calls deep `start` follows functions held by globals
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
     dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
@@ -194,6 +200,8 @@ class PythonReads:
         self._stop = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
+        self.modules: set = set()   # names of the modules of that code
+        self.environment = False    # its code reads the process environment (not stored on disk)
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
@@ -254,7 +262,13 @@ class PythonReads:
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
         self.packages.add(package)
+        if type(namespace.get("__name__")) is str:
+            self.modules.add(namespace["__name__"])
         for name, *attributes in global_reads(code):
+            value = namespace.get(name)
+            if any(value is e for e in _ENVIRONMENT) or (value is os and attributes[:1] and
+                                                        attributes[0] in _ENVIRONMENT_NAMES):
+                self.environment = True
             space = namespace
             while attributes and isinstance(space.get(name), types.ModuleType):    # config.SCALE
                 module = space[name]

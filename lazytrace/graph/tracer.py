@@ -709,6 +709,8 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     plan = passes.plan(record, session._versions)
     plan.packages = tuple(sorted(session.reads.packages))
     plan.code_globals = tuple(sorted(session.reads.code_globals, key=str))
+    plan.reads_environment = session.reads.environment
+    plan.modules = tuple(sorted(session.reads.modules))
     if plan.untraceable:
         return NotTraceable(plan.untraceable), real
     if session.changed_reads:

@@ -116,7 +116,7 @@ def _encode(backend, plan) -> tuple[dict, dict]:
     of another package than the function's: an edit there must miss too) and what the globals
     holding code it read name (`ACT = torch.tanh if ... else torch.relu`, chosen at import)."""
     doc, arrays = codec.encode(backend, plan)
-    doc["code"] = identity.code_state(plan.packages, plan.code_globals)
+    doc["code"] = identity.code_state(plan.packages, plan.code_globals, plan.modules)
     return doc, arrays
 
 
@@ -148,7 +148,7 @@ def read_file(backend, data: bytes, ident: dict | None) -> list:
         if type(doc) is not dict:
             raise CorruptEntry("malformed graph description")
         plan = codec.decode(backend, doc, named)
-        if ident is None or identity.code_state(plan.packages, plan.code_globals, strict=False) == doc.get("code"):
+        if ident is None or identity.code_state(plan.packages, plan.code_globals, plan.modules, strict=False) == doc.get("code"):
             plans.append(plan)          # else code it ran has changed since: a miss
     return plans
 

@@ -237,6 +237,9 @@ def _hashable(key):
 def encode(backend, plan: Plan) -> tuple[dict, dict]:
     """(JSON-able description, {name: array}) of a plan; NotStorable if it holds anything but
     framework calls, literals and arrays computed from no input."""
+    if plan.reads_environment:
+        raise NotStorable("the function reads the process environment (os.environ, os.getenv): another "
+                          "process may see other values")
     inputs, output_structure = plan.inputs, plan.output_structure
     refs: dict[int, list] = {id(v): ["i", i] for i, v in enumerate(inputs)}
     enc = _Encoder(backend, refs)
@@ -270,7 +273,7 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
            "cloned": [enc.value(v) for v in plan.cloned_outputs],
            "folded": plan.folded, "pruned": [_name(n.target) for n in plan.pruned],
            "visible_effects": plan.visible_effects, "packages": list(plan.packages),
-           "code_globals": [list(pair) for pair in plan.code_globals]}
+           "code_globals": [list(pair) for pair in plan.code_globals], "modules": list(plan.modules)}
     return doc, enc.arrays
 
 
@@ -334,10 +337,13 @@ def _decode(backend, doc, arrays):
     code_globals = tuple(tuple(_list(pair, 2)) for pair in _list(doc["code_globals"]))
     if not all(type(m) is str and type(n) is str for m, n in code_globals):
         raise CorruptEntry("malformed global names")
+    modules = tuple(_list(doc["modules"]))
+    if not all(type(m) is str and all(part.isidentifier() for part in m.split(".")) for m in modules):
+        raise CorruptEntry("malformed module names")
     plan = Plan(nodes, constants, {dec.value(r) for r in _list(doc["cloned"])},
                 folded=int(doc["folded"]),
                 pruned=[SimpleNamespace(target=SimpleNamespace(__qualname__=str(name)))
                         for name in _list(doc["pruned"])],
                 visible_effects=bool(doc["visible_effects"]), inputs=inputs, output_structure=dec(doc["outputs"]),
-                packages=packages, code_globals=code_globals)
+                packages=packages, code_globals=code_globals, modules=modules)
     return plan

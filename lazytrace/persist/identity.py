@@ -3,7 +3,8 @@
 The function (module, qualified name, hash of its compiled code and defaults), the files of its
 package and of lazytrace (sizes and modification times: an edit anywhere in the
 library or in lazytrace misses), and, stored with each graph and checked at load, the files of
-every other package whose Python code the trace ran (graph/reads.py notes them), the versions of the library's distribution and
+every other package whose Python code the trace ran (graph/reads.py notes them) and the
+data globals (numbers, strings, containers of them) of the modules of that code, the versions of the library's distribution and
 of the framework (importlib-metadata), the format version, the Python version,
 the trace options and the call's signature key written as stable text. Any
 difference gives another digest: a miss, never a wrong graph.
@@ -23,7 +24,7 @@ import importlib_metadata
 from .codec import NotStorable
 
 #: bumped whenever the stored description of a graph changes meaning
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 def function_identity(fn) -> dict:
@@ -114,7 +115,7 @@ def _last_line(code) -> int:
     return max([last, *nested])
 
 
-def code_state(packages, code_globals, strict=True) -> dict:
+def code_state(packages, code_globals, modules=(), strict=True) -> dict:
     """What a graph's trace depended on besides its key: {package: package_fingerprint} of the
     packages whose code it ran, and what each module global holding code that it read names
     now (the same file can pick another function at import, from the environment). With
@@ -127,7 +128,28 @@ def code_state(packages, code_globals, strict=True) -> dict:
                 raise
             return None
     return {"packages": {p: described(package_fingerprint, p) for p in packages},
+            "data": {m: module_data(m) for m in modules},
             "globals": [[m, n, described(_global_code_text, m, n)] for m, n in code_globals]}
+
+
+def module_data(module_name: str) -> str | None:
+    """A hash of a module's data globals (numbers, strings, containers of them): code of it the
+    trace ran without being seen (a method, a helper deeper than the guards follow) may have
+    read one, and a value computed at import (from the environment, a file, the machine) can
+    differ in another process with the same files. None: the module is not imported."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        return None
+    digest = hashlib.sha256()
+    for key, value in sorted(vars(module).copy().items()):
+        if key.startswith("__"):
+            continue
+        try:
+            text = _literal_text(value)
+        except (NotStorable, RecursionError):
+            continue
+        digest.update(f"{key}\0{text}\n".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
 
 
 def _global_code_text(module_name, name) -> str:
