@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -23,7 +24,7 @@ class Browser:
 
     def __init__(self, executable: str, width=1200, height=800):
         import websocket
-        self._profile = tempfile.TemporaryDirectory()
+        self._profile = tempfile.TemporaryDirectory(ignore_cleanup_errors=True)
         self._proc = subprocess.Popen(
             [executable, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-dev-shm-usage", f"--window-size={width},{height}", "--remote-debugging-port=0",
@@ -97,4 +98,11 @@ class Browser:
             self._proc.wait(10)
         except subprocess.TimeoutExpired:
             self._proc.kill()
+        # Chromium's helper processes can still write into the profile for a moment after the
+        # browser process exits (a CI teardown once failed with "Directory not empty"): retry
+        for _ in range(20):
+            shutil.rmtree(self._profile.name, ignore_errors=True)
+            if not os.path.exists(self._profile.name):
+                break
+            time.sleep(0.1)
         self._profile.cleanup()
