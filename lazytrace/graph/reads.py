@@ -51,7 +51,7 @@ MISSING = object()      # what a guard reads for a global that no longer exists
 _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
                types.ClassMethodDescriptorType, types.GetSetDescriptorType, functools.partial,
-               staticmethod, classmethod, property, type(functools.lru_cache(None)(len)))
+               staticmethod, classmethod, property)
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 #: what reads the process environment (`os.environ[...]`, `os.getenv(...)`, `from os import environ`)
 _ENVIRONMENT_NAMES = ("environ", "environb", "getenv", "getenvb")
@@ -171,7 +171,13 @@ def global_reads(code) -> tuple[tuple[str, ...], ...]:
 
 
 def _is_code(value) -> bool:
+    """Functions, classes, modules and decorated callables (lru_cache wrappers, LazyGraphs)."""
     return isinstance(value, _CODE_TYPES) or callable(value) and hasattr(value, "__wrapped__")
+
+
+def _followable(value) -> bool:
+    """Code whose own reads the static walk follows: a Python function, or a decorated one."""
+    return isinstance(value, types.FunctionType) or callable(value) and hasattr(value, "__wrapped__")
 
 
 def _attributes(obj):
@@ -252,7 +258,7 @@ class PythonReads:
             expected = self._expect(value)
             if expected is not self._nothing:
                 self.cells.append((cell, name, value, expected))
-            elif depth < _DEPTH and isinstance(value, types.FunctionType):
+            elif depth < _DEPTH and _followable(value):
                 self._function(value, depth + 1)
         self._code(code, fn.__globals__, depth)
 
@@ -297,7 +303,7 @@ class PythonReads:
             return
         if type(namespace.get("__name__")) is str:     # a module's global (not a class attribute)
             self.code_globals.add((namespace["__name__"], name))
-        if depth < _DEPTH and (isinstance(value, types.FunctionType) or hasattr(value, "__wrapped__")):
+        if depth < _DEPTH and _followable(value):
             self._function(value, depth + 1)
 
     def _class_attribute(self, cls, name, depth):
@@ -311,7 +317,7 @@ class PythonReads:
             if namespace is None:       # vars() makes a new (live) mappingproxy each time: one per class
                 namespace = self._class_namespaces[klass] = vars(klass)
             if name in namespace:
-                if not isinstance(namespace[name], _CODE_TYPES):    # methods, nested classes: not checked
+                if not _is_code(namespace[name]):    # methods, nested classes: not checked
                     self._global(namespace, name, depth)
                 return
             key = (id(namespace), name)
