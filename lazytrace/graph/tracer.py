@@ -20,7 +20,7 @@ from typing import Any, Callable
 from types import MethodType
 
 from ..backends import CallKind, get_backend
-from . import codegen, passes
+from . import codegen, escapes, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads
 from .signature import Signature, container_snapshot, containers_changed, walk
@@ -429,6 +429,7 @@ class TraceSession:
 
     def add_reads(self, reads: PythonReads):
         """Guards on the globals and closure variables the function read by itself (graph.reads)."""
+        reads.settle()
         changed = reads.changed()
         if changed is not None:
             self.changed_reads = (f"changes the {changed} while it runs: a graph could not replay that "
@@ -533,6 +534,8 @@ class TraceSession:
                 return tp((k, p[0]) for k, p in pairs.items()), tp((k, p[1]) for k, p in pairs.items())
             if not _is_literal(obj, backend):
                 self.fail(f"returns a {tp.__name__}, which a graph cannot rebuild")
+                if backend.tracer_class is not None:    # arrays in it, as eager gives them
+                    obj = escapes.release(obj, backend.tracer_class)
             return obj, obj
 
         structure, real = out(result)
@@ -699,6 +702,8 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             if not backend.caused_by_tracing(exc):
                 raise
             raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
+    if backend.tracer_class is not None:    # a global the function filled holds arrays, not tracers
+        escapes.release_held(session.reads.holders(), backend.tracer_class)
     if containers_changed(handed):
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
