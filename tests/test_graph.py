@@ -121,6 +121,28 @@ def test_numpy_global_rng_is_refused_unless_baking_is_asked_for():
     assert baked.stats.hits == 1
 
 
+def test_draws_from_generators_no_trace_records_run_eagerly(fw):
+    """Python's `random`, or NumPy's global generator in a torch/JAX/TF function: a graph would
+    repeat the traced draw at every call; the signature runs eagerly unless baking is asked for."""
+    import random
+
+    def py_random(x):
+        return x * random.uniform(0.5, 1.5)
+
+    def np_random(x):
+        return x * float(np.random.uniform(0.5, 1.5))
+
+    fns = [py_random] + ([np_random] if fw.name != "numpy" else [])     # NumPy's own: the test above
+    for fn in fns:
+        lazy = lazytrace.trace_graph(fn)
+        x = fw.rand(3)
+        outs = [fw.numpy(lazy(x)) for _ in range(3)]
+        assert not np.array_equal(outs[1], outs[2]), fn.__name__
+        assert lazy.stats.hits == 0 and "does not record" in next(iter(lazy.stats.reasons))
+        baked = lazytrace.trace_graph(fn, include_generators=False)
+        assert np.array_equal(fw.numpy(baked(x)), fw.numpy(baked(x))) and baked.stats.hits == 1
+
+
 def test_stateful_argument_attribute_writes_are_replayed(fw):
     class Container:
         pass

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
 
-from ..backends import CallKind, get_backend
+from ..backends import CallKind, foreign_rng_tokens, get_backend
 from . import codegen, escapes, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads
@@ -488,6 +488,7 @@ class TraceSession:
     def activate(self):
         for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
             self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
+        foreign = foreign_rng_tokens(self.backend) if self.include_generators else None
         token = _active.set(self)       # reset below whatever happens: a session left active would
         try:                            # make every later LazyGraph call of this thread run eagerly
             with self.backend.intercept(self):
@@ -499,6 +500,10 @@ class TraceSession:
         if self.include_generators and any(self.backend.rng_token(rng) != before
                                            for rng, before in self._rng.values()):
             self.fail(_UNSEEN_RNG)
+        if foreign is not None and foreign_rng_tokens(self.backend) != foreign:
+            self.fail("draws random numbers from a generator lazytrace does not record (Python's "
+                      "`random`, or another framework's global one such as np.random in a torch "
+                      "function): a graph would repeat the values of its trace")
 
     def finish(self, result) -> tuple[TraceResult, Any]:
         """Map the function's result to Values; return the trace and the result
