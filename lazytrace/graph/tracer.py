@@ -707,7 +707,9 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             if not backend.caused_by_tracing(exc):
                 raise
             raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
-    if backend.tracer_class is not None:    # a global the function filled holds arrays, not tracers
+    session.reads.settle()
+    if backend.tracer_class is not None and session.reads.changed() is not None:
+        # a global or an object the function filled holds arrays, not tracers
         escapes.release_held(session.reads.holders(), backend.tracer_class)
     if containers_changed(handed):
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
