@@ -143,6 +143,34 @@ def test_draws_from_generators_no_trace_records_run_eagerly(fw):
         assert np.array_equal(fw.numpy(baked(x)), fw.numpy(baked(x))) and baked.stats.hits == 1
 
 
+def test_printing_an_array_shows_what_eager_shows_and_the_graph_drops_it(fw, capsys):
+    def shown(x):
+        y = x * 2
+        print(y, repr(y), f"{y}")
+        return y + 1
+
+    x = fw.rand(3)
+    shown(x)
+    eager_text = capsys.readouterr().out
+    lazy = lazytrace.trace_graph(shown)
+    assert fw.equal(lazy(x), x * 2 + 1)
+    assert capsys.readouterr().out == eager_text       # the trace ran the function: same text
+    assert fw.equal(lazy(x), x * 2 + 1) and lazy.stats.hits == 1
+    assert capsys.readouterr().out == ""                # print is not a framework call: gone
+
+
+def test_text_made_from_array_values_is_not_returned_stale(fw):
+    def described(x):
+        return x * 2, f"values {x}"
+
+    lazy = lazytrace.trace_graph(described)
+    for seed in range(3):
+        x = fw.rand(3, seed=seed)
+        out, text = lazy(x)
+        assert fw.equal(out, x * 2) and text == described(x)[1]
+    assert lazy.stats.hits == 0 and "returns text made from an array's values" in next(iter(lazy.stats.reasons))
+
+
 def test_stateful_argument_attribute_writes_are_replayed(fw):
     class Container:
         pass

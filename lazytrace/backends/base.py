@@ -359,6 +359,17 @@ class ReadbackMixin:
     def __index__(self):
         return self._lt_call(operator.index, (self,))
 
+    # shown as eager code shows the array (`print(x)`, a log line); the text is noted by the
+    # session, which refuses a result that returns it
+    def __repr__(self):
+        return self._lt_session.on_display(repr(self._lt_array))
+
+    def __str__(self):
+        return self._lt_session.on_display(str(self._lt_array))
+
+    def __format__(self, spec):
+        return self._lt_session.on_display(format(self._lt_array, spec))
+
 
 class ArrayTracer(ReadbackMixin):
     """Base of tracer objects that hold a real array (`_lt_array`) and report each operation on

@@ -130,11 +130,6 @@ class JaxTracer(ReadbackMixin, core.Tracer):
     def sharding(self):
         return self._lt_array.sharding
 
-    def __repr__(self):
-        return f"JaxTracer({self._lt_array!r})"
-
-    __str__ = __repr__
-
 
 class LazyTrace(core.Trace):
     """Reports each primitive to the session; evaluates it under the trace current before."""

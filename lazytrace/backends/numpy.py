@@ -93,9 +93,6 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
     def __iter__(self):
         return (self[i] for i in range(len(self._lt_array)))
 
-    def __repr__(self):
-        return f"NumpyTracer({self._lt_array!r})"
-
     def __getattr__(self, name):
         if name.startswith("__"):          # protocol probes (__array_struct__ ...): not offered
             raise AttributeError(name)

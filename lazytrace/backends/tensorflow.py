@@ -113,9 +113,6 @@ class TfTracer(ArrayTracer):
     def numpy(self):
         return self._lt_call(np.asarray, (self,))
 
-    def __repr__(self):
-        return f"TfTracer({self._lt_array!r})"
-
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)

@@ -47,6 +47,7 @@ class TraceSession:
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
+        self._displays: list = []               # text made from arrays (on_display)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
@@ -166,7 +167,8 @@ class TraceSession:
         if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
             if kind is CallKind.ESCAPE:
                 self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
-            return backend.run(func, args, kwargs)[0]
+            result = backend.run(func, args, kwargs)[0]
+            return self.on_display(result) if kind is CallKind.DISPLAY else result
         inputs: list[Value] = []
         largs = self._lift(args, inputs)
         lkwargs = self._lift(kwargs, inputs) if kwargs else {}
@@ -195,6 +197,13 @@ class TraceSession:
             return result
         self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args)
         return result
+
+    def on_display(self, text):
+        """`str(x)`, `repr(x)`, `f"{x}"` of an array: for printing and logging, which a graph
+        drops; a result that returns the text is refused (see finish)."""
+        if isinstance(text, str) and text:
+            self._displays.append(text)
+        return text
 
     def _guard(self, func, args, kwargs, inputs, versions, result):
         if inputs and all(v.foldable and v.storage not in self._tainted for v in inputs):
@@ -537,7 +546,10 @@ class TraceSession:
             if isinstance(obj, dict):
                 pairs = {k: out(v) for k, v in obj.items()}
                 return tp((k, p[0]) for k, p in pairs.items()), tp((k, p[1]) for k, p in pairs.items())
-            if not _is_literal(obj, backend):
+            if tp is str and any(text in obj for text in self._displays):
+                self.fail("returns text made from an array's values (str, repr, format): a graph would "
+                          "return the text of its trace")
+            elif not _is_literal(obj, backend):
                 self.fail(f"returns a {tp.__name__}, which a graph cannot rebuild")
                 if backend.tracer_class is not None:    # arrays in it, as eager gives them
                     obj = escapes.release(obj, backend.tracer_class)
