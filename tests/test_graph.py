@@ -171,6 +171,21 @@ def test_text_made_from_array_values_is_not_returned_stale(fw):
     assert lazy.stats.hits == 0 and "returns text made from an array's values" in next(iter(lazy.stats.reasons))
 
 
+def test_code_branching_on_isinstance_of_the_array_type_takes_eagers_branch(fw):
+    array_type = type(fw.rand(1))
+
+    def branchy(x):
+        if isinstance(x, array_type):       # np.ndarray, EagerTensor, torch.Tensor, jax ArrayImpl
+            return x * 2
+        return x * 3                        # a list, a scalar ...
+
+    lazy = lazytrace.trace_graph(branchy)
+    for seed in range(3):
+        x = fw.rand(3, seed=seed)
+        assert fw.equal(lazy(x), x * 2)
+    assert lazy.stats.hits == 2
+
+
 def test_stateful_argument_attribute_writes_are_replayed(fw):
     class Container:
         pass
