@@ -6,6 +6,7 @@ this class.
 """
 from __future__ import annotations
 
+import copy
 import enum
 import operator
 import sys
@@ -396,6 +397,12 @@ class ArrayTracer(ReadbackMixin):
     def __init__(self, array, session):
         self._lt_array = array
         self._lt_session = session
+
+    def __copy__(self):         # copy.copy(x): a call like any other (not a copy of the tracer)
+        return self._lt_call(copy.copy, (self,))
+
+    def __deepcopy__(self, memo):
+        return self._lt_call(copy.deepcopy, (self,))
 
     def _lt_call(self, func, args, kwargs=None):
         return self._lt_session.on_call(func, args, kwargs or {})
