@@ -404,6 +404,10 @@ class ArrayTracer(ReadbackMixin):
     def __deepcopy__(self, memo):
         return self._lt_call(copy.deepcopy, (self,))
 
+    def __reduce_ex__(self, protocol):      # pickled as the array: data lazytrace cannot follow
+        self._lt_session.fail("pickles an array: its data goes where lazytrace cannot follow")
+        return self._lt_array.__reduce_ex__(protocol)
+
     def _lt_call(self, func, args, kwargs=None):
         return self._lt_session.on_call(func, args, kwargs or {})
 

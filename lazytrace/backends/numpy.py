@@ -35,7 +35,10 @@ def asarray(array):
 
 _READBACK = {float, int, bool, complex, operator.index, operator.truth, operator.contains,
              np.ndarray.item, np.ndarray.tolist, np.ndarray.tobytes}
-_ESCAPE = {asarray}
+#: the array's memory handed to code lazytrace cannot see (np.save into a buffer the function
+#: reads back: a graph would write into the traced buffer and replay what it read then)
+_ESCAPE = {asarray, np.save, np.savez, np.savez_compressed, np.savetxt, np.ndarray.tofile, np.ndarray.dump,
+           np.ndarray.dumps}
 _METADATA = {np.shape, np.ndim, np.size, len}  # plus the attrgetters of _METADATA_ATTRIBUTES
 _DISPLAY = {np.array_repr, np.array_str, np.array2string, repr, str, format}
 _DYNAMIC = {np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.compress,
@@ -75,8 +78,8 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
         return np          # the array API standard's way to find a namespace: calls come back here
 
     def __array__(self, dtype=None, copy=None):
-        array = _unwrap(self._lt_call(asarray, (self,)))
-        return array if dtype is None else array.astype(dtype, copy=False)
+        array = np.asarray(_unwrap(self._lt_call(asarray, (self,))), dtype=dtype)    # a NumPy scalar too
+        return array.copy() if copy else array
 
     def __getitem__(self, index):
         return self._lt_call(operator.getitem, (self, index))
