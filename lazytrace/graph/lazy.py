@@ -298,17 +298,20 @@ class LazyGraph:
             for graph in graphs:
                 graph.fn            # source generated and compiled now, not at the first call
                 self._store(key, None, graph)
-                if warm:
-                    reason = prewarm.run(graph, leaves)
-                    if reason is None:
-                        self.stats.prewarmed += 1
-                    else:
-                        self.stats.not_prewarmed[reason] += 1
             entry = self._cache[key]
+            entry.described = explain.describe_call(found.args, found.kwargs, self._signature, backends, None, None)
             if len(graphs) == 1:
                 entry.dispatch = compile_dispatch(graphs[0], found.args, found.kwargs, self._signature,
                                                   backends) or False
                 fast = fast or (entry.dispatch and (entry.dispatch, graphs[0]))
+            for graph in graphs if warm else ():
+                call = functools.partial(entry.dispatch, found.args, found.kwargs) if entry.dispatch else \
+                    functools.partial(graph.fn, *leaves)         # the checks of a call too, when compiled
+                reason = prewarm.run(graph, call, MISS)
+                if reason is None:
+                    self.stats.prewarmed += 1
+                else:
+                    self.stats.not_prewarmed[reason] += 1
             loaded += len(graphs)
         self.stats.loaded += loaded
         self._fast = fast or None      # the most recently used signature takes the fast path at once
