@@ -52,7 +52,7 @@ def _max_bytes_from_env() -> int:
 class StoredFile:
     path: Path
     module: str        # top-level module of the function
-    function: str      # module and qualified name (as in the file name)
+    function: str      # submodule and qualified name (as in the file name), e.g. color.gray.rgb_to_grayscale
     size: int
     last_used: float   # modification time: updated by each read
 
@@ -160,7 +160,8 @@ class GraphStore:
                     stat = path.stat()
                 except FileNotFoundError:
                     continue
-                out.append(StoredFile(path, folder.name, path.name.rsplit("-", 1)[0], stat.st_size,
+                stem = path.name.rsplit("-", 1)[0]
+                out.append(StoredFile(path, folder.name, stem.removeprefix(folder.name + "."), stat.st_size,
                                       stat.st_mtime))
         return sorted(out, key=lambda f: f.last_used)
 
