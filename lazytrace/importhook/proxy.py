@@ -65,15 +65,16 @@ class TracedLibrary:
             if self._preloaded:
                 return 0
             self._preloaded = True
-            from ..persist import store_for
+            from ..persist import identity, store_for
             store = store_for(self.settings.get("cache"))
             if store is None or lazy_disabled():
                 return 0
             made = 0
-            for stem in store.listing(self.package):
-                fn = _stored_function(stem, self.package)
-                if fn is not None and isinstance(self.wrap(fn, stem), LazyGraph):
-                    made += 1
+            with identity.hashed_once():
+                for stem in store.listing(self.package):
+                    fn = _stored_function(stem, self.package)
+                    if fn is not None and isinstance(self.wrap(fn, stem), LazyGraph):
+                        made += 1
             return made
 
     # ---- wrapping ------------------------------------------------------------------

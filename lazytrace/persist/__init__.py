@@ -99,18 +99,19 @@ class PersistentCache:
             return []
         module, _, function = self._function["function"].partition(":")
         out = []
-        for path in self.store.listing(module).get(file_stem(module, function), ()):
-            if len(out) >= limit:
-                break
-            try:
-                found = self._preload_file(path)
-            except Unavailable as exc:
-                log.info("lazytrace: %s not preloaded: %s", path, exc)
-            except (CorruptEntry, OSError) as exc:
-                self._refused(path, exc)
-            else:
-                if found is not None:
-                    out.append(found)
+        with identity.hashed_once():
+            for path in self.store.listing(module).get(file_stem(module, function), ()):
+                if len(out) >= limit:
+                    break
+                try:
+                    found = self._preload_file(path)
+                except Unavailable as exc:
+                    log.info("lazytrace: %s not preloaded: %s", path, exc)
+                except (CorruptEntry, OSError) as exc:
+                    self._refused(path, exc)
+                else:
+                    if found is not None:
+                        out.append(found)
         return out
 
     def _preload_file(self, path: Path) -> Preload | None:
