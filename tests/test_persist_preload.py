@@ -288,3 +288,35 @@ def test_prewarm_setting_follows_the_environment_and_rejects_bad_values(monkeypa
     assert prewarm.wanted(None) is True and prewarm.wanted(False) is False
     with pytest.raises(TypeError, match="prewarm"):
         lazytrace.trace_graph(lambda x: x, prewarm="yes")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_signatures_are_preloaded_only_where_prewarm_may_start_the_device(lib, tmp_path):
+    cache = tmp_path / "cache"
+    code = """
+        import json, sys, torch, lazytrace
+        sys.path.insert(0, {folder!r})
+        import {name} as lib
+        f = lazytrace.trace_graph(lib.shifted, cache={cache!r}, prewarm={prewarm})
+        at_creation = {{"loaded": f.stats.loaded, "prewarmed": f.stats.prewarmed,
+                        "started": torch.cuda.is_initialized()}}
+        x, y = torch.rand(3, 4, device="cuda"), torch.rand(3, 4, device="cuda")
+        ok = torch.equal(f(x, y), lib.shifted(x, y))
+        print(json.dumps({{"at_creation": at_creation, "ok": ok, **f.stats.as_dict()}}))
+    """
+
+    def run(prewarm_on):
+        source = code.format(folder=os.path.dirname(lib.__file__), name=lib.__name__, cache=str(cache),
+                             prewarm=prewarm_on)
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run(False)
+    assert first["ok"] and first["stored"] == 1 and first["traces"] == 1
+    plain, warmed = run(False), run(True)
+    assert plain["at_creation"] == {"loaded": 0, "prewarmed": 0, "started": False}     # left to the call
+    assert plain["ok"] and plain["loaded"] == 1 and plain["traces"] == 0
+    assert warmed["at_creation"] == {"loaded": 1, "prewarmed": 1, "started": True}
+    assert warmed["ok"] and warmed["hits"] == 1 and warmed["traces"] == 0

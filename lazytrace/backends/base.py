@@ -275,9 +275,11 @@ class Backend:
         process can rebuild a call of its signature (preload, prewarm). None: not rebuildable."""
         return None
 
-    def synthetic_array(self, spec):
+    def synthetic_array(self, spec, start_devices: bool = False):
         """An array of `spec` (from array_spec) filled with a constant (0.5, or 1 for integers,
-        True for bool); ValueError for a spec it did not write."""
+        True for bool); ValueError for a spec it did not write. On an accelerator whose runtime
+        this process has not started, RuntimeError unless `start_devices` (starting one at import
+        would surprise: a fork after it cannot use the device)."""
         raise ValueError(f"the {self.name} backend makes no synthetic arrays")
 
     def save_arrays(self, arrays: dict, metadata: dict) -> bytes:

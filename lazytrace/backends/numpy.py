@@ -335,7 +335,7 @@ class NumpyBackend(Backend):
         encoded = self.encode_static(a.dtype)
         return None if type(a) is not np.ndarray or encoded is None else [list(a.shape), encoded]
 
-    def synthetic_array(self, spec):
+    def synthetic_array(self, spec, start_devices=False):
         shape, dtype = spec
         if not all(type(d) is int and d >= 0 for d in shape):
             raise ValueError(f"malformed array description {spec!r:.80}")

@@ -285,7 +285,7 @@ class LazyGraph:
         persist = self._persistent()
         warm = prewarm.wanted(self._options.prewarm)
         loaded, fast = 0, None
-        for found in persist.preload(self.max_signatures - len(self._cache)):
+        for found in persist.preload(self.max_signatures - len(self._cache), start_devices=warm):
             try:
                 key, leaves, backends = self._key(found.args, found.kwargs)
             except Unkeyable:

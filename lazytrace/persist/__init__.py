@@ -90,11 +90,13 @@ class PersistentCache:
         except NotStorable:
             return None
 
-    def preload(self, limit: int) -> list[Preload]:
+    def preload(self, limit: int, start_devices=False) -> list[Preload]:
         """The signatures stored for this function, most recently used first (at most `limit`),
         each with its plans and a rebuilt call of it (arrays of the stored description, filled
         with a constant). Files of other keys (an older version of the function or library) are
-        passed over; damaged ones are skipped with a CacheWarning and deleted, as at a call."""
+        passed over; damaged ones are skipped with a CacheWarning and deleted, as at a call.
+        Signatures on an accelerator this process has not started are left to their first call
+        unless `start_devices` (prewarm)."""
         if self.reason is not None or limit <= 0:
             return []
         module, _, function = self._function["function"].partition(":")
@@ -104,7 +106,7 @@ class PersistentCache:
                 if len(out) >= limit:
                     break
                 try:
-                    found = self._preload_file(path)
+                    found = self._preload_file(path, start_devices)
                 except Unavailable as exc:
                     log.info("lazytrace: %s not preloaded: %s", path, exc)
                 except (CorruptEntry, OSError) as exc:
@@ -114,7 +116,7 @@ class PersistentCache:
                         out.append(found)
         return out
 
-    def _preload_file(self, path: Path) -> Preload | None:
+    def _preload_file(self, path: Path, start_devices: bool) -> Preload | None:
         data = self.store.read(path)
         if data is None:
             return None
@@ -130,18 +132,16 @@ class PersistentCache:
         ident, own_path = self._ident(backend, signature)
         if own_path != path:
             return None             # stored under another key: an older version, another process's
-        plans = _plans(backend, data, content, metadata, ident)
-        if not plans:
-            return None
         if call is None:
             raise Unavailable("stored without a description of its call (an older lazytrace)")
-        try:
-            args, kwargs = codec.decode_call(backend, call)
+        try:        # first: its arrays would be moved to the device too
+            args, kwargs = codec.decode_call(backend, call, start_devices)
         except CorruptEntry:
             raise
         except Exception as exc:    # noqa: BLE001 - e.g. a device this process does not have
             raise Unavailable(f"its call cannot be rebuilt here: {type(exc).__name__}: {exc}") from None
-        return Preload(backend, signature, args, kwargs, plans)
+        plans = _plans(backend, data, content, metadata, ident)
+        return Preload(backend, signature, args, kwargs, plans) if plans else None
 
     def _refused(self, path: Path, exc: Exception) -> None:
         warnings.warn(f"lazytrace: skipped the cache file {path}: {exc}; the function is traced again",

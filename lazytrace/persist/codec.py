@@ -164,11 +164,12 @@ class _Encoder:
 
 
 class _Decoder:
-    def __init__(self, backend, values: dict, arrays: dict, synthetic: bool = False):
+    def __init__(self, backend, values: dict, arrays: dict, synthetic: bool = False, start_devices=False):
         self.backend = backend
         self.values = values          # reference -> Value
         self.arrays = arrays
         self.synthetic = synthetic    # {"A": spec} makes an array of that description
+        self.start_devices = start_devices
         self.elements = 0             # elements of the arrays made so far
 
     def value(self, ref) -> Value:
@@ -214,7 +215,7 @@ class _Decoder:
                 self.elements += math.prod(_list(body[0]))
                 if self.elements > MAX_SYNTHETIC_ELEMENTS:
                     raise CorruptEntry(f"a rebuilt call of more than {MAX_SYNTHETIC_ELEMENTS} elements")
-                return self.backend.synthetic_array(body)
+                return self.backend.synthetic_array(body, self.start_devices)
         except CorruptEntry:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -258,10 +259,11 @@ def encode_call(backend, args: tuple, kwargs: dict):
     return {"args": [enc(a) for a in args], "kwargs": [[k, enc(v)] for k, v in kwargs.items()]}
 
 
-def decode_call(backend, doc) -> tuple[tuple, dict]:
+def decode_call(backend, doc, start_devices=False) -> tuple[tuple, dict]:
     """(args, kwargs) of the description encode_call made, its arrays new ones of the described
-    shape, dtype, device... filled with a constant; CorruptEntry for anything else."""
-    dec = _Decoder(backend, {}, {}, synthetic=True)
+    shape, dtype, device... filled with a constant; CorruptEntry for anything else. RuntimeError
+    if that would start an accelerator's runtime and `start_devices` is false."""
+    dec = _Decoder(backend, {}, {}, synthetic=True, start_devices=start_devices)
     try:
         args = tuple(dec(a) for a in _list(doc["args"]))
         kwargs = {}
