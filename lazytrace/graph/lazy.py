@@ -5,7 +5,9 @@ The call path: first the compiled check of the most recently used graph
 otherwise the general path builds the signature key (signature.py), looks it
 up in an LRU dict and calls the graph. A miss traces under a per-key claim so
 concurrent first calls trace once. A signature that cannot be traced, or whose
-guards keep failing, is remembered as eager with the reason.
+guards keep failing, is remembered as eager with the reason. With the persistent
+cache on, graphs stored by earlier processes are loaded when the LazyGraph is made
+(`preload`), else at the first call of their signature (`_load`).
 """
 from __future__ import annotations
 
