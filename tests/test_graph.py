@@ -121,6 +121,85 @@ def test_numpy_global_rng_is_refused_unless_baking_is_asked_for():
     assert baked.stats.hits == 1
 
 
+def test_draws_from_generators_no_trace_records_run_eagerly(fw):
+    """Python's `random`, or NumPy's global generator in a torch/JAX/TF function: a graph would
+    repeat the traced draw at every call; the signature runs eagerly unless baking is asked for."""
+    import random
+
+    def py_random(x):
+        return x * random.uniform(0.5, 1.5)
+
+    def np_random(x):
+        return x * float(np.random.uniform(0.5, 1.5))
+
+    fns = [py_random] + ([np_random] if fw.name != "numpy" else [])     # NumPy's own: the test above
+    for fn in fns:
+        lazy = lazytrace.trace_graph(fn)
+        x = fw.rand(3)
+        outs = [fw.numpy(lazy(x)) for _ in range(3)]
+        assert not np.array_equal(outs[1], outs[2]), fn.__name__
+        assert lazy.stats.hits == 0 and "does not record" in next(iter(lazy.stats.reasons))
+        baked = lazytrace.trace_graph(fn, include_generators=False)
+        assert np.array_equal(fw.numpy(baked(x)), fw.numpy(baked(x))) and baked.stats.hits == 1
+
+
+def test_printing_an_array_shows_what_eager_shows_and_the_graph_drops_it(fw, capsys):
+    def shown(x):
+        y = x * 2
+        print(y, repr(y), f"{y}")
+        return y + 1
+
+    x = fw.rand(3)
+    shown(x)
+    eager_text = capsys.readouterr().out
+    lazy = lazytrace.trace_graph(shown)
+    assert fw.equal(lazy(x), x * 2 + 1)
+    assert capsys.readouterr().out == eager_text       # the trace ran the function: same text
+    assert fw.equal(lazy(x), x * 2 + 1) and lazy.stats.hits == 1
+    assert capsys.readouterr().out == ""                # print is not a framework call: gone
+
+
+def test_text_made_from_array_values_is_not_returned_stale(fw):
+    def described(x):
+        return x * 2, f"values {x}"
+
+    lazy = lazytrace.trace_graph(described)
+    for seed in range(3):
+        x = fw.rand(3, seed=seed)
+        out, text = lazy(x)
+        assert fw.equal(out, x * 2) and text == described(x)[1]
+    assert lazy.stats.hits == 0 and "returns text made from an array's values" in next(iter(lazy.stats.reasons))
+
+
+def test_code_branching_on_isinstance_of_the_array_type_takes_eagers_branch(fw):
+    array_type = type(fw.rand(1))
+
+    def branchy(x):
+        if isinstance(x, array_type):       # np.ndarray, EagerTensor, torch.Tensor, jax ArrayImpl
+            return x * 2
+        return x * 3                        # a list, a scalar ...
+
+    lazy = lazytrace.trace_graph(branchy)
+    for seed in range(3):
+        x = fw.rand(3, seed=seed)
+        assert fw.equal(lazy(x), x * 2)
+    assert lazy.stats.hits == 2
+
+
+def test_copies_of_arrays_inside_a_function_are_traced(fw):
+    import copy
+
+    def copies(x):
+        return copy.copy(x) * 2 + copy.deepcopy(x)
+
+    lazy = lazytrace.trace_graph(copies)
+    for seed in range(3):
+        x = fw.rand(3, seed=seed)
+        assert fw.equal(lazy(x), x * 3)
+    # torch's Tensor.__deepcopy__ copies the storage itself: that signature runs eagerly
+    assert lazy.stats.hits == (0 if fw.name == "torch" else 2)
+
+
 def test_stateful_argument_attribute_writes_are_replayed(fw):
     class Container:
         pass

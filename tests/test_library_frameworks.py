@@ -48,12 +48,11 @@ def test_pymap3d_through_enable():
 def test_einops_with_arrays_of_all_four_frameworks(fw):
     einops = pytest.importorskip("einops")
     traced = lazytrace.trace_graph(einops)
+    einops.rearrange(fw.rand(1), "a -> a")     # einops fills its backend cache on first use (a retrace)
     for seed in range(3):
         x = fw.rand(2, 3, 4, seed=seed)
         assert fw.equal(traced.rearrange(x, "b c h -> b (h c)"), einops.rearrange(x, "b c h -> b (h c)"))
         assert fw.equal(traced.reduce(x, "b c h -> b c", "max"), einops.reduce(x, "b c h -> b c", "max"))
-    stats = traced.rearrange.stats
-    if fw.name in ("torch", "jax"):
-        assert stats.hits == 2
-    else:       # einops looks up its backend by the array's exact type: tracer objects are refused
-        assert stats.eager == 3 and "einops" in next(iter(stats.reasons))
+    # NumPy and TF included: einops picks a backend by isinstance, which their tracers answer as
+    # their arrays do
+    assert traced.rearrange.stats.hits == 2 and traced.reduce.stats.hits == 2

@@ -1,6 +1,7 @@
 """Python values a function reaches by itself (module globals, closure variables, config objects)
 are checked at every call (graph/reads.py): a change traces again, never a stale result."""
 import dataclasses
+import sys
 import types
 
 import numpy as np
@@ -320,6 +321,53 @@ def configured(x):
     assert lazy.stats.traces == 3 and lazy.stats.hits == 2
 
 
+def test_modules_a_function_imports_itself_are_checked(temp_library):
+    """`import config` / `from config import SCALE` / `from . import config` inside the function
+    body: the module is a local variable, not a global; what the function reads from it is
+    checked like `config.SCALE` read through a global (it was baked)."""
+    config_name, folder = temp_library("SCALE = 2.0\n")
+    package = f"{config_name}_pkg"
+    (folder / package).mkdir()
+    (folder / package / "settings.py").write_text("GAIN = 1.0\n")
+    (folder / package / "__init__.py").write_text(f"""
+def imported(x):
+    import {config_name}
+    return x * {config_name}.SCALE
+
+def imported_as(x):
+    import {config_name} as config
+    return x * config.SCALE
+
+def imported_from(x):
+    from {config_name} import SCALE
+    return x * SCALE
+
+def relative(x):
+    from . import settings
+    from .settings import GAIN
+    return x * settings.GAIN + GAIN
+""")
+    try:
+        lib = __import__(package)
+        config, settings = __import__(config_name), None     # settings: imported by the first call
+        lazies = {name: lazytrace.trace_graph(getattr(lib, name))
+                  for name in ("imported", "imported_as", "imported_from", "relative")}
+        for step, value in enumerate([2.0, 2.0, 3.0, 3.0, 5.0]):
+            config.SCALE = value
+            if settings is not None:
+                settings.GAIN = value
+            x = torch.rand(3) + step
+            for name, lazy in lazies.items():
+                assert torch.equal(lazy(x), getattr(lib, name)(x)), (name, value)
+            settings = sys.modules[f"{package}.settings"]
+        # `relative` saw GAIN = 1.0 (as imported) at its first call, then 2.0: one trace more
+        assert {name: (lazy.stats.traces, lazy.stats.hits) for name, lazy in lazies.items()} == {
+            "imported": (3, 2), "imported_as": (3, 2), "imported_from": (3, 2), "relative": (4, 1)}
+    finally:
+        for name in (package, f"{package}.settings"):
+            sys.modules.pop(name, None)
+
+
 class Tuning:
     GAIN = 2.0
 
@@ -386,3 +434,61 @@ def test_a_partial_does_not_check_the_callers_own_globals():
     for STEP in range(4):
         assert torch.equal(lazy(x), x * 2.0)
     assert lazy.stats.traces == 1 and lazy.stats.hits == 3
+
+
+def _same_type_as(fw, obj, like) -> bool:
+    return type(obj) is type(like) and fw.equal(obj, like)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frozen:
+    y: object
+
+
+def test_results_the_graph_cannot_rebuild_hold_arrays_not_tracers(fw):
+    """A NumPy, JAX or TensorFlow trace hands the function wrapper objects: a returned closure,
+    namespace or frozen dataclass must hold what eager code gives, the arrays."""
+    x = fw.rand(3)
+    eager_y = x * 2
+
+    def closure(x):
+        return lambda: x * 2
+
+    def namespace(x):
+        return types.SimpleNamespace(y=x * 2, items=[x * 2], pair=(x * 2, 1))
+
+    def frozen(x):
+        return _Frozen(y={"k": x * 2})
+
+    for _ in range(2):          # the first call traces, the second runs eagerly (nothing to replay)
+        assert _same_type_as(fw, lazytrace.trace_graph(closure)(x)(), eager_y)
+        out = lazytrace.trace_graph(namespace)(x)
+        assert all(_same_type_as(fw, y, eager_y) for y in (out.y, out.items[0], out.pair[0]))
+        assert _same_type_as(fw, lazytrace.trace_graph(frozen)(x).y["k"], eager_y)
+
+
+LOG: list = []
+
+
+def logging_results(x):
+    LOG.append(x * 2)
+    return x + 1
+
+
+def setting_a_new_global(x):
+    global LAST_RESULT
+    LAST_RESULT = x * 3
+    return x + 1
+
+
+def test_arrays_a_function_leaves_in_globals_are_arrays_and_each_call_leaves_its_own(fw):
+    LOG.clear()
+    globals().pop("LAST_RESULT", None)
+    logged, setting = lazytrace.trace_graph(logging_results), lazytrace.trace_graph(setting_a_new_global)
+    for i in range(4):
+        x = fw.rand(3, seed=i)
+        assert fw.equal(logged(x), x + 1) and fw.equal(setting(x), x + 1)
+        assert _same_type_as(fw, LOG[-1], x * 2) and len(LOG) == i + 1
+        assert _same_type_as(fw, LAST_RESULT, x * 3)     # not left at the first call's value
+    assert logged.stats.hits == 0 and setting.stats.hits == 0
+    assert any("'LAST_RESULT'" in r for r in setting.stats.reasons)

@@ -4,6 +4,7 @@ that framework's arrays is first seen (or it is named with `to=`), so
 from __future__ import annotations
 
 import importlib
+import random
 import sys
 from functools import lru_cache
 
@@ -18,7 +19,10 @@ _FRAMEWORKS = {
 }
 _ALIASES = {"np": "numpy", "pytorch": "torch", "tf": "tensorflow", "jnp": "jax"}
 
-__all__ = ["Backend", "CallKind", "get_backend", "backend_for_type", "available"]
+#: frameworks with a global random generator that code can draw from without passing arrays
+_GLOBAL_RNGS = ("torch", "numpy")
+
+__all__ = ["Backend", "CallKind", "get_backend", "backend_for_type", "available", "foreign_rng_tokens"]
 
 
 @lru_cache(maxsize=None)
@@ -44,3 +48,14 @@ def backend_for_type(tp: type) -> Backend | None:
         if issubclass(tp, backend.array_types):
             return backend
     return None
+
+
+def foreign_rng_tokens(backend: Backend) -> tuple:
+    """Fingerprints of the global random generators a trace of `backend` does not record: Python's
+    `random` module, and those of the other frameworks in use (np.random.rand() in a torch
+    function). A draw from one of them would be baked into a graph as one value."""
+    tokens = [random.getstate()]
+    for name in _GLOBAL_RNGS:
+        if name != backend.name and name in available():
+            tokens.append(get_backend(name).rng_token(None))
+    return tuple(tokens)

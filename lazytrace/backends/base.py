@@ -6,6 +6,7 @@ this class.
 """
 from __future__ import annotations
 
+import copy
 import enum
 import operator
 import sys
@@ -39,6 +40,7 @@ class Backend:
     live_types: tuple = ()
     #: the class of the objects handed to the traced function in place of arrays, if any
     tracer_class: type | None = None
+    internal_modules: tuple = ("lazytrace.",)   # module name prefixes of code that sees tracers as such
     #: types of the objects the traced function holds for arrays (tracers, or the arrays)
     tracked_types: tuple = ()
     #: whether array creation (zeros, arange...) is intercepted; if not, an unseen array may
@@ -352,8 +354,9 @@ READBACK_BUILTINS = frozenset({bool, int, float, complex, operator.index})
 
 class ReadbackMixin:
     """Python conversions of a tracer object (`bool(x)`, `float(x)`, `int(x)`, `operator.index`)
-    reported to the session as calls of those builtins, so the value read back is guarded.
-    The tracer class provides `_lt_call(func, args)`."""
+    reported to the session as calls of those builtins, so the value read back is guarded; its
+    text and class as its array's. The tracer class provides `_lt_call(func, args)`,
+    `_lt_array` and `_lt_session`."""
 
     __slots__ = ()
 
@@ -372,6 +375,29 @@ class ReadbackMixin:
     def __index__(self):
         return self._lt_call(operator.index, (self,))
 
+    # shown as eager code shows the array (`print(x)`, a log line); the text is noted by the
+    # session, which refuses a result that returns it
+    def __repr__(self):
+        return self._lt_session.on_display(repr(self._lt_array))
+
+    def __str__(self):
+        return self._lt_session.on_display(str(self._lt_array))
+
+    def __format__(self, spec):
+        return self._lt_session.on_display(format(self._lt_array, spec))
+
+    @property
+    def __class__(self):
+        """The array's class, to the traced code: `isinstance(x, np.ndarray)` (or tf.Tensor)
+        answers as it does for the array, so the function takes eager's path (`type(x)` cannot
+        be answered so). The framework's own code, and lazytrace's, see the tracer."""
+        frame = sys._getframe(1)
+        while frame.f_globals.get("__name__") == "abc":     # isinstance(x, SomeABC): who asks
+            frame = frame.f_back
+        if frame.f_globals.get("__name__", "").startswith(self._lt_session.backend.internal_modules):
+            return type(self)
+        return type(self._lt_array)
+
 
 class ArrayTracer(ReadbackMixin):
     """Base of tracer objects that hold a real array (`_lt_array`) and report each operation on
@@ -380,9 +406,16 @@ class ArrayTracer(ReadbackMixin):
     __slots__ = ("_lt_array", "_lt_session")
     __hash__ = None
 
+
     def __init__(self, array, session):
         self._lt_array = array
         self._lt_session = session
+
+    def __copy__(self):         # copy.copy(x): a call like any other (not a copy of the tracer)
+        return self._lt_call(copy.copy, (self,))
+
+    def __deepcopy__(self, memo):
+        return self._lt_call(copy.deepcopy, (self,))
 
     def _lt_call(self, func, args, kwargs=None):
         return self._lt_session.on_call(func, args, kwargs or {})

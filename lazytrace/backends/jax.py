@@ -130,11 +130,6 @@ class JaxTracer(ReadbackMixin, core.Tracer):
     def sharding(self):
         return self._lt_array.sharding
 
-    def __repr__(self):
-        return f"JaxTracer({self._lt_array!r})"
-
-    __str__ = __repr__
-
 
 class LazyTrace(core.Trace):
     """Reports each primitive to the session; evaluates it under the trace current before."""
@@ -203,6 +198,8 @@ class JaxBackend(Backend):
     name = "jax"
     array_types = _ARRAYS + (core.Tracer,)       # Tracer: called under an outer grad/vmap/jit
     tracked_types = (JaxTracer,) + _ARRAYS
+    tracer_class = JaxTracer                     # made by wrap_input below (it needs the JAX trace)
+    internal_modules = ("lazytrace.", "jax.", "jaxlib.")
     static_types = (np.dtype, jax.sharding.Sharding)
     sees_creation = True          # jnp.zeros / arange bind primitives under the current trace too
     knows_dynamic_shapes = True   # jax shapes never depend on data (see to_concrete_value)

@@ -93,9 +93,6 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
     def __iter__(self):
         return (self[i] for i in range(len(self._lt_array)))
 
-    def __repr__(self):
-        return f"NumpyTracer({self._lt_array!r})"
-
     def __getattr__(self, name):
         if name.startswith("__"):          # protocol probes (__array_struct__ ...): not offered
             raise AttributeError(name)
@@ -104,8 +101,9 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
         method = getattr(np.ndarray, name, None)
         if callable(method) and not name.startswith("__"):
             return functools.partial(_call_method, self, method)
+        value = getattr(self._lt_array, name)      # none: AttributeError, as eager
         self._lt_session.fail(f"ndarray attribute {name!r} exposes memory lazytrace cannot follow")
-        return getattr(self._lt_array, name)
+        return value
 
 
 def _call_method(tracer, method, *args, **kwargs):
@@ -131,6 +129,7 @@ class NumpyBackend(Backend):
     knows_dynamic_shapes = False    # np.bincount, np.where(c), np.repeat(x, counts)... no tags to tell
     array_types = (np.ndarray,)
     tracer_class = NumpyTracer
+    internal_modules = ("lazytrace.", "numpy.")
     tracked_types = (NumpyTracer, np.ndarray)
     static_types = (np.dtype, np.generic)
     live_types = (np.random.Generator, np.random.RandomState)

@@ -113,9 +113,6 @@ class TfTracer(ArrayTracer):
     def numpy(self):
         return self._lt_call(np.asarray, (self,))
 
-    def __repr__(self):
-        return f"TfTracer({self._lt_array!r})"
-
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
@@ -128,8 +125,9 @@ class TfTracer(ArrayTracer):
         method = getattr(type(self._lt_array), name, None)
         if callable(method):
             return functools.partial(_call_method, self, method)
+        value = getattr(self._lt_array, name)      # none (a probe such as is_tensor_like): as eager
         self._lt_session.fail(f"tensor attribute {name!r} is not something lazytrace can follow")
-        return getattr(self._lt_array, name)
+        return value
 
 
 def _operator(name):
@@ -214,6 +212,7 @@ class TensorflowBackend(Backend):
     name = "tensorflow"
     array_types = (tf.Tensor, tf.Variable)
     tracer_class = TfTracer
+    internal_modules = ("lazytrace.", "tensorflow.")
     tracked_types = (TfTracer, tf.Tensor, tf.Variable)
     static_types = (tf.dtypes.DType, tf.TensorShape)
     live_types = (tf.random.Generator,)

@@ -41,6 +41,7 @@ import dataclasses
 import dis
 import enum
 import functools
+import importlib.util
 import math
 import os
 import sys
@@ -59,6 +60,7 @@ _ENVIRONMENT = tuple(getattr(os, name) for name in _ENVIRONMENT_NAMES if hasattr
 _DEPTH = 3        # how many calls deep `start` follows functions held by globals
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
     dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
+_IMPORT_NAME = dis.opmap["IMPORT_NAME"]
 _CACHE = dis.opmap.get("CACHE", -1)                               # 3.11+: inline cache entries
 _LOAD_METHOD = dis.opmap.get("LOAD_METHOD", -1)                   # 3.11; folded into LOAD_ATTR in 3.12
 _LOAD_GLOBAL_SHIFT = 1                                          # the low bit means "push NULL"
@@ -118,7 +120,10 @@ def read_attributes(obj) -> dict:
 
 
 def read_defaults(fn) -> tuple:
-    """What a guard compares for a function's default values (positional, then keyword-only)."""
+    """What a guard compares for a function's default values (positional, then keyword-only), or
+    for a functools.partial, for the arguments it adds to each call (its keywords can change in place)."""
+    if isinstance(fn, functools.partial):
+        return fn.args, tuple(fn.keywords.items())
     return tuple(fn.__defaults__ or ()), tuple((fn.__kwdefaults__ or {}).items())
 
 
@@ -132,7 +137,14 @@ read_cell.describe = lambda node: "a variable of the function's closure changed"
 read_attributes.label = lambda node: "items" if type(node.args[0].obj) is dict else "attributes"
 read_attributes.describe = lambda node: "an attribute of an object the function reads by itself changed"
 read_defaults.label = lambda node: "default values"
-read_defaults.describe = lambda node: "a default value of the function changed (a list or dict default, or __defaults__)"
+read_defaults.describe = lambda node: ("a default value of the function changed (a list or dict default, or "
+                                       "__defaults__), or an argument of a functools.partial")
+
+
+def _callable_name(fn) -> str:
+    if isinstance(fn, functools.partial):
+        return f"functools.partial({_callable_name(fn.func)})"
+    return getattr(fn, "__qualname__", type(fn).__name__)
 
 
 def _changeable(value) -> bool:
@@ -168,6 +180,46 @@ def global_reads(code) -> tuple[tuple[str, ...], ...]:
         elif op == _STORE_GLOBAL or op == _DELETE_GLOBAL:
             found[(names[arg],)] = None
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=8192)
+def import_reads(code) -> tuple[tuple, ...]:
+    """What a function's own `import` statements make it read: (level, module, attribute, ...)
+    for each `from m import NAME` and each chain of attribute reads on a module it imported
+    into a local variable (`import config` then `config.SCALE`). Most code imports nothing:
+    that is checked on the raw bytecode first."""
+    if _IMPORT_NAME not in code.co_code[::2]:
+        return ()
+    found, modules, last_consts, pending, chain = {}, {}, [None, None], None, None
+    for ins in dis.get_instructions(code):
+        op = ins.opname
+        if chain is not None and op in ("LOAD_ATTR", "LOAD_METHOD"):
+            chain = (*chain, ins.argval)
+            found[chain] = None
+            continue
+        chain = None
+        if op == "LOAD_CONST":
+            last_consts = [last_consts[1], ins.argval]
+        elif op == "IMPORT_NAME":
+            level, fromlist = last_consts
+            pending = (level if isinstance(level, int) else 0, ins.argval, fromlist, ())
+        elif op == "IMPORT_FROM" and pending is not None:
+            level, name, fromlist, path = pending
+            pending = (level, name, fromlist, (*path, ins.argval))
+        elif op in ("STORE_FAST", "STORE_DEREF") and pending is not None:
+            level, name, fromlist, path = pending
+            if fromlist:                            # from m import NAME: m.NAME read now
+                modules[ins.argval] = (level, name, path[-1])
+                found[modules[ins.argval]] = None
+                pending = (level, name, fromlist, ())
+            else:                                   # import a.b.c (as n): the module bound
+                modules[ins.argval] = (level, name) if path else (level, name.partition(".")[0])
+                pending = None
+        elif op in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in modules:
+            chain = modules[ins.argval]
+        elif op != "POP_TOP" and op != "SWAP":
+            pending = None
+    return tuple(c for c in found if len(c) > 2)
 
 
 def _is_code(value) -> bool:
@@ -213,6 +265,19 @@ class PythonReads:
         self.cells: list = []       # (cell, name, value, expected)
         self.defaults: list = []    # (function, expected): defaults that can change in place (a list, a dict ...)
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
+        self._imports: list = []    # (level, module, attributes, namespace, depth): see settle
+        self.unbound: dict = {}     # (id(namespace), name) -> (namespace, name): globals unset when first seen
+
+    def holders(self):
+        """(container, key) of each place the function's code can leave a value in besides its
+        result: the globals and closure variables it uses, the objects it reads attributes of."""
+        for namespace, name, value, expected in self.globals.values():
+            yield namespace, name
+        yield from self.unbound.values()
+        for cell, *_ in self.cells:
+            yield cell, None
+        for obj, expected in self.objects.values():
+            yield obj, None
 
     # ---- before and while the trace runs ------------------------------------------------
     def start(self, fn):
@@ -220,19 +285,24 @@ class PythonReads:
         the Python functions those globals hold, a few levels deep (a counter the function
         bumps before its first framework call is then seen as changed)."""
         fn = getattr(fn, "__func__", fn)
-        self._root = getattr(fn, "__code__", None)
         self._stop = sys._getframe(1)       # the trace's own frame: stack walks end there at the latest
+        while isinstance(fn, functools.partial):   # `p.keywords["k"] = 5.0` changes every later call
+            if fn.keywords or _changeable(fn.args):
+                self._defaults(fn)
+            fn = getattr(fn.func, "__func__", fn.func)
+        self._root = getattr(fn, "__code__", None)
         self._function(fn, depth=0)
-        if isinstance(fn, types.FunctionType) and (fn.__defaults__ or fn.__kwdefaults__):
-            defaults = read_defaults(fn)
-            # a list, a dict, an array can change in place: checked. Numbers, strings, other objects
-            # are the same objects unless __defaults__ is replaced, which is not watched (the
-            # persistent cache keys them; a check would keep such graphs out of it)
-            if _changeable(defaults):
-                expected = self._snapshot(defaults)
-                if expected is not self._nothing:
-                    self._reach_items(expected)
-                    self.defaults.append((fn, expected))
+        # a list, a dict, an array can change in place: checked. Numbers, strings, other objects
+        # are the same objects unless __defaults__ is replaced, which is not watched (the
+        # persistent cache keys them; a check would keep such graphs out of it)
+        if isinstance(fn, types.FunctionType) and _changeable(read_defaults(fn)):
+            self._defaults(fn)
+
+    def _defaults(self, fn):
+        expected = self._snapshot(read_defaults(fn))
+        if expected is not self._nothing:
+            self._reach_items(expected)
+            self.defaults.append((fn, expected))
 
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
@@ -275,20 +345,45 @@ class PythonReads:
             if any(value is e for e in _ENVIRONMENT) or (value is os and attributes[:1] and
                                                         attributes[0] in _ENVIRONMENT_NAMES):
                 self.environment = True
-            space = namespace
-            while attributes and isinstance(space.get(name), types.ModuleType):    # config.SCALE
-                module = space[name]
-                if module.__name__.partition(".")[0] in UNWATCHED:
-                    break
-                space, name = vars(module), attributes.pop(0)
-            if space is not namespace or not attributes:
-                self._global(space, name, depth)        # config.SCALE: a global of the module `config`
-            holder = space.get(name) if attributes else None
-            if isinstance(holder, type) and not issubclass(holder, enum.Enum):     # Config.GAIN
-                self._class_attribute(holder, attributes[0], depth)
+            self._chain(namespace, name, attributes, depth, origin=namespace)
+        for level, module, *attributes in import_reads(code):     # `import config` inside the function
+            self._imports.append((level, module, attributes, namespace, depth))
         for const in code.co_consts:        # comprehensions, lambdas and inner functions
             if isinstance(const, types.CodeType) and const not in self._codes:
                 self._code(const, namespace, depth)
+
+    def _chain(self, space, name, attributes, depth, origin=None):
+        """`name.attribute...` read in the namespace `space`: the global it ends at (through
+        modules: config.SCALE), or the class attribute (Config.GAIN)."""
+        while attributes and isinstance(space.get(name), types.ModuleType):    # config.SCALE
+            module = space[name]
+            if module.__name__.partition(".")[0] in UNWATCHED:
+                break
+            space, name = vars(module), attributes.pop(0)
+        if space is not origin or not attributes:
+            self._global(space, name, depth)        # config.SCALE: a global of the module `config`
+        holder = space.get(name) if attributes else None
+        if isinstance(holder, type) and not issubclass(holder, enum.Enum):     # Config.GAIN
+            self._class_attribute(holder, attributes[0], depth)
+
+    def settle(self):
+        """After the function ran: the reads of modules it imported itself, imported by now."""
+        for level, name, attributes, namespace, depth in self._imports:
+            if level:
+                package = namespace.get("__package__") or str(namespace.get("__name__", "")).rpartition(".")[0]
+                try:
+                    name = importlib.util.resolve_name("." * level + name, package)
+                except (ImportError, ValueError):
+                    continue
+            module = sys.modules.get(name)
+            if module is None:
+                continue
+            first, *rest = attributes
+            if module is os and first in _ENVIRONMENT_NAMES:
+                self.environment = True
+            if name.partition(".")[0] not in UNWATCHED:
+                self._chain(vars(module), first, rest, depth)
+        self._imports.clear()
 
     def _global(self, namespace, name, depth):
         key = (id(namespace), name)
@@ -296,6 +391,7 @@ class PythonReads:
             return
         value = namespace.get(name, MISSING)
         if value is MISSING:
+            self.unbound[key] = (namespace, name)
             return              # a builtin, or a name the function stores later
         expected = self._expect(value)
         if expected is not self._nothing:
@@ -371,6 +467,9 @@ class PythonReads:
         for namespace, name, value, expected in self.globals.values():
             if expected != read_global(namespace, name):
                 return f"global {name!r} of {namespace.get('__name__', '?')}"
+        for namespace, name in self.unbound.values():
+            if name in namespace:
+                return f"global {name!r} of {namespace.get('__name__', '?')}"
         for cell, name, value, expected in self.cells:
             if expected != read_cell(cell):
                 return f"closure variable {name!r}"
@@ -379,7 +478,7 @@ class PythonReads:
                 return f"an attribute of {type(obj).__name__} object"
         for fn, expected in self.defaults:
             if expected != read_defaults(fn):
-                return f"default values of {fn.__qualname__}"
+                return f"default values of {_callable_name(fn)}"
         return None
 
     def reached(self) -> set:
@@ -407,4 +506,4 @@ class PythonReads:
             if not self._known(obj):        # recorded by the trace itself meanwhile
                 yield read_attributes, (obj,), expected, f"{type(obj).__name__} object"
         for fn, expected in self.defaults:
-            yield read_defaults, (fn,), expected, f"defaults of {fn.__qualname__}"
+            yield read_defaults, (fn,), expected, f"defaults of {_callable_name(fn)}"

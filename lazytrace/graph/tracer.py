@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
 
-from ..backends import CallKind, get_backend
-from . import codegen, passes
+from ..backends import CallKind, foreign_rng_tokens, get_backend
+from . import codegen, escapes, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads
 from .signature import Signature, container_snapshot, containers_changed, walk
@@ -47,6 +47,7 @@ class TraceSession:
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
+        self._displays: list = []               # text made from arrays (on_display)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
@@ -166,7 +167,8 @@ class TraceSession:
         if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
             if kind is CallKind.ESCAPE:
                 self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
-            return backend.run(func, args, kwargs)[0]
+            result = backend.run(func, args, kwargs)[0]
+            return self.on_display(result) if kind is CallKind.DISPLAY else result
         inputs: list[Value] = []
         largs = self._lift(args, inputs)
         lkwargs = self._lift(kwargs, inputs) if kwargs else {}
@@ -195,6 +197,13 @@ class TraceSession:
             return result
         self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args)
         return result
+
+    def on_display(self, text):
+        """`str(x)`, `repr(x)`, `f"{x}"` of an array: for printing and logging, which a graph
+        drops; a result that returns the text is refused (see finish)."""
+        if isinstance(text, str) and text:
+            self._displays.append(text)
+        return text
 
     def _guard(self, func, args, kwargs, inputs, versions, result):
         if inputs and all(v.foldable and v.storage not in self._tainted for v in inputs):
@@ -429,6 +438,7 @@ class TraceSession:
 
     def add_reads(self, reads: PythonReads):
         """Guards on the globals and closure variables the function read by itself (graph.reads)."""
+        reads.settle()
         changed = reads.changed()
         if changed is not None:
             self.changed_reads = (f"changes the {changed} while it runs: a graph could not replay that "
@@ -487,6 +497,7 @@ class TraceSession:
     def activate(self):
         for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
             self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
+        foreign = foreign_rng_tokens(self.backend) if self.include_generators else None
         token = _active.set(self)       # reset below whatever happens: a session left active would
         try:                            # make every later LazyGraph call of this thread run eagerly
             with self.backend.intercept(self):
@@ -498,6 +509,10 @@ class TraceSession:
         if self.include_generators and any(self.backend.rng_token(rng) != before
                                            for rng, before in self._rng.values()):
             self.fail(_UNSEEN_RNG)
+        if foreign is not None and foreign_rng_tokens(self.backend) != foreign:
+            self.fail("draws random numbers from a generator lazytrace does not record (Python's "
+                      "`random`, or another framework's global one such as np.random in a torch "
+                      "function): a graph would repeat the values of its trace")
 
     def finish(self, result) -> tuple[TraceResult, Any]:
         """Map the function's result to Values; return the trace and the result
@@ -531,8 +546,13 @@ class TraceSession:
             if isinstance(obj, dict):
                 pairs = {k: out(v) for k, v in obj.items()}
                 return tp((k, p[0]) for k, p in pairs.items()), tp((k, p[1]) for k, p in pairs.items())
-            if not _is_literal(obj, backend):
+            if tp is str and any(text in obj for text in self._displays):
+                self.fail("returns text made from an array's values (str, repr, format): a graph would "
+                          "return the text of its trace")
+            elif not _is_literal(obj, backend):
                 self.fail(f"returns a {tp.__name__}, which a graph cannot rebuild")
+                if backend.tracer_class is not None:    # arrays in it, as eager gives them
+                    obj = escapes.release(obj, backend.tracer_class)
             return obj, obj
 
         structure, real = out(result)
@@ -700,6 +720,10 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             if not backend.caused_by_tracing(exc):
                 raise
             raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
+    session.reads.settle()
+    if backend.tracer_class is not None and session.reads.changed() is not None:
+        # a global or an object the function filled holds arrays, not tracers
+        escapes.release_held(session.reads.holders(), backend.tracer_class)
     if containers_changed(handed):
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \

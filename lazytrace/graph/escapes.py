@@ -1,0 +1,113 @@
+"""Tracer objects that escape a trace.
+
+Backends that trace by handing the function wrapper objects (NumPy, JAX and TensorFlow tracers,
+see Backend.tracer_class) must not leave those wrappers in what the function hands back or
+leaves behind: eager code would have put arrays there. The result of a first call is rebuilt
+through tuples, lists and dicts by the tracer; what it cannot rebuild (an object holding
+arrays, a closure over an input, a global the function filled) is released here, in place: each
+tracer found is replaced by its array.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+
+_DEPTH = 8
+
+
+def release(obj, tracer_type: type, depth: int = 0, seen: set | None = None):
+    """`obj` with each `tracer_type` object inside it replaced by its array: in place in lists,
+    dicts, sets, closure cells and object attributes; tuples are rebuilt (returned)."""
+    tp = type(obj)
+    if tp is tracer_type:
+        return obj._lt_array
+    if depth > _DEPTH or tp in _ATOMS or isinstance(obj, (type, types.ModuleType)):
+        return obj
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return obj
+    seen.add(id(obj))
+
+    def inner(x):
+        return release(x, tracer_type, depth + 1, seen)
+
+    if isinstance(obj, tuple):
+        items = [inner(x) for x in obj]
+        if all(a is b for a, b in zip(items, obj)):
+            return obj
+        try:
+            return tp(*items) if hasattr(tp, "_fields") else tp(items)
+        except TypeError:               # a tuple subclass built otherwise: left as it is
+            return obj
+    if isinstance(obj, list):
+        for i, x in enumerate(obj):
+            new = inner(x)
+            if new is not x:
+                obj[i] = new
+    elif isinstance(obj, dict):
+        for k, v in list(obj.items()):
+            new = inner(v)
+            if new is not v:
+                obj[k] = new
+    elif isinstance(obj, set):
+        items = [inner(x) for x in obj]
+        if any(a is not b for a, b in zip(items, obj)):
+            obj.clear()
+            obj.update(items)
+    elif isinstance(obj, types.FunctionType):        # a closure over an input or an intermediate
+        for cell in obj.__closure__ or ():
+            _release_cell(cell, inner)
+        return obj
+    elif isinstance(obj, (types.MethodType, types.BuiltinMethodType)):
+        inner(getattr(obj, "__self__", None))
+        return obj
+    namespace = getattr(obj, "__dict__", None)
+    if type(namespace) is dict and not callable(getattr(tp, "__get__", None)):
+        for k, v in list(namespace.items()):
+            new = inner(v)
+            if new is not v:
+                namespace[k] = new          # not setattr: no property or __setattr__ of the class runs
+    for name in _slots(tp):
+        value = getattr(obj, name, _ABSENT)
+        if value is not _ABSENT:
+            new = inner(value)
+            if new is not value:
+                object.__setattr__(obj, name, new)      # frozen dataclasses too
+    return obj
+
+
+def release_held(holders, tracer_type: type) -> None:
+    """Release what the function left in the places it can reach by itself: (namespace, name) of
+    a global, (cell, None) of a closure variable, (object, None) of an object whose attributes
+    it reads (graph.reads.PythonReads.holders)."""
+    for holder, key in holders:
+        if key is not None:
+            value = holder.get(key)
+            new = release(value, tracer_type)
+            if new is not value:
+                holder[key] = new
+        elif isinstance(holder, types.CellType):
+            _release_cell(holder, lambda x: release(x, tracer_type))
+        else:
+            release(holder, tracer_type)
+
+
+def _release_cell(cell, inner) -> None:
+    try:
+        value = cell.cell_contents
+    except ValueError:                              # an empty cell
+        return
+    new = inner(value)
+    if new is not value:
+        cell.cell_contents = new
+
+
+def _slots(tp) -> list:
+    names = [s for c in tp.__mro__ for s in getattr(c, "__slots__", ()) if isinstance(s, str)]
+    if dataclasses.is_dataclass(tp):
+        names += [f.name for f in dataclasses.fields(tp)]
+    return [n for n in dict.fromkeys(names) if n not in ("__dict__", "__weakref__")]
+
+
+_ATOMS = frozenset({int, float, bool, str, bytes, complex, type(None), range, slice})
+_ABSENT = object()
