@@ -15,7 +15,11 @@ import lazytrace
 from lazytrace.persist import CacheWarning, GraphStore, identity, prewarm, read_description
 
 LIBRARY = '''
+import numpy as np
 import torch
+
+def np_scaled(x, n):
+    return (np.sum(x * np.float32(1.5), axis=1) + np.exp(x).mean())[:n]
 
 def blur(x, sigma):
     k = torch.arange(5, dtype=torch.float32) - 2
@@ -118,6 +122,17 @@ def test_a_function_preloads_when_its_lazy_graph_is_made_up_to_max_signatures(li
     x, y = torch.rand(2, 3), torch.rand(2, 3)       # the oldest: loaded at its call, as before
     assert torch.equal(bounded(x, y), lib.shifted(x, y))
     assert bounded.stats.loaded == 3 and bounded.stats.traces == 0
+
+
+def test_numpy_signatures_are_preloaded_and_prewarmed(lib, tmp_path):
+    import numpy as np
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.np_scaled, cache=cache)(np.random.rand(4, 5).astype(np.float32), 3)
+    again = lazytrace.trace_graph(lib.np_scaled, cache=cache, prewarm=True)
+    assert again.stats.loaded == 1 and again.stats.prewarmed == 1
+    x = np.random.rand(4, 5).astype(np.float32)
+    assert np.array_equal(again(x, 3), lib.np_scaled(x, 3))
+    assert again.stats.hits == 1 and again.stats.traces == 0 and again.stats.loaded == 1
 
 
 def test_stale_entries_are_not_preloaded_and_the_call_traces(lib, tmp_path, monkeypatch):
