@@ -43,7 +43,7 @@ def _stateful_indices(paths) -> tuple:
 def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idxs=None, to=None,
                 include_generators=True, array_caching=True, return_backend_traced_fn=False,
                 static_argnums=None, static_argnames=None, args=None, kwargs=None,
-                max_signatures: int = 64, include=None, exclude=None, cache=None):
+                max_signatures: int = 64, include=None, exclude=None, cache=None, prewarm=None):
     """Trace callables into graphs of framework calls (names follow ivy.trace_graph).
 
     With `args`/`kwargs`: trace now and return a `Graph`. Without: return a
@@ -51,7 +51,11 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
     A torch.nn.Module has its forward traced and is returned itself.
     `cache`: persistent graph cache (True: the default directory, a path: that directory, False:
     off; None follows $LAZYTRACE_CACHE): graphs traced here are stored, and a later process
-    replays them without tracing.
+    replays them without tracing. The graphs stored for a function are loaded when its LazyGraph
+    is made (for a module: when the proxy is made, for the functions that have stored graphs);
+    `prewarm=True` (None follows $LAZYTRACE_PREWARM) also runs each such graph that has no
+    visible effect once on constant-filled inputs of its signature, so that the framework's
+    own first-run costs are paid then, not at the first call.
     A module (a library) gives a proxy module whose functions and classes are
     traced lazily, with these options; `include`/`exclude` are name patterns
     (fnmatch, e.g. "kornia.color.*") choosing its functions.
@@ -61,6 +65,8 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
     """
     if not objs:
         raise TypeError("trace_graph() needs at least one callable")
+    if prewarm not in (None, True, False):
+        raise TypeError(f"prewarm= takes True, False or None ($LAZYTRACE_PREWARM), got {prewarm!r}")
     if any(isinstance(obj, ModuleType) for obj in objs):
         if args is not None or kwargs is not None:
             raise TypeError("trace_graph(module) traces lazily: args=/kwargs= apply to single functions")
@@ -68,7 +74,7 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
                         kwarg_stateful_idxs=kwarg_stateful_idxs, to=to, include_generators=include_generators,
                         array_caching=array_caching, return_backend_traced_fn=return_backend_traced_fn,
                         static_argnums=static_argnums, static_argnames=static_argnames,
-                        max_signatures=max_signatures, cache=cache)
+                        max_signatures=max_signatures, cache=cache, prewarm=prewarm)
         results = [trace_library(obj, settings, include, exclude) if isinstance(obj, ModuleType)
                    else trace_graph(obj, **settings) for obj in objs]
         return results[0] if len(results) == 1 else tuple(results)
@@ -80,7 +86,7 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
         return_backend_traced_fn = tuple(sorted(return_backend_traced_fn.items()))
     options = TraceOptions(include_generators=include_generators, array_caching=array_caching, to=to,
                            return_backend_traced_fn=return_backend_traced_fn, stateful=tuple(stateful or ()),
-                           cache=cache)
+                           cache=cache, prewarm=prewarm)
     results = [_trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
                           kwarg_stateful_idxs, args, kwargs, max_signatures) for obj in objs]
     return results[0] if len(results) == 1 else tuple(results)
@@ -104,6 +110,7 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
     if args is None and kwargs is None:
         traced = LazyGraph(fn, options=options, signature=signature, name=name, extra=extra,
                            max_signatures=max_signatures)
+        traced.preload()
     else:
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         if target is not None:

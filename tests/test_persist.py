@@ -138,7 +138,8 @@ def test_other_signature_in_fresh_process_traces(lib, tmp_path):
         same = torch.equal(blur(x, 1.25), lib.blur(x, 1.25))     # sigma is keyed by value
         print(json.dumps({"same": same, **blur.stats.as_dict()}))
     """)
-    assert result["same"] and result["traces"] == 1 and result["loaded"] == 0
+    assert result["same"] and result["traces"] == 1 and result["hits"] == 0
+    assert result["loaded"] == 1        # the stored signature was preloaded, and is not this one
 
 
 def test_guard_variants_of_one_signature_are_merged_and_replayed(lib, tmp_path):
@@ -365,9 +366,11 @@ def _stored(lib, cache):
     return path, x
 
 
-def _retraced_safely(lib, cache, path, x):
-    fresh = lazytrace.trace_graph(lib.blur, cache=cache)
+def _retraced_safely(lib, cache, path, x, fresh=None):
+    """A LazyGraph made now (the file is refused as it preloads) or earlier (`fresh`: refused at
+    its first call) warns naming the file, and traces."""
     with pytest.warns(CacheWarning, match=str(path.name)):
+        fresh = fresh or lazytrace.trace_graph(lib.blur, cache=cache)
         out = fresh(x, 1.5)
     assert torch.equal(out, lib.blur(x, 1.5))
     assert fresh.stats.loaded == 0 and fresh.stats.traces == 1
@@ -375,14 +378,16 @@ def _retraced_safely(lib, cache, path, x):
     return fresh
 
 
+@pytest.mark.parametrize("when", ["preload", "call"])
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "header_only"])
-def test_corrupt_files_are_skipped_with_a_warning_and_retraced(lib, tmp_path, damage):
+def test_corrupt_files_are_skipped_with_a_warning_and_retraced(lib, tmp_path, damage, when):
     cache = tmp_path / "cache"
+    early = lazytrace.trace_graph(lib.blur, cache=cache) if when == "call" else None   # nothing to preload yet
     path, x = _stored(lib, cache)
     data = path.read_bytes()
     path.write_bytes({"truncated": data[: len(data) - 40], "garbage": os.urandom(len(data)), "empty": b"",
                       "header_only": data[:8]}[damage])
-    _retraced_safely(lib, cache, path, x)
+    _retraced_safely(lib, cache, path, x, early)
     again = lazytrace.trace_graph(lib.blur, cache=cache)      # the new trace replaced the file
     again(x, 1.5)
     assert again.stats.loaded == 1

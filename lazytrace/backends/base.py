@@ -271,6 +271,19 @@ class Backend:
         """The inverse of encode_static; raises ValueError for anything it did not write."""
         raise ValueError(f"the {self.name} backend stores no constants of this kind")
 
+    def array_spec(self, array):
+        """A JSON-able description of what `describe` keys (shape, dtype, device...), from which
+        `synthetic_array` makes an array with the same key: stored with a graph so that a new
+        process can rebuild a call of its signature (preload, prewarm). None: not rebuildable."""
+        return None
+
+    def synthetic_array(self, spec, start_devices: bool = False):
+        """An array of `spec` (from array_spec) filled with a constant (0.5, or 1 for integers,
+        True for bool); ValueError for a spec it did not write. On an accelerator whose runtime
+        this process has not started, RuntimeError unless `start_devices` (starting one at import
+        would surprise: a fork after it cannot use the device)."""
+        raise ValueError(f"the {self.name} backend makes no synthetic arrays")
+
     def save_arrays(self, arrays: dict, metadata: dict) -> bytes:
         """A safetensors file of `arrays` (by name) with string `metadata`."""
         raise NotImplementedError(f"the {self.name} backend cannot store arrays")

@@ -333,6 +333,19 @@ class NumpyBackend(Backend):
         number = text == "True" if dtype.kind == "b" else int(text) if dtype.kind in "iu" else float(text)
         return dtype.type(number)
 
+    def array_spec(self, a):
+        encoded = self.encode_static(a.dtype)
+        return None if type(a) is not np.ndarray or encoded is None else [list(a.shape), encoded]
+
+    def synthetic_array(self, spec, start_devices=False):
+        shape, dtype = spec
+        if not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"malformed array description {spec!r:.80}")
+        dtype = self.decode_static(dtype)
+        if not isinstance(dtype, np.dtype):
+            raise ValueError(f"malformed array description {spec!r:.80}")
+        return np.full(shape, True if dtype.kind == "b" else 0.5 if dtype.kind in "fc" else 1, dtype=dtype)
+
     def save_arrays(self, arrays, metadata):
         from safetensors.numpy import save
         return save({name: np.ascontiguousarray(a) for name, a in arrays.items()}, metadata=metadata)

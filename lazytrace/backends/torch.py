@@ -478,6 +478,26 @@ class TorchBackend(Backend):
             raise ValueError(f"not a torch dtype, layout or memory format: {data!r}")
         return obj
 
+    def array_spec(self, t):
+        if type(t) is not torch.Tensor or t.layout is not torch.strided or (t.requires_grad and not t.is_leaf) \
+                or t.is_quantized or t.is_conj() or t.is_neg():
+            return None
+        return [list(t.shape), list(t.stride()), self.encode_static(t.dtype), str(t.device), t.requires_grad,
+                t.is_inference()]
+
+    def synthetic_array(self, spec, start_devices=False):
+        shape, stride, dtype, device, grad, inference = spec
+        if not all(type(d) is int and d >= 0 for d in [*shape, *stride]) or len(shape) != len(stride) \
+                or type(grad) is not bool or type(inference) is not bool or type(device) is not str:
+            raise ValueError(f"malformed tensor description {spec!r:.80}")
+        dtype, device = self.decode_static(dtype), torch.device(device)
+        if device.type != "cpu" and not start_devices and not (device.type == "cuda" and torch.cuda.is_initialized()):
+            raise RuntimeError(f"a tensor on {device} would start its runtime (prewarm=True allows it)")
+        with torch.inference_mode(inference):
+            t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+            t.fill_(True if dtype is torch.bool else 0.5 if dtype.is_floating_point or dtype.is_complex else 1)
+        return t.requires_grad_() if grad else t
+
     def save_arrays(self, arrays, metadata):
         from safetensors.torch import save
         devices = {name: str(t.device) for name, t in arrays.items()}

@@ -5,7 +5,9 @@ The call path: first the compiled check of the most recently used graph
 otherwise the general path builds the signature key (signature.py), looks it
 up in an LRU dict and calls the graph. A miss traces under a per-key claim so
 concurrent first calls trace once. A signature that cannot be traced, or whose
-guards keep failing, is remembered as eager with the reason.
+guards keep failing, is remembered as eager with the reason. With the persistent
+cache on, graphs stored by earlier processes are loaded when the LazyGraph is made
+(`preload`), else at the first call of their signature (`_load`).
 """
 from __future__ import annotations
 
@@ -50,14 +52,17 @@ class Stats:
     eager: int = 0
     guard_failures: int = 0
     reasons: Counter = field(default_factory=Counter)
-    loaded: int = 0              # graphs read from the persistent cache
+    loaded: int = 0              # graphs read from the persistent cache (preloaded or at a call)
     stored: int = 0              # graphs written to it
     not_stored: Counter = field(default_factory=Counter)   # why a traced graph was not written
+    prewarmed: int = 0           # preloaded graphs run once on constant-filled inputs (prewarm=True)
+    not_prewarmed: Counter = field(default_factory=Counter)   # why a preloaded graph was not run
 
     def as_dict(self) -> dict:
         return {"calls": self.calls, "hits": self.hits, "traces": self.traces, "eager": self.eager,
                 "guard_failures": self.guard_failures, "reasons": dict(self.reasons),
-                "loaded": self.loaded, "stored": self.stored, "not_stored": dict(self.not_stored)}
+                "loaded": self.loaded, "stored": self.stored, "not_stored": dict(self.not_stored),
+                "prewarmed": self.prewarmed, "not_prewarmed": dict(self.not_prewarmed)}
 
 
 class _Entry:
@@ -255,7 +260,7 @@ class LazyGraph:
             stats.reasons[graph.reason] += 1
             log.info("lazytrace: %s runs eagerly for this signature: %s", self._name, graph.reason)
         else:
-            self._save(key, backends)
+            self._save(key, backends, args, kwargs)
         self._explain(key, backends, args, kwargs, failed)
         return result
 
@@ -267,6 +272,52 @@ class LazyGraph:
             self._persist = PersistentCache(store, self._fn, self._options, self._signature,
                                             self._extra) if store else None
         return self._persist
+
+    def preload(self) -> int:
+        """Load now the graphs earlier processes stored for this function (at most max_signatures
+        signatures, most recently used first), code generated and compiled, so that their first
+        calls are plain graph hits; with prewarm, run each graph free of visible effects once on
+        a rebuilt call of its signature (lazytrace.persist.prewarm). Returns the graphs loaded."""
+        if self._disabled:
+            return 0
+        from ..persist import prewarm, store_for
+        store = store_for(self._options.cache)
+        if store is None or not store.has_files(self._fn):
+            return 0
+        persist = self._persistent()
+        warm = prewarm.wanted(self._options.prewarm)
+        loaded, fast = 0, None
+        for found in persist.preload(self.max_signatures - len(self._cache), start_devices=warm):
+            try:
+                key, leaves, backends = self._key(found.args, found.kwargs)
+            except Unkeyable:
+                continue
+            if key in self._cache or persist.signature_text(key, found.backend) != found.signature:
+                continue        # e.g. stored under another grad mode than this process has now
+            state = found.backend.global_state()
+            graphs = [make_graph(found.backend, plan, name=self._name, key=key, signature=self._signature,
+                                 original=self._fn, options=self._options, state=state) for plan in found.plans]
+            for graph in graphs:
+                graph.fn            # source generated and compiled now, not at the first call
+                self._store(key, None, graph)
+            entry = self._cache[key]
+            entry.described = explain.describe_call(found.args, found.kwargs, self._signature, backends, None, None)
+            if len(graphs) == 1:
+                entry.dispatch = compile_dispatch(graphs[0], found.args, found.kwargs, self._signature,
+                                                  backends) or False
+                fast = fast or (entry.dispatch and (entry.dispatch, graphs[0]))
+            for graph in graphs if warm else ():
+                call = functools.partial(entry.dispatch, found.args, found.kwargs) if entry.dispatch else \
+                    functools.partial(graph.fn, *leaves)         # the checks of a call too, when compiled
+                reason = prewarm.run(graph, call, MISS)
+                if reason is None:
+                    self.stats.prewarmed += 1
+                else:
+                    self.stats.not_prewarmed[reason] += 1
+            loaded += len(graphs)
+        self.stats.loaded += loaded
+        self._fast = fast or None      # the most recently used signature takes the fast path at once
+        return loaded
 
     def _load(self, key, backends, leaves, args, kwargs):
         """Replay graphs stored by an earlier process for this key, if any (else MISS)."""
@@ -295,14 +346,14 @@ class LazyGraph:
             return out
         return MISS
 
-    def _save(self, key, backends):
+    def _save(self, key, backends, args, kwargs):
         persist = self._persistent()
         if persist is None:
             return
         from ..persist import CacheWarning, NotStorable
         entry = self._cache.get(key)
         try:
-            persist.save(key, backends, [g._plan for g in entry.graphs] if entry else [])
+            persist.save(key, backends, [g._plan for g in entry.graphs] if entry else [], (args, kwargs))
         except NotStorable as exc:
             self.stats.not_stored[str(exc)] += 1
             log.info("lazytrace: %s: graph not stored: %s", self._name, exc)

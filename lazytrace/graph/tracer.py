@@ -647,6 +647,7 @@ class TraceOptions:
     return_backend_traced_fn: bool | tuple = False    # or (option, value) pairs for the compiler
     stateful: tuple = ()
     cache: object = None        # persistent cache: None ($LAZYTRACE_CACHE), True, False or a directory
+    prewarm: bool | None = None  # run preloaded effect-free graphs once at creation (None: $LAZYTRACE_PREWARM)
 
 
 class NotTraceable(Exception):

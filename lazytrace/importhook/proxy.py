@@ -20,13 +20,14 @@ import enum
 import fnmatch
 import functools
 import inspect
+import sys
 import threading
 from types import FunctionType, ModuleType
 
 import wrapt
 
 from ..backends import available, backend_for_type, get_backend
-from ..graph.lazy import LazyGraph, Stats
+from ..graph.lazy import LazyGraph, Stats, _disabled_by_env as lazy_disabled
 
 
 class TracedLibrary:
@@ -41,6 +42,7 @@ class TracedLibrary:
         self._made: dict[int, tuple] = {}     # id(original) -> (original, traced)
         self._stats: list[tuple[str, Stats]] = []
         self._lock = threading.RLock()
+        self._preloaded = False
 
     @property
     def config(self) -> tuple:
@@ -51,7 +53,29 @@ class TracedLibrary:
         return bool(name) and (name == self.package or name.startswith(self.package + "."))
 
     def proxy(self, module: ModuleType):
+        if not self._preloaded:
+            self.preload()
         return self.wrap(module, module.__name__)
+
+    def preload(self) -> int:
+        """With the persistent cache on: make now the LazyGraphs of the package's functions that
+        have stored graphs, in modules already imported, each loading them (LazyGraph.preload).
+        Runs when the first proxy is made (the package is imported); returns the functions made."""
+        with self._lock:
+            if self._preloaded:
+                return 0
+            self._preloaded = True
+            from ..persist import identity, store_for
+            store = store_for(self.settings.get("cache"))
+            if store is None or lazy_disabled():
+                return 0
+            made = 0
+            with identity.hashed_once():
+                for stem in store.listing(self.package):
+                    fn = _stored_function(stem, self.package)
+                    if fn is not None and isinstance(self.wrap(fn, stem), LazyGraph):
+                        made += 1
+            return made
 
     # ---- wrapping ------------------------------------------------------------------
     def wrap(self, obj, path: str):
@@ -157,16 +181,31 @@ class TracedLibrary:
         with self._lock:
             entries = list(self._stats)
         out = {"functions": 0, "calls": 0, "hits": 0, "traces": 0, "eager": 0, "guard_failures": 0,
-               "loaded": 0, "stored": 0, "reasons": {}, "not_stored": {}, "skipped": dict(self.skipped)}
+               "loaded": 0, "stored": 0, "prewarmed": 0, "reasons": {}, "not_stored": {}, "not_prewarmed": {},
+               "skipped": dict(self.skipped)}
         for name, stats in entries:
             out["functions"] += stats.calls > 0
-            for field in ("calls", "hits", "traces", "eager", "guard_failures", "loaded", "stored"):
+            for field in ("calls", "hits", "traces", "eager", "guard_failures", "loaded", "stored", "prewarmed"):
                 out[field] += getattr(stats, field)
-            for group, reasons in (("reasons", stats.reasons), ("not_stored", stats.not_stored)):
+            for group, reasons in (("reasons", stats.reasons), ("not_stored", stats.not_stored),
+                                   ("not_prewarmed", stats.not_prewarmed)):
                 for reason, count in reasons.items():
                     per = out[group].setdefault(reason, {})
                     per[name] = per.get(name, 0) + count
         return out
+
+
+def _stored_function(stem: str, package: str):
+    """The function a stored file's name stands for ('pkg.mod.fn'), if its module is imported
+    (nothing is imported) and it is a plain function of that module by that name."""
+    module_name, _, name = stem.rpartition(".")
+    module = sys.modules.get(module_name)
+    if module is None or not (module_name == package or module_name.startswith(package + ".")):
+        return None
+    fn = vars(module).get(name)
+    if isinstance(fn, FunctionType) and fn.__module__ == module_name and fn.__qualname__ == name:
+        return fn
+    return None
 
 
 class ModuleProxy(wrapt.ObjectProxy):

@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from pathlib import Path
+from typing import NamedTuple
 
 from . import codec, identity
 from .codec import CorruptEntry, NotStorable, Unavailable
-from .store import GraphStore, StoredFile, default_directory, store_for
+from .store import GraphStore, StoredFile, default_directory, file_stem, store_for
+from ..backends import available, get_backend
 
 log = logging.getLogger("lazytrace")
 
@@ -27,6 +30,16 @@ __all__ = ["PersistentCache", "GraphStore", "StoredFile", "CacheWarning", "NotSt
 MAX_STORED_VARIANTS = 4
 #: largest JSON header a stored file may have (a bound against damaged length fields)
 _MAX_HEADER = 64 * 2**20
+
+
+class Preload(NamedTuple):
+    """One stored signature of a function, read for preloading."""
+
+    backend: object
+    signature: str           # the signature key's stable text
+    args: tuple              # a rebuilt call of the signature
+    kwargs: dict
+    plans: list
 
 
 class CacheWarning(UserWarning):
@@ -59,14 +72,82 @@ class PersistentCache:
         if len(backends) != 1:
             raise NotStorable("the call's arrays are of several frameworks, or none")
         backend = backends[0]
+        return (backend, *self._ident(backend, identity.key_text(key, backend)))
+
+    def _ident(self, backend, signature: str) -> tuple[dict, Path]:
+        """(full key, file path) of one signature (its stable text) of this function."""
         fixed = self._fixed.get(backend.name)
         if fixed is None:      # the key's parts that do not depend on the call, once per backend
             ident = {**identity.environment(backend), **self._function, "options": self._options}
             fixed = self._fixed[backend.name] = (ident, json.dumps(ident, sort_keys=True))
-        signature = identity.key_text(key, backend)
         module, _, function = self._function["function"].partition(":")
-        return (backend, {**fixed[0], "signature": signature},
+        return ({**fixed[0], "signature": signature},
                 self.store.path(module, function, identity.digest(fixed[1], signature)))
+
+    def signature_text(self, key, backend) -> str | None:
+        try:
+            return identity.key_text(key, backend)
+        except NotStorable:
+            return None
+
+    def preload(self, limit: int, start_devices=False) -> list[Preload]:
+        """The signatures stored for this function, most recently used first (at most `limit`),
+        each with its plans and a rebuilt call of it (arrays of the stored description, filled
+        with a constant). Files of other keys (an older version of the function or library) are
+        passed over; damaged ones are skipped with a CacheWarning and deleted, as at a call.
+        Signatures on an accelerator this process has not started are left to their first call
+        unless `start_devices` (prewarm)."""
+        if self.reason is not None or limit <= 0:
+            return []
+        module, _, function = self._function["function"].partition(":")
+        out = []
+        with identity.hashed_once():
+            for path in self.store.listing(module).get(file_stem(module, function), ()):
+                if len(out) >= limit:
+                    break
+                try:
+                    found = self._preload_file(path, start_devices)
+                except Unavailable as exc:
+                    log.info("lazytrace: %s not preloaded: %s", path, exc)
+                except (CorruptEntry, OSError) as exc:
+                    self._refused(path, exc)
+                else:
+                    if found is not None:
+                        out.append(found)
+        return out
+
+    def _preload_file(self, path: Path, start_devices: bool) -> Preload | None:
+        data = self.store.read(path)
+        if data is None:
+            return None
+        content, metadata = read_description(data)
+        key, call = content.get("key"), content.get("call")
+        framework = key.get("framework") if type(key) is dict else None
+        signature = key.get("signature") if type(key) is dict else None
+        if type(framework) is not list or not framework or type(signature) is not str:
+            raise CorruptEntry("it holds no key")
+        if framework[0] not in available():
+            raise Unavailable(f"its framework {framework[0]!r:.40} is not imported")
+        backend = get_backend(framework[0])
+        ident, own_path = self._ident(backend, signature)
+        if own_path != path:
+            return None             # stored under another key: an older version, another process's
+        if call is None:
+            raise Unavailable("stored without a description of its call (an older lazytrace)")
+        try:        # first: its arrays would be moved to the device too
+            args, kwargs = codec.decode_call(backend, call, start_devices)
+        except CorruptEntry:
+            raise
+        except Exception as exc:    # noqa: BLE001 - e.g. a device this process does not have
+            raise Unavailable(f"its call cannot be rebuilt here: {type(exc).__name__}: {exc}") from None
+        plans = _plans(backend, data, content, metadata, ident)
+        return Preload(backend, signature, args, kwargs, plans) if plans else None
+
+    def _refused(self, path: Path, exc: Exception) -> None:
+        warnings.warn(f"lazytrace: skipped the cache file {path}: {exc}; the function is traced again",
+                      CacheWarning, stacklevel=3)
+        if isinstance(exc, CorruptEntry):
+            self.store.remove(path)
 
     def load(self, key, backends) -> tuple:
         """(backend, [plans]) stored for this key; (None, []) when there are none."""
@@ -83,17 +164,20 @@ class PersistentCache:
             log.info("lazytrace: %s not used in this process: %s", path, exc)
             return backend, []
         except (CorruptEntry, OSError) as exc:
-            warnings.warn(f"lazytrace: skipped the cache file {path}: {exc}; the function is traced again",
-                          CacheWarning, stacklevel=2)
-            if isinstance(exc, CorruptEntry):
-                self.store.remove(path)
+            self._refused(path, exc)
             return backend, []
 
-    def save(self, key, backends, plans: list) -> None:
+    def save(self, key, backends, plans: list, call=None) -> None:
         """Store these plans (the variants of one signature), merged with those already stored
-        by other processes. NotStorable says why a graph cannot be."""
+        by other processes, with `call` ((args, kwargs) of a call of the signature) described so
+        that a new process can preload them. NotStorable says why a graph cannot be."""
         backend, ident, path = self._locate(key, backends)
         docs = [_encode(backend, plan) for plan in plans]
+        try:
+            described = codec.encode_call(backend, *call) if call is not None else None
+        except NotStorable as exc:
+            log.info("lazytrace: %s: stored without its call (not preloaded): %s", path.name, exc)
+            described = None
 
         def merge(current):
             existing = []
@@ -106,7 +190,7 @@ class PersistentCache:
             new = [d for d in docs if json.dumps(d[0], sort_keys=True) not in texts]
             if not new:
                 return None
-            return _pack(backend, ident, (existing + new)[:MAX_STORED_VARIANTS])
+            return _pack(backend, ident, (existing + new)[:MAX_STORED_VARIANTS], described)
 
         self.store.update(path, merge)
 
@@ -120,11 +204,11 @@ def _encode(backend, plan) -> tuple[dict, dict]:
     return doc, arrays
 
 
-def _pack(backend, ident: dict, docs: list) -> bytes:
+def _pack(backend, ident: dict, docs: list, call) -> bytes:
     arrays = {}
     for g, (_, named) in enumerate(docs):
         arrays.update({f"g{g}.{name}": array for name, array in named.items()})
-    text = json.dumps({"key": ident, "graphs": [doc for doc, _ in docs]}, sort_keys=True)
+    text = json.dumps({"key": ident, "graphs": [doc for doc, _ in docs], "call": call}, sort_keys=True)
     return backend.save_arrays(arrays, {"lazytrace": text})
 
 
@@ -132,6 +216,10 @@ def read_file(backend, data: bytes, ident: dict | None) -> list:
     """The plans stored in a file's bytes; CorruptEntry if it is damaged or was stored under
     another key than `ident` (None: any key)."""
     content, metadata = read_description(data)
+    return _plans(backend, data, content, metadata, ident)
+
+
+def _plans(backend, data: bytes, content: dict, metadata: dict, ident: dict | None) -> list:
     if ident is not None and content.get("key") != ident:
         raise CorruptEntry("it was stored under another key (renamed or tampered with)")
     try:

@@ -110,10 +110,11 @@ def _name(func) -> str:
 # ---- values and literals --------------------------------------------------------------------
 
 class _Encoder:
-    def __init__(self, backend, refs: dict):
+    def __init__(self, backend, refs: dict, specs: bool = False):
         self.backend = backend
         self.refs = refs              # id(Value) -> its reference
         self.arrays: dict = {}        # name -> array
+        self.specs = specs            # arrays as descriptions (a call's arguments), not contents
 
     def value(self, v: Value):
         ref = self.refs.get(id(v))
@@ -147,6 +148,11 @@ class _Encoder:
             return {"y": obj.__name__}
         if tp is slice:
             return {"s": [self(obj.start), self(obj.stop), self(obj.step)]}
+        if isinstance(obj, self.backend.array_types) and self.specs:
+            spec = self.backend.array_spec(obj)
+            if spec is None:
+                raise NotStorable(f"a {tp.__qualname__} argument that cannot be described for a rebuilt call")
+            return {"A": spec}
         if isinstance(obj, self.backend.array_types):
             name = f"k{len(self.arrays)}"
             self.arrays[name] = obj
@@ -158,10 +164,13 @@ class _Encoder:
 
 
 class _Decoder:
-    def __init__(self, backend, values: dict, arrays: dict):
+    def __init__(self, backend, values: dict, arrays: dict, synthetic: bool = False, start_devices=False):
         self.backend = backend
         self.values = values          # reference -> Value
         self.arrays = arrays
+        self.synthetic = synthetic    # {"A": spec} makes an array of that description
+        self.start_devices = start_devices
+        self.elements = 0             # elements of the arrays made so far
 
     def value(self, ref) -> Value:
         try:
@@ -202,6 +211,11 @@ class _Decoder:
                 return self.arrays[body]
             if tag == "x":
                 return self.backend.decode_static(body)
+            if tag == "A" and self.synthetic:
+                self.elements += math.prod(_list(body[0]))
+                if self.elements > MAX_SYNTHETIC_ELEMENTS:
+                    raise CorruptEntry(f"a rebuilt call of more than {MAX_SYNTHETIC_ELEMENTS} elements")
+                return self.backend.synthetic_array(body, self.start_devices)
         except CorruptEntry:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -230,6 +244,38 @@ def _hashable(key):
     except TypeError:
         raise CorruptEntry(f"unhashable dict key {key!r:.80}") from None
     return key
+
+
+# ---- a call of a signature ------------------------------------------------------------------
+
+#: the most array elements a rebuilt call may have (a bound against damaged descriptions)
+MAX_SYNTHETIC_ELEMENTS = 2**26
+
+
+def encode_call(backend, args: tuple, kwargs: dict):
+    """A JSON description of a call's arguments, arrays by their description only; NotStorable for
+    arguments that have no such form."""
+    enc = _Encoder(backend, {}, specs=True)
+    return {"args": [enc(a) for a in args], "kwargs": [[k, enc(v)] for k, v in kwargs.items()]}
+
+
+def decode_call(backend, doc, start_devices=False) -> tuple[tuple, dict]:
+    """(args, kwargs) of the description encode_call made, its arrays new ones of the described
+    shape, dtype, device... filled with a constant; CorruptEntry for anything else. RuntimeError
+    if that would start an accelerator's runtime and `start_devices` is false."""
+    dec = _Decoder(backend, {}, {}, synthetic=True, start_devices=start_devices)
+    try:
+        args = tuple(dec(a) for a in _list(doc["args"]))
+        kwargs = {}
+        for name, value in _list(doc["kwargs"]):
+            if not isinstance(name, str) or not name.isidentifier():
+                raise CorruptEntry(f"malformed keyword argument name {name!r:.80}")
+            kwargs[name] = dec(value)
+    except CorruptEntry:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CorruptEntry(f"malformed call description: {type(exc).__name__}: {exc}") from None
+    return args, kwargs
 
 
 # ---- plans --------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ difference gives another digest: a miss, never a wrong graph.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import hashlib
 import inspect
@@ -132,11 +134,37 @@ def code_state(packages, code_globals, modules=(), strict=True) -> dict:
             "globals": [[m, n, described(_global_code_text, m, n)] for m, n in code_globals]}
 
 
+@contextlib.contextmanager
+def hashed_once():
+    """Within this block each module's data hash is taken once (a library's preload checks many
+    graphs that ran the same modules; nothing runs their Python code meanwhile)."""
+    if _module_data_memo.get() is not None:       # inside an outer block: its hashes are shared
+        yield
+        return
+    token = _module_data_memo.set({})
+    try:
+        yield
+    finally:
+        _module_data_memo.reset(token)
+
+
+_module_data_memo: contextvars.ContextVar[dict | None] = contextvars.ContextVar("module_data_memo", default=None)
+
+
 def module_data(module_name: str) -> str | None:
     """A hash of a module's data globals (numbers, strings, containers of them): code of it the
     trace ran without being seen (a method, a helper deeper than the guards follow) may have
     read one, and a value computed at import (from the environment, a file, the machine) can
     differ in another process with the same files. None: the module is not imported."""
+    memo = _module_data_memo.get()
+    if memo is None:
+        return _module_data(module_name)
+    if module_name not in memo:
+        memo[module_name] = _module_data(module_name)
+    return memo[module_name]
+
+
+def _module_data(module_name: str) -> str | None:
     module = sys.modules.get(module_name)
     if module is None:
         return None

@@ -52,7 +52,7 @@ def _max_bytes_from_env() -> int:
 class StoredFile:
     path: Path
     module: str        # top-level module of the function
-    function: str      # qualified name (as in the file name)
+    function: str      # submodule and qualified name (as in the file name), e.g. color.gray.rgb_to_grayscale
     size: int
     last_used: float   # modification time: updated by each read
 
@@ -65,10 +65,46 @@ class GraphStore:
         self.max_bytes = _max_bytes_from_env() if max_bytes is None else int(max_bytes)
         if self.max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive, got {self.max_bytes}")
+        self._listings: dict = {}       # folder -> (its modification time, listing)
 
     def path(self, module: str, function: str, digest: str) -> Path:
-        safe = re.sub(r"[^\w.]", "_", function)[:100]
-        return self.directory / _safe_module(module) / f"{safe}-{digest[:40]}{SUFFIX}"
+        """module/qualified name of a function and its key's digest -> the file of that key."""
+        return self.directory / _safe_module(module) / f"{file_stem(module, function)}-{digest[:40]}{SUFFIX}"
+
+    def has_files(self, fn) -> bool:
+        """Whether files are stored under the name of this function (one stat when none changed)."""
+        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+        if type(module) is not str or type(qualname) is not str or not module.partition(".")[0].isidentifier():
+            return False
+        return file_stem(module, qualname) in self.listing(module)
+
+    def listing(self, module: str) -> dict[str, list[Path]]:
+        """{file stem: paths, most recently used first} of a top-level module's folder. Read again
+        only when the folder changed (its modification time): one stat for each LazyGraph made."""
+        folder = self.directory / _safe_module(module)
+        try:
+            stamp = folder.stat().st_mtime_ns
+        except OSError:
+            return {}
+        cached = self._listings.get(folder)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        found = []
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.name.endswith(SUFFIX) and not entry.name.startswith(_TMP_PREFIX):
+                        try:
+                            found.append((-entry.stat().st_mtime_ns, entry.name, Path(entry.path)))
+                        except FileNotFoundError:
+                            continue
+        except OSError:
+            return {}
+        out: dict[str, list[Path]] = {}
+        for _, name, path in sorted(found):
+            out.setdefault(name.rsplit("-", 1)[0], []).append(path)
+        self._listings[folder] = (stamp, out)
+        return out
 
     def read(self, path: Path) -> bytes | None:
         """The file's bytes (None if there is none); its modification time is set to now (least
@@ -124,7 +160,8 @@ class GraphStore:
                     stat = path.stat()
                 except FileNotFoundError:
                     continue
-                out.append(StoredFile(path, folder.name, path.name.rsplit("-", 1)[0], stat.st_size,
+                stem = path.name.rsplit("-", 1)[0]
+                out.append(StoredFile(path, folder.name, stem.removeprefix(folder.name + "."), stat.st_size,
                                       stat.st_mtime))
         return sorted(out, key=lambda f: f.last_used)
 
@@ -157,6 +194,12 @@ class GraphStore:
         for f in files:
             _remove(f.path)
         return len(files)
+
+
+def file_stem(module: str, function: str) -> str:
+    """The name part of a function's files: its module and qualified name, in characters safe in
+    file names (a longer name is cut; the key in the file tells such names apart)."""
+    return re.sub(r"[^\w.]", "_", f"{module}.{function}")[:150]
 
 
 def _safe_module(module: str) -> str:

@@ -1,0 +1,337 @@
+"""Preload and prewarm: a fresh process loads the stored graphs of a library when its proxy is made
+(of a function when its LazyGraph is made), so first calls are plain graph hits; prewarm runs
+only graphs without visible effects, and never surfaces their failures."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import lazytrace
+from lazytrace.persist import CacheWarning, GraphStore, identity, prewarm, read_description
+
+LIBRARY = '''
+import numpy as np
+import torch
+
+def np_scaled(x, n):
+    return (np.sum(x * np.float32(1.5), axis=1) + np.exp(x).mean())[:n]
+
+def blur(x, sigma):
+    k = torch.arange(5, dtype=torch.float32) - 2
+    k = torch.exp(-(k * k) / (2 * sigma * sigma))
+    k = (k / k.sum()).reshape(1, 1, 1, 5).repeat(x.shape[1], 1, 1, 1)
+    return torch.conv2d(torch.nn.functional.pad(x, (2, 2, 0, 0), mode="reflect"), k, groups=x.shape[1])
+
+def shifted(x, y):
+    return (x + y).T.contiguous()
+
+def noisy(x):
+    return x + torch.rand_like(x)
+
+def bump(x):
+    x.add_(1.0)
+    return x * 2
+
+def solve(a):
+    return torch.linalg.inv(a) @ a.sum(dim=0)
+
+def branchy(x):
+    if x.sum() > 0:
+        return x * 2
+    return x - 1
+'''
+
+
+@pytest.fixture
+def lib(temp_library):
+    name, _ = temp_library(LIBRARY)
+    return __import__(name)
+
+
+def fresh(lib, cache, code: str, prewarm_on=False) -> dict:
+    """Run `code` in a new process after `with enable(lib, cache=cache, prewarm=...): import lib as
+    traced` (the real module is `real`; the RNG seeded before); `summary` is the library's summary right after the import,
+    `warned` the CacheWarnings of the import. Returns the JSON it prints last."""
+    prelude = f"""
+        import json, sys, warnings, torch, lazytrace
+        sys.path.insert(0, {os.path.dirname(lib.__file__)!r})
+        cache = {str(cache)!r}
+        torch.manual_seed(0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with lazytrace.enable({lib.__name__!r}, cache=cache, prewarm={prewarm_on}) as layer:
+                import {lib.__name__} as traced
+        real = sys.modules[{lib.__name__!r}]
+        warned = [str(w.message) for w in caught if w.category.__name__ == "CacheWarning"]
+        summary = layer.summary()[{lib.__name__!r}]
+    """
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(code)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def store_calls(lib, cache, *calls):
+    traced = lazytrace.trace_graph(lib, cache=cache)
+    for name, args in calls:
+        getattr(traced, name)(*args)
+    return traced
+
+
+def stored(cache):
+    return sorted(cache.glob("*/*.lzt"))
+
+
+def test_a_fresh_process_preloads_at_import_and_first_calls_are_hits(lib, tmp_path):
+    cache = tmp_path / "cache"
+    store_calls(lib, cache, ("blur", (torch.rand(1, 3, 8, 8), 1.5)), ("shifted", (torch.rand(3, 4), torch.rand(3, 4))))
+    result = fresh(lib, cache, """
+        at_import = {name: getattr(traced, name).stats.as_dict() for name in ("blur", "shifted")}
+        x, y, z = torch.rand(1, 3, 8, 8), torch.rand(3, 4), torch.rand(3, 4)     # new inputs
+        ok = [torch.equal(traced.blur(x, 1.5), real.blur(x, 1.5)), torch.equal(traced.shifted(y, z), real.shifted(y, z))]
+        after = {name: getattr(traced, name).stats.as_dict() for name in ("blur", "shifted")}
+        print(json.dumps({"summary": summary, "at_import": at_import, "after": after, "ok": ok, "warned": warned}))
+    """)
+    assert result["ok"] == [True, True] and result["warned"] == []
+    assert result["summary"]["loaded"] == 2 and result["summary"]["traces"] == 0 and result["summary"]["calls"] == 0
+    for name in ("blur", "shifted"):
+        assert result["at_import"][name]["loaded"] == 1
+        after = result["after"][name]
+        assert after["loaded"] == 1 and after["traces"] == 0 and after["hits"] == after["calls"] == 1
+
+
+def test_a_function_preloads_when_its_lazy_graph_is_made_up_to_max_signatures(lib, tmp_path):
+    cache = tmp_path / "cache"
+    maker = lazytrace.trace_graph(lib.shifted, cache=cache)
+    for n in (2, 3, 4):
+        maker(torch.rand(n, 3), torch.rand(n, 3))
+    for age, path in enumerate(sorted(stored(cache), key=lambda p: p.stat().st_mtime)):
+        os.utime(path, (1e9 + age, 1e9 + age))      # used in order n=2, 3, 4
+    bounded = lazytrace.trace_graph(lib.shifted, cache=cache, max_signatures=2)
+    assert bounded.stats.loaded == 2 and len(bounded.signatures) == 2
+    assert all("args[0]" in "".join(s.signature) for s in bounded.signatures)
+    for n in (3, 4):                                 # the two most recently used: hits
+        x, y = torch.rand(n, 3), torch.rand(n, 3)
+        assert torch.equal(bounded(x, y), lib.shifted(x, y))
+    assert bounded.stats.hits == 2 and bounded.stats.loaded == 2 and bounded.stats.traces == 0
+    x, y = torch.rand(2, 3), torch.rand(2, 3)       # the oldest: loaded at its call, as before
+    assert torch.equal(bounded(x, y), lib.shifted(x, y))
+    assert bounded.stats.loaded == 3 and bounded.stats.traces == 0
+
+
+def test_numpy_signatures_are_preloaded_and_prewarmed(lib, tmp_path):
+    import numpy as np
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.np_scaled, cache=cache)(np.random.rand(4, 5).astype(np.float32), 3)
+    again = lazytrace.trace_graph(lib.np_scaled, cache=cache, prewarm=True)
+    assert again.stats.loaded == 1 and again.stats.prewarmed == 1
+    x = np.random.rand(4, 5).astype(np.float32)
+    assert np.array_equal(again(x, 3), lib.np_scaled(x, 3))
+    assert again.stats.hits == 1 and again.stats.traces == 0 and again.stats.loaded == 1
+
+
+def test_stale_entries_are_not_preloaded_and_the_call_traces(lib, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    store_calls(lib, cache, ("blur", (torch.rand(1, 3, 8, 8), 1.5)))
+    source = open(lib.__file__).read()
+    with open(lib.__file__, "w") as f:                 # the function's code changes
+        f.write(source.replace("mode=\"reflect\"", "mode=\"replicate\""))
+    result = fresh(lib, cache, """
+        warnings.simplefilter("error", lazytrace.persist.CacheWarning)    # stale is a miss, not damage
+        x = torch.rand(1, 3, 8, 8)
+        ok = torch.equal(traced.blur(x, 1.5), real.blur(x, 1.5))
+        print(json.dumps({"summary": summary, "ok": ok, "warned": warned, "after": traced.blur.stats.as_dict()}))
+    """)
+    assert result["ok"] and result["summary"]["loaded"] == 0 and result["warned"] == []
+    assert result["after"]["traces"] == 1 and result["after"]["loaded"] == 0
+
+    with open(lib.__file__, "w") as f:
+        f.write(source)
+    identity.clear_caches()
+    x, y = torch.rand(3, 4), torch.rand(3, 4)
+    lazytrace.trace_graph(lib.shifted, cache=cache)(x, y)
+    assert lazytrace.trace_graph(lib.shifted, cache=cache).stats.loaded == 1
+    real = identity.importlib_metadata.version       # the framework's version changes
+    monkeypatch.setattr(identity.importlib_metadata, "version", lambda d: "99.0" if d == "torch" else real(d))
+    identity.clear_caches()
+    upgraded = lazytrace.trace_graph(lib.shifted, cache=cache)
+    assert upgraded.stats.loaded == 0
+    assert torch.equal(upgraded(x, y), lib.shifted(x, y)) and upgraded.stats.traces == 1
+
+
+def _rewrite_call(path, change):
+    from safetensors.torch import load, save
+    data = path.read_bytes()
+    content, metadata = read_description(data)
+    change(content["call"])
+    path.write_bytes(save(load(data), metadata={**metadata, "lazytrace": json.dumps(content)}))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "huge_call", "bad_dtype", "pickled_call"])
+def test_a_damaged_file_is_refused_at_import_with_a_warning_and_traced_again(lib, tmp_path, damage):
+    cache = tmp_path / "cache"
+    store_calls(lib, cache, ("blur", (torch.rand(1, 3, 8, 8), 1.5)))
+    (path,) = stored(cache)
+    if damage == "garbage":
+        path.write_bytes(os.urandom(path.stat().st_size))
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:-50])
+    elif damage == "huge_call":     # would make an array of 10^12 elements
+        _rewrite_call(path, lambda call: call["args"][0]["A"].__setitem__(0, [10**6, 10**6]))
+    elif damage == "bad_dtype":
+        _rewrite_call(path, lambda call: call["args"][0]["A"].__setitem__(2, ["torch", "load"]))
+    else:
+        _rewrite_call(path, lambda call: call["args"].__setitem__(0, {"p": "80049500"}))
+    result = fresh(lib, cache, """
+        x = torch.rand(1, 3, 8, 8)
+        ok = torch.equal(traced.blur(x, 1.5), real.blur(x, 1.5))
+        print(json.dumps({"summary": summary, "ok": ok, "warned": warned, "after": traced.blur.stats.as_dict()}))
+    """)
+    assert len(result["warned"]) == 1 and path.name in result["warned"][0]
+    assert result["summary"]["loaded"] == 0
+    assert result["ok"] and result["after"]["traces"] == 1 and result["after"]["stored"] == 1
+
+
+def test_preload_follows_eviction(lib, tmp_path):
+    cache = tmp_path / "cache"
+    maker = lazytrace.trace_graph(lib.shifted, cache=cache)
+    for n in (2, 3, 4):
+        maker(torch.rand(n, 3), torch.rand(n, 3))
+    files = stored(cache)
+    assert len(lazytrace.trace_graph(lib.shifted, cache=cache).graphs) == 3
+    store = GraphStore(cache, max_bytes=max(f.stat().st_size for f in files) + 1)
+    assert len(store.evict()) == 2 and len(stored(cache)) == 1
+    after = lazytrace.trace_graph(lib.shifted, cache=store)
+    assert after.stats.loaded == 1 and len(after.graphs) == 1
+
+
+def test_preloading_while_other_processes_write_never_sees_a_partial_file(lib, tmp_path):
+    cache = tmp_path / "cache"
+    prelude = (f"import json, sys, warnings, torch, lazytrace.persist; sys.path.insert(0, {os.path.dirname(lib.__file__)!r}); "
+               f"import {lib.__name__} as lib; cache = {str(cache)!r}\n")
+    writer = """
+        f = lazytrace.trace_graph(lib.shifted, cache=cache)
+        for n in range(2, 12):
+            f(torch.rand(n, 3), torch.rand(n, 3))
+    """
+    reader = """
+        warnings.simplefilter("error", lazytrace.persist.CacheWarning)
+        most = 0
+        for _ in range(30):
+            f = lazytrace.trace_graph(lib.shifted, cache=cache)
+            most = max(most, f.stats.loaded)
+            for graph in f.graphs:          # every preloaded graph replays right on new inputs
+                n = graph.key[0][0][1][0]
+                x, y = torch.rand(n, 3), torch.rand(n, 3)
+                assert torch.equal(f(x, y), lib.shifted(x, y))
+            assert f.stats.traces == 0
+        print(json.dumps({"most": most}))
+    """
+    procs = [subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(code)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for code in (writer, writer, reader)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    assert len(stored(cache)) == 10
+
+
+# ---- prewarm ----------------------------------------------------------------------------------
+
+def test_prewarm_runs_only_graphs_without_visible_effects(lib, tmp_path):
+    cache = tmp_path / "cache"
+    store_calls(lib, cache, ("blur", (torch.rand(1, 3, 8, 8), 1.5)), ("noisy", (torch.rand(4),)),
+                ("bump", (torch.rand(4),)))
+    code = """
+        state = torch.get_rng_state()
+        import hashlib
+        x = torch.rand(4)      # after the import: the RNG draws what it draws without lazytrace
+        print(json.dumps({"summary": summary, "rng": hashlib.sha256(state.numpy().tobytes()).hexdigest(),
+                          "draw": x.tolist(), "warned": warned}))
+    """
+    warmed, plain = fresh(lib, cache, code, prewarm_on=True), fresh(lib, cache, code)
+    assert warmed["summary"]["loaded"] == plain["summary"]["loaded"] == 3
+    assert warmed["rng"] == plain["rng"] and warmed["draw"] == plain["draw"]      # the RNG did not move
+    assert warmed["summary"]["prewarmed"] == 1 and plain["summary"]["prewarmed"] == 0
+    reasons = warmed["summary"]["not_prewarmed"]
+    assert list(reasons["draws random numbers (the global RNG streams would move)"]) == [f"{lib.__name__}.noisy"]
+    assert list(reasons["writes into its inputs or other arrays the caller can see"]) == [f"{lib.__name__}.bump"]
+
+
+def test_prewarm_refuses_attribute_writes():
+    class Holder:
+        pass
+
+    def fn(holder, x):
+        holder.seen = x
+        return x + 1
+
+    graph = lazytrace.trace_graph(fn, arg_stateful_idxs=[[0]], args=(Holder(), torch.rand(3)))
+    assert "attributes" in prewarm.refusal(graph._plan)
+    plain = lazytrace.trace_graph(lambda x: x * 2 + 1, args=(torch.rand(3),))
+    assert prewarm.refusal(plain._plan) is None
+
+
+def test_a_graph_whose_prewarm_fails_still_works_on_real_inputs(lib, tmp_path):
+    cache = tmp_path / "cache"
+    a = torch.eye(3) + 0.1 * torch.rand(3, 3)
+    store_calls(lib, cache, ("solve", (a,)), ("branchy", (-torch.rand(4),)))
+    result = fresh(lib, cache, """
+        a = torch.eye(3) + 0.1 * torch.rand(3, 3)   # constant-filled inputs: singular, and sum > 0
+        x = -torch.rand(4)
+        ok = [torch.allclose(traced.solve(a), real.solve(a)), torch.equal(traced.branchy(x), real.branchy(x))]
+        print(json.dumps({"summary": summary, "ok": ok, "after": {n: getattr(traced, n).stats.as_dict()
+                                                                  for n in ("solve", "branchy")}}))
+    """, prewarm_on=True)
+    assert result["ok"] == [True, True]
+    assert result["summary"]["prewarmed"] == 0 and result["summary"]["loaded"] == 2
+    reasons = result["summary"]["not_prewarmed"]
+    assert any(r.startswith("raised") and f"{lib.__name__}.solve" in per for r, per in reasons.items())
+    assert f"{lib.__name__}.branchy" in reasons["a guard does not hold for constant-filled inputs"]
+    for stats in result["after"].values():
+        assert stats["hits"] == stats["calls"] == 1 and stats["traces"] == 0
+
+
+def test_prewarm_setting_follows_the_environment_and_rejects_bad_values(monkeypatch):
+    monkeypatch.delenv(prewarm.ENV_PREWARM, raising=False)
+    assert prewarm.wanted(None) is False and prewarm.wanted(True) is True
+    monkeypatch.setenv(prewarm.ENV_PREWARM, "1")
+    assert prewarm.wanted(None) is True and prewarm.wanted(False) is False
+    with pytest.raises(TypeError, match="prewarm"):
+        lazytrace.trace_graph(lambda x: x, prewarm="yes")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_signatures_are_preloaded_only_where_prewarm_may_start_the_device(lib, tmp_path):
+    cache = tmp_path / "cache"
+    code = """
+        import json, sys, torch, lazytrace
+        sys.path.insert(0, {folder!r})
+        import {name} as lib
+        f = lazytrace.trace_graph(lib.shifted, cache={cache!r}, prewarm={prewarm})
+        at_creation = {{"loaded": f.stats.loaded, "prewarmed": f.stats.prewarmed,
+                        "started": torch.cuda.is_initialized()}}
+        x, y = torch.rand(3, 4, device="cuda"), torch.rand(3, 4, device="cuda")
+        ok = torch.equal(f(x, y), lib.shifted(x, y))
+        print(json.dumps({{"at_creation": at_creation, "ok": ok, **f.stats.as_dict()}}))
+    """
+
+    def run(prewarm_on):
+        source = code.format(folder=os.path.dirname(lib.__file__), name=lib.__name__, cache=str(cache),
+                             prewarm=prewarm_on)
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run(False)
+    assert first["ok"] and first["stored"] == 1 and first["traces"] == 1
+    plain, warmed = run(False), run(True)
+    assert plain["at_creation"] == {"loaded": 0, "prewarmed": 0, "started": False}     # left to the call
+    assert plain["ok"] and plain["loaded"] == 1 and plain["traces"] == 0
+    assert warmed["at_creation"] == {"loaded": 1, "prewarmed": 1, "started": True}
+    assert warmed["ok"] and warmed["hits"] == 1 and warmed["traces"] == 0
