@@ -292,3 +292,72 @@ def test_stop_gradient_in_a_graph_stops_gradients_applied_from_outside():
         assert np.array_equal(jax.grad(lazy)(x2), jax.grad(fn)(x2))
         assert np.array_equal(lazy(x2), fn(x2))
     assert lazy.stats.traces == 2 and lazy.stats.hits == 3     # arrays, and grad's tracers: replayed
+
+
+def test_jitted_functions_are_recorded_as_the_eager_call():
+    """A jax.jit function (all of jax.numpy's are) is recorded as called, static arguments and
+    keywords included: the trace and every replay run it through eager's own C++ dispatch."""
+    @jax.jit
+    def scaled(a, parts, *, bias):
+        return a * parts[0] + parts[1] * bias, a - bias
+
+    def power(a, n):
+        return a ** n
+
+    power = jax.jit(power, static_argnums=1)
+
+    def fn(x):
+        y, z = scaled(x, [x + 1, jnp.float32(2)], bias=x[0])
+        return power(y, 3) + jnp.sum(z, axis=0, keepdims=True)
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.arange(6.0).reshape(2, 3)
+    assert np.array_equal(lazy(x), fn(x))
+    for x2 in (x + 1, x * -3):
+        assert np.array_equal(lazy(x2), fn(x2))
+    assert lazy.stats.hits == 2 and lazy.stats.traces == 1
+    source = lazy.graph_for(x).source
+    assert "power(" in source and "scaled(" in source, source
+
+
+def test_jitted_closures_are_told_apart():
+    """Jitted closures of one code over different values, made and dropped one after another
+    (object ids are reused): each graph calls its own."""
+    import gc
+
+    results = []
+    for c in range(4):
+        times = jax.jit(lambda a, c=float(c): a * c + c)
+        lazy = lazytrace.trace_graph(lambda x, f=times: f(x) - 1)
+        lazy(jnp.ones(3))
+        results.append(lazy(jnp.arange(3.0)))
+        del times, lazy
+        gc.collect()
+    for c, got in enumerate(results):
+        assert np.array_equal(got, jnp.arange(3.0) * c + c - 1)
+
+
+def test_jitted_calls_over_tracers_jax_cannot_show_stay_primitives():
+    """A jitted closure over an array of the trace, an array inside another pytree node, a
+    dict result: recorded as the primitive, whose inputs JAX lists, not baked in."""
+    from dataclasses import dataclass
+
+    @jax.tree_util.register_dataclass
+    @dataclass
+    class Box:
+        value: jax.Array
+
+    unbox = jax.jit(lambda box: box.value * 2)
+    named = jax.jit(lambda a: {"twice": a * 2})
+
+    def fn(x):
+        y = x * 3
+        closure = jax.jit(lambda a: a + y)
+        return closure(x) + unbox(Box(x + 1)) + named(x - 1)["twice"]
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.arange(3.0)
+    assert np.array_equal(lazy(x), fn(x))
+    for x2 in (x + 1, x * -2):
+        assert np.array_equal(lazy(x2), fn(x2))
+    assert lazy.stats.hits == 2

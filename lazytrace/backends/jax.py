@@ -50,6 +50,7 @@ is a constant (JAX's random numbers are a pure function of the key).
 """
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from functools import partial
 
@@ -146,11 +147,19 @@ class LazyTrace(core.Trace):
         self.backend = session.backend
 
     def process_primitive(self, primitive, tracers, params):
-        if primitive is pjit.jit_p and any(params["donated_invars"]):
-            # a constant of the graph given to a jit that donates it would be deleted by the first
-            # replay (every later one would fail): only the function's inputs stay donated
-            donated = tuple(d and self._varies(t) for d, t in zip(params["donated_invars"], tracers))
-            params = dict(params, donated_invars=donated)
+        if primitive is pjit.jit_p:
+            if any(params["donated_invars"]):
+                # a constant of the graph given to a jit that donates it would be deleted by the first
+                # replay (every later one would fail): only the function's inputs stay donated
+                donated = tuple(d and self._varies(t) for d, t in zip(params["donated_invars"], tracers))
+                params = dict(params, donated_invars=donated)
+            else:
+                call = _jitted_call(params, sys._getframe(1), self.backend._jitted)
+                if call is not None:
+                    fn, args, kwargs = call
+                    self.backend.name_callable(fn, f"jit.{params['name']}")
+                    result = self.session.on_call(fn, args, kwargs)
+                    return list(result) if type(result) in (list, tuple) else [result]
         return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {})
 
     def _varies(self, tracer) -> bool:
@@ -212,6 +221,7 @@ class JaxBackend(Backend):
         self._names: dict = {}         # id(callable) -> (callable, display name)
         self._jit_callables: dict = {}
         self._impl_callables: dict = {}
+        self._jitted: dict = {}        # (id(fun), id(jit_info)) -> (fun, jit_info, its jitted function)
 
     # ---- signature ------------------------------------------------------------
     def describe(self, a):
@@ -311,17 +321,25 @@ class JaxBackend(Backend):
         return CallKind.OP
 
     def run(self, func, args, kwargs):
-        trace = next((a._trace for a in args if type(a) is JaxTracer), None)
+        """Call `func` on the real arrays under the trace current before ours (a jitted function
+        called under ours would come back to it); its arrays are handed on as tracers."""
+        tracer = _first_tracer(args, kwargs)
+        trace = tracer._trace if tracer is not None else core.unsafe_get_current_trace()
         values = unwrap_tree(args, JaxTracer)
-        if trace is None:
+        if kwargs:
+            kwargs = unwrap_tree(kwargs, JaxTracer)
+        if type(trace) is not LazyTrace:
             return func(*values, **kwargs), ()
         with core.set_current_trace(trace.parent):
             result = func(*values, **kwargs)
-        if type(result) is list:
-            return [JaxTracer(trace, r, trace.session) for r in result], ()
-        if isinstance(result, self.array_types):
-            return JaxTracer(trace, result, trace.session), ()
-        return result, ()
+        if tracer is None:
+            return result, ()        # made from constants only: a constant
+        if type(result) in (list, tuple):
+            return type(result)(self._wrap(r, trace) for r in result), ()
+        return self._wrap(result, trace), ()
+
+    def _wrap(self, result, trace):
+        return JaxTracer(trace, result, trace.session) if isinstance(result, self.array_types) else result
 
     def storage_key(self, a):
         return id(self.unwrap(a))    # jax arrays are immutable: no aliasing to follow
@@ -354,6 +372,76 @@ class JaxBackend(Backend):
         if any(node.kind is Kind.GUARD for node in graph.nodes):
             return fn
         return jax.jit(fn, **options)
+
+
+def _first_tracer(args, kwargs):
+    """The first JaxTracer in call arguments (through tuples, lists and dicts), or None."""
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        tp = type(a)
+        if tp is JaxTracer:
+            return a
+        if tp is tuple or tp is list or tp is dict:
+            found = _first_tracer(a.values() if tp is dict else a, None)
+            if found is not None:
+                return found
+    return None
+
+
+def _plain(obj) -> bool:
+    """Whether every tracer in `obj` is reached through tuples, lists and dicts (what the tracer
+    follows in call arguments): an array inside any other pytree node would be baked in."""
+    tp = type(obj)
+    if tp is tuple or tp is list:
+        return all(_plain(x) for x in obj)
+    if tp is dict:
+        return all(_plain(x) for x in obj.values())
+    if tp is JaxTracer or tp in _SCALARS:
+        return True
+    return not any(isinstance(leaf, core.Tracer) for leaf in tree_util.tree_leaves(obj))
+
+
+_SCALARS = frozenset({int, float, bool, complex, str, type(None)})
+_RUN_PYTHON_PJIT = getattr(getattr(pjit, "_run_python_pjit", None), "__code__", None)
+
+
+def _jitted_call(params, frame, cache: dict):
+    """(jitted function, args, kwargs) of the `jax.jit` function whose call under the trace bound
+    this `jit` primitive, or None. jax.numpy's functions are jitted: eager calls them through
+    JAX's C++ dispatch, whose cache (shared by every jit of the same function and options) the
+    eager calls before the trace already filled. Recording that call, rather than the primitive
+    run by a callable of its own, makes the trace run it at C++ speed instead of compiling and
+    dispatching a new callable through Python, and replays exactly the eager call.
+    Found on the stack (JAX's `_run_python_pjit`, checked by the identity of its jaxpr); None
+    where the call closes over tracers, returns anything but arrays or a flat tuple or list of
+    them, or takes tracers inside other pytree nodes: the primitive is recorded then."""
+    for _ in range(4):
+        if frame is None or frame.f_code is _RUN_PYTHON_PJIT:
+            break
+        frame = frame.f_back
+    else:
+        return None
+    if frame is None or frame.f_back is None:
+        return None
+    local = frame.f_locals
+    p = local.get("p")
+    if p is None or p.params.get("jaxpr") is not params["jaxpr"] or p.consts:
+        return None
+    out = p.out_tree
+    if out.num_leaves != 1 or not tree_util.treedef_is_leaf(out):
+        if out.num_nodes != out.num_leaves + 1 or out.node_data() is None or \
+                out.node_data()[0] not in (tuple, list):
+            return None
+    fun, args, kwargs = local["fun"], local["args"], local["kwargs"]
+    jit_info = frame.f_back.f_locals.get("jit_info")
+    if not isinstance(jit_info, pjit.PjitInfo) or not _plain(args) or not _plain(kwargs):
+        return None
+    key = (id(fun), id(jit_info))
+    entry = cache.get(key)
+    if entry is None or entry[0] is not fun or entry[1] is not jit_info:
+        if len(cache) > 4096:     # jitted closures made anew at every call: bounded
+            cache.clear()
+        entry = cache[key] = (fun, jit_info, pjit._cpp_pjit(fun, jit_info))
+    return entry[2], args, kwargs
 
 
 def _fun_name(fun) -> str:
