@@ -53,7 +53,7 @@ from contextlib import contextmanager
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
-from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.framework import ops as tf_ops, tensor_conversion_registry
 from tensorflow.python.framework.ops import EagerTensor
 from tensorflow.python.ops import gen_math_ops
 from tensorflow.python.util import dispatch, tf_export
@@ -176,6 +176,10 @@ def _takes_code(args, kwargs) -> bool:
     return False
 
 
+def _refuse_conversion(value, dtype=None, name=None, as_ref=False):
+    raise TypeError("a TfTracer cannot become a tensor inside a trace")
+
+
 class _Dispatcher(dispatch.GlobalOpDispatcher):
     """Handles TensorFlow API calls given tracers (TensorFlow asks after conversion failed)."""
 
@@ -223,7 +227,16 @@ class TensorflowBackend(Backend):
     def __init__(self):
         self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}
         self._scalars: dict = {}
-        _Dispatcher().register()   # declines every call that holds no tracer
+        # asked first (it declines every call that holds no tracer at once): a dispatcher asked
+        # before it (Keras' KerasOpDispatcher flattens every call's arguments) costs each traced call
+        dispatcher = _Dispatcher()
+        if isinstance(getattr(dispatch, "_GLOBAL_DISPATCHERS", None), list):
+            dispatch._GLOBAL_DISPATCHERS.insert(0, dispatcher)
+        else:
+            dispatcher.register()
+        # a tracer reaching a TensorFlow conversion is refused at once, rather than after
+        # tf.constant tried it as a NumPy array: TensorFlow then dispatches the call to us sooner
+        tensor_conversion_registry.register_tensor_conversion_function(TfTracer, _refuse_conversion)
 
     # ---- signature ------------------------------------------------------------
     def describe(self, t):
@@ -374,7 +387,8 @@ class TensorflowBackend(Backend):
         return (source._seed, getattr(source, "_rng", None))
 
     def brief(self, t) -> tuple:
-        return (t.shape, t.dtype)
+        # an EagerTensor's shape tuple, not its TensorShape (built on first use of .shape)
+        return (t._shape_tuple() if type(t) is EagerTensor else tuple(t.shape), t.dtype)
 
     def format_brief(self, brief) -> str:
         shape, dtype = brief
