@@ -361,3 +361,48 @@ def test_jitted_calls_over_tracers_jax_cannot_show_stay_primitives():
     for x2 in (x + 1, x * -2):
         assert np.array_equal(lazy(x2), fn(x2))
     assert lazy.stats.hits == 2
+
+
+def test_custom_derivative_functions_run_as_eager_runs_them(xla_compiles):
+    """jax.nn.relu and a user's custom_vjp function are called as eager calls them: a trace
+    after eager calls compiles nothing (it staged and compiled each one at every trace), and
+    gradients through the graph use their rules."""
+    @jax.custom_vjp
+    def clipped(a):
+        return a * 1.0
+
+    clipped.defvjp(lambda a: (a * 1.0, None), lambda _, g: (jnp.clip(g, -0.5, 0.5),))
+
+    def fn(x):
+        return jnp.sum(jax.nn.relu(x) * 3 + clipped(x) * 2)
+
+    x = jnp.linspace(-1.0, 1.0, 6)
+    fn(x), jax.grad(fn)(x)
+    del xla_compiles[:]
+    lazy = lazytrace.trace_graph(fn)
+    assert np.array_equal(lazy(x), fn(x))
+    assert xla_compiles == []
+    for x2 in (x + 0.5, x * -2):
+        assert np.array_equal(lazy(x2), fn(x2))
+        assert np.array_equal(jax.grad(lazy)(x2), jax.grad(fn)(x2))
+    assert lazy.stats.hits >= 2
+
+
+def test_custom_derivative_closure_over_a_trace_array_is_not_baked():
+    """A custom_jvp function made inside, closing over an array of the trace: never replayed
+    with the trace's array (JAX refuses the escaped tracer: the call runs eagerly)."""
+    def fn(x):
+        y = x * 2
+
+        @jax.custom_jvp
+        def scaled(a):
+            return a * y
+
+        scaled.defjvp(lambda primals, tangents: (primals[0] * y, tangents[0] * y))
+        return scaled(x) + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.arange(3.0)
+    assert np.array_equal(lazy(x), fn(x))
+    for x2 in (x + 1, x * -3):
+        assert np.array_equal(lazy(x2), fn(x2))
