@@ -410,6 +410,16 @@ _SCALARS = frozenset({int, float, bool, complex, str, type(None)})
 _RUN_PYTHON_PJIT = getattr(getattr(pjit, "_run_python_pjit", None), "__code__", None)
 
 
+def _caller_frame(frame, codes, depth):
+    """The first of `depth` frames from `frame` up that runs one of `codes` (JAX's function that
+    bound the primitive being processed), or None."""
+    for _ in range(depth):
+        if frame is None or frame.f_code in codes:
+            return frame
+        frame = frame.f_back
+    return None
+
+
 def _jitted_call(params, frame, cache: dict):
     """(jitted function, args, kwargs) of the `jax.jit` function whose call under the trace bound
     this `jit` primitive, or None. jax.numpy's functions are jitted: eager calls them through
@@ -420,12 +430,7 @@ def _jitted_call(params, frame, cache: dict):
     Found on the stack (JAX's `_run_python_pjit`, checked by the identity of its jaxpr); None
     where the call closes over tracers, returns anything but arrays or a flat tuple or list of
     them, or takes tracers inside other pytree nodes: the primitive is recorded then."""
-    for _ in range(4):
-        if frame is None or frame.f_code is _RUN_PYTHON_PJIT:
-            break
-        frame = frame.f_back
-    else:
-        return None
+    frame = _caller_frame(frame, (_RUN_PYTHON_PJIT,), 4)
     if frame is None or frame.f_back is None:
         return None
     local = frame.f_locals
@@ -450,7 +455,8 @@ def _jitted_call(params, frame, cache: dict):
     return entry[2], args, kwargs
 
 
-_CUSTOM_CALLS = tuple(getattr(inspect.unwrap(c.__call__), "__code__", None) for c in (jax.custom_jvp, jax.custom_vjp))
+_CUSTOM_CALLS = tuple(getattr(inspect.unwrap(c.__call__), "__code__", None)
+                      for c in (jax.custom_jvp, jax.custom_vjp))
 
 
 def _custom_call(flat_fun, frame):
@@ -462,12 +468,7 @@ def _custom_call(flat_fun, frame):
     or takes tracers inside other pytree nodes. (One closing over an array of the trace meets
     that tracer outside its trace when run: JAX raises UnexpectedTracerError, the call runs
     eagerly.)"""
-    for _ in range(6):
-        if frame is None or frame.f_code in _CUSTOM_CALLS:
-            break
-        frame = frame.f_back
-    else:
-        return None
+    frame = _caller_frame(frame, _CUSTOM_CALLS, 6)
     if frame is None:
         return None
     local = frame.f_locals
