@@ -9,36 +9,50 @@ eagerly on the real arrays under the trace that was current before (plain
 evaluation, or an outer `jax.grad` / `jax.vmap` / `jax.jit`). A jitted
 function called inside (most of jax.numpy is) is one `jit` primitive.
 
-Replay calls, per recorded primitive, the callable eager JAX itself would
-dispatch to: for `jit`, JAX's C++ `pjit` dispatcher over the same jaxpr; for
-a primitive with an eager rule of its own, that rule (`slice` runs as a
-`dynamic_slice` compiled once per shape, not a static slice compiled per
-index; `stop_gradient` returns its argument), so that a trace after eager
-calls compiles nothing new; for any other primitive,
-`dispatch.xla_primitive_callable`; a custom_jvp /
-custom_vjp function (jax.nn.relu, softplus, logsumexp ...) is staged with its
-rules into one jitted call, so `jax.grad` of a graph uses those rules. Results are therefore bit-identical to
-eager, and the Python work of jax.numpy (argument checks, dtype promotion,
-re-tracing of the jitted wrappers' arguments) is gone.
+What is recorded, and replayed: a `jax.jit` function called inside (all of
+jax.numpy's functions, jax.nn's, a user's) is recorded as that call, with its
+arguments, static ones and keywords included: the trace runs it, and every
+replay calls it, through JAX's C++ dispatch with the cache its eager calls
+filled (JAX shares it between jits of one function and options), so a trace
+after eager calls compiles and dispatches nothing through Python. It is found
+on the stack where JAX binds its `jit` primitive (checked by the identity of
+the jaxpr); a call that closes over tracers, takes them inside other pytree
+nodes, returns anything but arrays or a flat tuple/list of them, or donates
+arguments is recorded as its primitive, replayed by JAX's C++ `pjit`
+dispatcher over the same jaxpr. A custom_jvp / custom_vjp function
+(jax.nn.relu, a user's) is recorded as its own call the same way (its rule
+serves `jax.grad` of a graph; staging it into a jaxpr compiled a new XLA
+executable at every trace: 46-49 ms for relu, now 2-7 ms); traced under an
+outer transformation it runs eagerly. Any other primitive replays as eager
+dispatches it: an eager rule of its own (`slice` as a `dynamic_slice`
+compiled once per shape, `stop_gradient` returning its argument), else
+`dispatch.xla_primitive_callable`. Results are bit-identical to eager, and
+the Python work of jax.numpy's wrappers (operators, argument checks, dtype
+promotion) is gone from a replay.
 
 Measured on this repository's CI machine kind (2 cores, jax 0.10.2 CPU), a
 function of 8 jax.numpy calls on a 3x8 array: eager 295-325 us; replaying the
 recorded primitives with `Primitive.bind` 512 us (bind's Python path for `jit`
-is slower than jax.numpy's C++ fast path); with the callables above 207 us;
+is slower than jax.numpy's C++ fast path); with C++ dispatch 207 us;
 `jax.jit` of the whole function 9-16 us (`return_backend_traced_fn=True`).
 The alternative of `jax.make_jaxpr` + `eval_jaxpr` evaluates the same
 primitives through `bind` (the 512 us path) and cannot read values back into
 Python (`if x.max() > 0`), which the tracer here guards like the other
 backends do. benchmarks/bench_frameworks.py (six small functions on 3x32x32,
-results/frameworks_cpu.txt, a loaded machine, two runs): LazyGraph over eager
-1.04x to 7.8x, geomean 2.0x (swish, 1.04x-1.06x, was 0.97x in a third run);
-jax.jit cached 2.6x to 19x. First call (trace) 4.4x to 19x an eager call (it
-was 8x to 150x while the trace ran `slice` and `stop_gradient` through
-compiles of their own): what is left is
-JAX's Python path for each jitted function under a trace (~100 us each) and
-one run of each new jit primitive through JAX's Python dispatch path (its C++
-fast path is filled by that first call); a second trace of the same function
-costs 2.6x-9.9x.
+results/frameworks_cpu.txt, machine shared, load 3-5): LazyGraph over eager
+1.07x to 7.6x, geomean 2.3x (swish 1.07x-1.10x); jax.jit cached 2.6x to 80x.
+First call (trace): thread CPU time of a first trace after eager calls
+(mean of 2 runs, before -> after recording jitted calls): swish 2.57 ->
+1.92 ms, softmax 3.66 -> 2.67 ms, normalize 3.45 -> 3.02 ms (eager call:
+~0.17-0.37 ms wall): 9x to 25x an eager call in the benchmark's one-shot
+wall-clock column, which swings 2x between runs at that load. What is left,
+per jax.numpy call (thread CPU, 30-call chains): JAX's own Python path for a
+jitted function given a tracer (argument parsing, abstract values, the
+cached jaxpr lookup, bind: 60-90 us), the tracer's bookkeeping (~35 us), this
+backend's glue (~35 us: frame lookup, tracer objects, switching traces), and
+the call itself (~30-40 us inside a trace against 8-20 us in a tight eager
+loop: XLA's CPU worker thread wakes for each call after a gap of Python
+work); plus the trace's fixed cost (~0.3-0.4 ms for a one-call function).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that needs a concrete value to decide a shape
