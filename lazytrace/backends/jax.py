@@ -241,7 +241,7 @@ class JaxBackend(Backend):
         self._names: dict = {}         # id(callable) -> (callable, display name)
         self._jit_callables: dict = {}
         self._impl_callables: dict = {}
-        self._jitted: dict = {}        # (id(fun), id(jit_info)) -> (fun, jit_info, its jitted function)
+        self._jitted: dict = {}        # id(JAX's PjitParams) -> (them, the jitted function or None)
 
     # ---- signature ------------------------------------------------------------
     def describe(self, a):
@@ -445,28 +445,36 @@ def _jitted_call(params, frame, cache: dict):
     where the call closes over tracers, returns anything but arrays or a flat tuple or list of
     them, or takes tracers inside other pytree nodes: the primitive is recorded then."""
     frame = _caller_frame(frame, (_RUN_PYTHON_PJIT,), 4)
-    if frame is None or frame.f_back is None:
+    if frame is None:
         return None
     local = frame.f_locals
-    p = local.get("p")
-    if p is None or p.params.get("jaxpr") is not params["jaxpr"] or p.consts:
+    p = local.get("p")      # JAX's PjitParams of this call: one object per function and input types
+    if p is None or p.params.get("jaxpr") is not params["jaxpr"]:
         return None
+    entry = cache.get(id(p))
+    if entry is None or entry[0] is not p:
+        if len(cache) > 4096:     # jitted closures made anew at every call: bounded
+            cache.clear()
+        entry = cache[id(p)] = (p, _jitted_function(p, local["fun"], frame.f_back))
+    args, kwargs = local["args"], local["kwargs"]
+    if entry[1] is None or not _plain(args) or not _plain(kwargs):
+        return None
+    return entry[1], args, kwargs
+
+
+def _jitted_function(p, fun, outer):
+    """The jitted function JAX's `cache_miss` frame `outer` runs for `fun`, made anew (sharing
+    the C++ cache of every jit of `fun` with the same options), or None where its call closes
+    over tracers (JAX passes them as extra arguments) or returns other than flat arrays."""
     out = p.out_tree
+    if p.consts or outer is None:
+        return None
     if out.num_leaves != 1 or not tree_util.treedef_is_leaf(out):
         if out.num_nodes != out.num_leaves + 1 or out.node_data() is None or \
                 out.node_data()[0] not in (tuple, list):
             return None
-    fun, args, kwargs = local["fun"], local["args"], local["kwargs"]
-    jit_info = frame.f_back.f_locals.get("jit_info")
-    if not isinstance(jit_info, pjit.PjitInfo) or not _plain(args) or not _plain(kwargs):
-        return None
-    key = (id(fun), id(jit_info))
-    entry = cache.get(key)
-    if entry is None or entry[0] is not fun or entry[1] is not jit_info:
-        if len(cache) > 4096:     # jitted closures made anew at every call: bounded
-            cache.clear()
-        entry = cache[key] = (fun, jit_info, pjit._cpp_pjit(fun, jit_info))
-    return entry[2], args, kwargs
+    jit_info = outer.f_locals.get("jit_info")
+    return pjit._cpp_pjit(fun, jit_info) if isinstance(jit_info, pjit.PjitInfo) else None
 
 
 _CUSTOM_CALLS = tuple(getattr(inspect.unwrap(c.__call__), "__code__", None)
