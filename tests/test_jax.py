@@ -406,3 +406,22 @@ def test_custom_derivative_closure_over_a_trace_array_is_not_baked():
     assert np.array_equal(lazy(x), fn(x))
     for x2 in (x + 1, x * -3):
         assert np.array_equal(lazy(x2), fn(x2))
+
+
+def test_operators_record_the_call_jax_operators_make():
+    """Arithmetic operators on tracers are recorded as the jax.numpy call JAX's operator makes
+    (reflected ones with the operands swapped); other operands take JAX's own path."""
+    def fn(x, y):
+        z = (2.0 - x) / (1 + y) ** 2 + 3 * x - x ** 0.5 * y / 2
+        z = z + 2 ** y - 1.5 / (x + 1) + x * np.float32(2) + x * True + y * jnp.ones(3, jnp.int32)
+        return z + (x > 1) * 1 + np.arange(3.0) * x
+
+    lazy = lazytrace.trace_graph(fn)
+    x, y = jnp.arange(1.0, 4.0), jnp.array([0.5, -0.25, 2.0])
+    assert np.array_equal(lazy(x, y), fn(x, y))
+    for x2, y2 in ((x + 1, y * 2), (x * 3, -y)):
+        got, want = lazy(x2, y2), fn(x2, y2)
+        assert np.array_equal(got, want) and got.dtype == want.dtype
+    assert lazy.stats.hits == 2
+    with pytest.raises(TypeError):
+        lazytrace.trace_graph(lambda x: x + [1, 2])(x)
