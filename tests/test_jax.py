@@ -425,3 +425,21 @@ def test_operators_record_the_call_jax_operators_make():
     assert lazy.stats.hits == 2
     with pytest.raises(TypeError):
         lazytrace.trace_graph(lambda x: x + [1, 2])(x)
+
+
+def test_indexing_with_static_and_array_indices():
+    """Static indices and a traced index replay as eager indexes; a boolean mask (a shape that
+    depends on its values) runs eagerly."""
+    def fn(x):
+        return x[0] + x[1, 1:3].sum() + x[..., None][2, ::2, 0].sum() * x[-1] + x[1][jnp.argmax(x[2])]
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.arange(12.0).reshape(3, 4)
+    assert np.array_equal(lazy(x), fn(x))
+    for x2 in (x[::-1] * 2, -x):
+        assert np.array_equal(lazy(x2), fn(x2))
+    assert lazy.stats.hits == 2
+    masked = lazytrace.trace_graph(lambda x: x[x > 2].sum())
+    for x2 in (x, x - 5):
+        assert np.array_equal(masked(x2), x2[x2 > 2].sum())
+    assert masked.stats.eager == 2
