@@ -19,16 +19,21 @@ on the stack where JAX binds its `jit` primitive (checked by the identity of
 the jaxpr); a call that closes over tracers, takes them inside other pytree
 nodes, returns anything but arrays or a flat tuple/list of them, or donates
 arguments is recorded as its primitive, replayed by JAX's C++ `pjit`
-dispatcher over the same jaxpr. A custom_jvp / custom_vjp function
-(jax.nn.relu, a user's) is recorded as its own call the same way (its rule
-serves `jax.grad` of a graph; staging it into a jaxpr compiled a new XLA
-executable at every trace: 46-49 ms for relu, now 2-7 ms); traced under an
-outer transformation it runs eagerly. Any other primitive replays as eager
-dispatches it: an eager rule of its own (`slice` as a `dynamic_slice`
-compiled once per shape, `stop_gradient` returning its argument), else
-`dispatch.xla_primitive_callable`. Results are bit-identical to eager, and
-the Python work of jax.numpy's wrappers (operators, argument checks, dtype
-promotion) is gone from a replay.
+dispatcher over the same jaxpr. The arithmetic operators of a tracer
+(`+ - * / **`, reflected too) with a Python number, a concrete array or
+another tracer record the jax.numpy call JAX's operator makes, without going
+through JAX's Python path for a jitted call given a tracer. A custom_jvp /
+custom_vjp function (jax.nn.relu, a user's) is recorded as its own call the
+same way (its rule serves `jax.grad` of a graph; staging it into a jaxpr
+compiled a new XLA executable at every trace: 46-49 ms for relu, now 2-7 ms);
+traced under an outer transformation it runs eagerly. Any other primitive
+replays as eager dispatches it: an eager rule of its own (`slice` as a
+`dynamic_slice` compiled once per shape, `stop_gradient` returning its
+argument), else `dispatch.xla_primitive_callable`. Results are bit-identical
+to eager, and the Python work of jax.numpy's wrappers (operators, argument
+checks, dtype promotion) is gone from a replay. (Recording `x[0]` as JAX's
+indexing call was tried: a trace 3x cheaper per index, but a replay of JAX's
+eager indexing costs ~140 us an index against ~15 us for its primitives.)
 
 Measured on this repository's CI machine kind (2 cores, jax 0.10.2 CPU), a
 function of 8 jax.numpy calls on a 3x8 array: eager 295-325 us; replaying the
@@ -39,20 +44,24 @@ The alternative of `jax.make_jaxpr` + `eval_jaxpr` evaluates the same
 primitives through `bind` (the 512 us path) and cannot read values back into
 Python (`if x.max() > 0`), which the tracer here guards like the other
 backends do. benchmarks/bench_frameworks.py (six small functions on 3x32x32,
-results/frameworks_cpu.txt, machine shared, load 3-5): LazyGraph over eager
-1.07x to 7.6x, geomean 2.3x (swish 1.07x-1.10x); jax.jit cached 2.6x to 80x.
-First call (trace): thread CPU time of a first trace after eager calls
-(mean of 2 runs, before -> after recording jitted calls): swish 2.57 ->
-1.92 ms, softmax 3.66 -> 2.67 ms, normalize 3.45 -> 3.02 ms (eager call:
-~0.17-0.37 ms wall): 9x to 25x an eager call in the benchmark's one-shot
-wall-clock column, which swings 2x between runs at that load. What is left,
-per jax.numpy call (thread CPU, 30-call chains): JAX's own Python path for a
-jitted function given a tracer (argument parsing, abstract values, the
-cached jaxpr lookup, bind: 60-90 us), the tracer's bookkeeping (~35 us), this
-backend's glue (~35 us: frame lookup, tracer objects, switching traces), and
-the call itself (~30-40 us inside a trace against 8-20 us in a tight eager
-loop: XLA's CPU worker thread wakes for each call after a gap of Python
-work); plus the trace's fixed cost (~0.3-0.4 ms for a one-call function).
+results/frameworks_cpu.txt, machine shared, load 2-4): LazyGraph over eager
+1.07x to 7.7x, geomean 2.0x-2.3x (swish 1.07x; thread CPU 1.18x); jax.jit
+cached 2.3x to 18x. First call (trace): thread CPU of a first trace after
+eager calls, mean of 2 runs, before -> after this backend's recording of
+jitted calls, operators and custom rules: normalize 4.9 -> 2.5 ms, swish
+2.8 -> 1.3, softmax 3.4 -> 2.7, blur 6.9 -> 5.3, gray 4.9 -> 4.2, chain16
+4.0 -> 2.0; in the benchmark's one-shot wall-clock column 4.4x to 19x an
+eager call (swings 2x between runs at that load; a second trace 2.7x-9.5x).
+What is left per jax.numpy call (thread CPU, chains of 30 calls): JAX's own
+Python path for a jitted function given a tracer (argument parsing, abstract
+values, the cached jaxpr lookup, bind: 60-90 us; operators skip it), the
+tracer's bookkeeping (~25-35 us), this backend's glue (~30 us: frame lookup,
+tracer objects, switching traces), and the call itself (~25-40 us inside a
+trace against 8-20 us in a tight eager loop: XLA's CPU worker thread wakes
+for each call after a gap of Python work); an operator costs ~100 us of
+trace, a jax.numpy call ~140-190 us; plus the trace's fixed cost (~0.3-0.4
+ms for a one-call function) and constants computed inside (blur's kernel:
+each of its calls takes the same path before it is folded).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that needs a concrete value to decide a shape
