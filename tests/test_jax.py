@@ -292,3 +292,154 @@ def test_stop_gradient_in_a_graph_stops_gradients_applied_from_outside():
         assert np.array_equal(jax.grad(lazy)(x2), jax.grad(fn)(x2))
         assert np.array_equal(lazy(x2), fn(x2))
     assert lazy.stats.traces == 2 and lazy.stats.hits == 3     # arrays, and grad's tracers: replayed
+
+
+def test_jitted_functions_are_recorded_as_the_eager_call():
+    """A jax.jit function (all of jax.numpy's are) is recorded as called, static arguments and
+    keywords included: the trace and every replay run it through eager's own C++ dispatch."""
+    @jax.jit
+    def scaled(a, parts, *, bias):
+        return a * parts[0] + parts[1] * bias, a - bias
+
+    def power(a, n):
+        return a ** n
+
+    power = jax.jit(power, static_argnums=1)
+
+    def fn(x):
+        y, z = scaled(x, [x + 1, jnp.float32(2)], bias=x[0])
+        return power(y, 3) + jnp.sum(z, axis=0, keepdims=True)
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.arange(6.0).reshape(2, 3)
+    assert np.array_equal(lazy(x), fn(x))
+    for x2 in (x + 1, x * -3):
+        assert np.array_equal(lazy(x2), fn(x2))
+    assert lazy.stats.hits == 2 and lazy.stats.traces == 1
+    source = lazy.graph_for(x).source
+    assert "power(" in source and "scaled(" in source, source
+
+
+def test_jitted_closures_are_told_apart():
+    """Jitted closures of one code over different values, made and dropped one after another
+    (object ids are reused): each graph calls its own."""
+    import gc
+
+    results = []
+    for c in range(4):
+        times = jax.jit(lambda a, c=float(c): a * c + c)
+        lazy = lazytrace.trace_graph(lambda x, f=times: f(x) - 1)
+        lazy(jnp.ones(3))
+        results.append(lazy(jnp.arange(3.0)))
+        del times, lazy
+        gc.collect()
+    for c, got in enumerate(results):
+        assert np.array_equal(got, jnp.arange(3.0) * c + c - 1)
+
+
+def test_jitted_calls_over_tracers_jax_cannot_show_stay_primitives():
+    """A jitted closure over an array of the trace, an array inside another pytree node, a
+    dict result: recorded as the primitive, whose inputs JAX lists, not baked in."""
+    from dataclasses import dataclass
+
+    @jax.tree_util.register_dataclass
+    @dataclass
+    class Box:
+        value: jax.Array
+
+    unbox = jax.jit(lambda box: box.value * 2)
+    named = jax.jit(lambda a: {"twice": a * 2})
+
+    def fn(x):
+        y = x * 3
+        closure = jax.jit(lambda a: a + y)
+        return closure(x) + unbox(Box(x + 1)) + named(x - 1)["twice"]
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.arange(3.0)
+    assert np.array_equal(lazy(x), fn(x))
+    for x2 in (x + 1, x * -2):
+        assert np.array_equal(lazy(x2), fn(x2))
+    assert lazy.stats.hits == 2
+
+
+def test_custom_derivative_functions_run_as_eager_runs_them(xla_compiles):
+    """jax.nn.relu and a user's custom_vjp function are called as eager calls them: a trace
+    after eager calls compiles nothing (it staged and compiled each one at every trace), and
+    gradients through the graph use their rules."""
+    @jax.custom_vjp
+    def clipped(a):
+        return a * 1.0
+
+    clipped.defvjp(lambda a: (a * 1.0, None), lambda _, g: (jnp.clip(g, -0.5, 0.5),))
+
+    def fn(x):
+        return jnp.sum(jax.nn.relu(x) * 3 + clipped(x) * 2)
+
+    x = jnp.linspace(-1.0, 1.0, 6)
+    fn(x), jax.grad(fn)(x)
+    del xla_compiles[:]
+    lazy = lazytrace.trace_graph(fn)
+    assert np.array_equal(lazy(x), fn(x))
+    assert xla_compiles == []
+    for x2 in (x + 0.5, x * -2):
+        assert np.array_equal(lazy(x2), fn(x2))
+        assert np.array_equal(jax.grad(lazy)(x2), jax.grad(fn)(x2))
+    assert lazy.stats.hits >= 2
+
+
+def test_custom_derivative_closure_over_a_trace_array_is_not_baked():
+    """A custom_jvp function made inside, closing over an array of the trace: never replayed
+    with the trace's array (JAX refuses the escaped tracer: the call runs eagerly)."""
+    def fn(x):
+        y = x * 2
+
+        @jax.custom_jvp
+        def scaled(a):
+            return a * y
+
+        scaled.defjvp(lambda primals, tangents: (primals[0] * y, tangents[0] * y))
+        return scaled(x) + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.arange(3.0)
+    assert np.array_equal(lazy(x), fn(x))
+    for x2 in (x + 1, x * -3):
+        assert np.array_equal(lazy(x2), fn(x2))
+
+
+def test_operators_record_the_call_jax_operators_make():
+    """Arithmetic operators on tracers are recorded as the jax.numpy call JAX's operator makes
+    (reflected ones with the operands swapped); other operands take JAX's own path."""
+    def fn(x, y):
+        z = (2.0 - x) / (1 + y) ** 2 + 3 * x - x ** 0.5 * y / 2
+        z = z + 2 ** y - 1.5 / (x + 1) + x * np.float32(2) + x * True + y * jnp.ones(3, jnp.int32)
+        return z + (x > 1) * 1 + np.arange(3.0) * x
+
+    lazy = lazytrace.trace_graph(fn)
+    x, y = jnp.arange(1.0, 4.0), jnp.array([0.5, -0.25, 2.0])
+    assert np.array_equal(lazy(x, y), fn(x, y))
+    for x2, y2 in ((x + 1, y * 2), (x * 3, -y)):
+        got, want = lazy(x2, y2), fn(x2, y2)
+        assert np.array_equal(got, want) and got.dtype == want.dtype
+    assert lazy.stats.hits == 2
+    with pytest.raises(TypeError):
+        lazytrace.trace_graph(lambda x: x + [1, 2])(x)
+
+
+def test_indexing_with_static_and_array_indices():
+    """Static indices and a traced index replay as eager indexes; a boolean mask (a shape that
+    depends on its values) runs eagerly."""
+    def fn(x):
+        return x[0] + x[1, 1:3].sum() + x[..., None][2, ::2, 0].sum() * x[-1] + x[1][jnp.argmax(x[2])]
+
+    lazy = lazytrace.trace_graph(fn)
+    x = jnp.arange(12.0).reshape(3, 4)
+    assert np.array_equal(lazy(x), fn(x))
+    for x2 in (x[::-1] * 2, -x):
+        assert np.array_equal(lazy(x2), fn(x2))
+    assert lazy.stats.hits == 2
+    masked = lazytrace.trace_graph(lambda x: x[x > 2].sum())
+    for x2 in (x, x - 5):
+        assert np.array_equal(masked(x2), x2[x2 > 2].sum())
+    assert masked.stats.eager == 2

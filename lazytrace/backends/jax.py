@@ -9,36 +9,59 @@ eagerly on the real arrays under the trace that was current before (plain
 evaluation, or an outer `jax.grad` / `jax.vmap` / `jax.jit`). A jitted
 function called inside (most of jax.numpy is) is one `jit` primitive.
 
-Replay calls, per recorded primitive, the callable eager JAX itself would
-dispatch to: for `jit`, JAX's C++ `pjit` dispatcher over the same jaxpr; for
-a primitive with an eager rule of its own, that rule (`slice` runs as a
-`dynamic_slice` compiled once per shape, not a static slice compiled per
-index; `stop_gradient` returns its argument), so that a trace after eager
-calls compiles nothing new; for any other primitive,
-`dispatch.xla_primitive_callable`; a custom_jvp /
-custom_vjp function (jax.nn.relu, softplus, logsumexp ...) is staged with its
-rules into one jitted call, so `jax.grad` of a graph uses those rules. Results are therefore bit-identical to
-eager, and the Python work of jax.numpy (argument checks, dtype promotion,
-re-tracing of the jitted wrappers' arguments) is gone.
+What is recorded, and replayed: a `jax.jit` function called inside (all of
+jax.numpy's functions, jax.nn's, a user's) is recorded as that call, with its
+arguments, static ones and keywords included: the trace runs it, and every
+replay calls it, through JAX's C++ dispatch with the cache its eager calls
+filled (JAX shares it between jits of one function and options), so a trace
+after eager calls compiles and dispatches nothing through Python. It is found
+on the stack where JAX binds its `jit` primitive (checked by the identity of
+the jaxpr); a call that closes over tracers, takes them inside other pytree
+nodes, returns anything but arrays or a flat tuple/list of them, or donates
+arguments is recorded as its primitive, replayed by JAX's C++ `pjit`
+dispatcher over the same jaxpr. The arithmetic operators of a tracer
+(`+ - * / **`, reflected too) with a Python number, a concrete array or
+another tracer record the jax.numpy call JAX's operator makes, without going
+through JAX's Python path for a jitted call given a tracer. A custom_jvp /
+custom_vjp function (jax.nn.relu, a user's) is recorded as its own call the
+same way (its rule serves `jax.grad` of a graph; staging it into a jaxpr
+compiled a new XLA executable at every trace: 46-49 ms for relu, now 2-7 ms);
+traced under an outer transformation it runs eagerly. Any other primitive
+replays as eager dispatches it: an eager rule of its own (`slice` as a
+`dynamic_slice` compiled once per shape, `stop_gradient` returning its
+argument), else `dispatch.xla_primitive_callable`. Results are bit-identical
+to eager, and the Python work of jax.numpy's wrappers (operators, argument
+checks, dtype promotion) is gone from a replay. (Recording `x[0]` as JAX's
+indexing call was tried: a trace 3x cheaper per index, but a replay of JAX's
+eager indexing costs ~140 us an index against ~15 us for its primitives.)
 
 Measured on this repository's CI machine kind (2 cores, jax 0.10.2 CPU), a
 function of 8 jax.numpy calls on a 3x8 array: eager 295-325 us; replaying the
 recorded primitives with `Primitive.bind` 512 us (bind's Python path for `jit`
-is slower than jax.numpy's C++ fast path); with the callables above 207 us;
+is slower than jax.numpy's C++ fast path); with C++ dispatch 207 us;
 `jax.jit` of the whole function 9-16 us (`return_backend_traced_fn=True`).
 The alternative of `jax.make_jaxpr` + `eval_jaxpr` evaluates the same
 primitives through `bind` (the 512 us path) and cannot read values back into
 Python (`if x.max() > 0`), which the tracer here guards like the other
 backends do. benchmarks/bench_frameworks.py (six small functions on 3x32x32,
-results/frameworks_cpu.txt, a loaded machine, two runs): LazyGraph over eager
-1.04x to 7.8x, geomean 2.0x (swish, 1.04x-1.06x, was 0.97x in a third run);
-jax.jit cached 2.6x to 19x. First call (trace) 4.4x to 19x an eager call (it
-was 8x to 150x while the trace ran `slice` and `stop_gradient` through
-compiles of their own): what is left is
-JAX's Python path for each jitted function under a trace (~100 us each) and
-one run of each new jit primitive through JAX's Python dispatch path (its C++
-fast path is filled by that first call); a second trace of the same function
-costs 2.6x-9.9x.
+results/frameworks_cpu.txt, machine shared, load 2-4): LazyGraph over eager
+1.07x to 7.7x, geomean 2.0x-2.3x (swish 1.07x; thread CPU 1.18x); jax.jit
+cached 2.3x to 18x. First call (trace): thread CPU of a first trace after
+eager calls, mean of 2 runs, before -> after this backend's recording of
+jitted calls, operators and custom rules: normalize 4.9 -> 2.5 ms, swish
+2.8 -> 1.3, softmax 3.4 -> 2.7, blur 6.9 -> 5.3, gray 4.9 -> 4.2, chain16
+4.0 -> 2.0; in the benchmark's one-shot wall-clock column 4.4x to 19x an
+eager call (swings 2x between runs at that load; a second trace 2.7x-9.5x).
+What is left per jax.numpy call (thread CPU, chains of 30 calls): JAX's own
+Python path for a jitted function given a tracer (argument parsing, abstract
+values, the cached jaxpr lookup, bind: 60-90 us; operators skip it), the
+tracer's bookkeeping (~25-35 us), this backend's glue (~30 us: frame lookup,
+tracer objects, switching traces), and the call itself (~25-40 us inside a
+trace against 8-20 us in a tight eager loop: XLA's CPU worker thread wakes
+for each call after a gap of Python work); an operator costs ~100 us of
+trace, a jax.numpy call ~140-190 us; plus the trace's fixed cost (~0.3-0.4
+ms for a one-call function) and constants computed inside (blur's kernel:
+each of its calls takes the same path before it is folded).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that needs a concrete value to decide a shape
@@ -50,6 +73,8 @@ is a constant (JAX's random numbers are a pure function of the key).
 """
 from __future__ import annotations
 
+import inspect
+import sys
 from contextlib import contextmanager
 from functools import partial
 
@@ -131,6 +156,49 @@ class JaxTracer(ReadbackMixin, core.Tracer):
         return self._lt_array.sharding
 
 
+def _operator_calls() -> dict:
+    """Array operator -> (the jax.numpy function JAX's operator calls, reflected), for the
+    arithmetic operators whose JAX code (jax/_src/numpy/array_methods.py `_operator_mul` ...)
+    only checks the operand's type and calls that function; a jnp.ufunc as the jitted function
+    its __call__ hands the arrays to. {} where this jax lays them out otherwise."""
+    try:
+        from jax._src.numpy import ufuncs
+        pairs = {"add": ufuncs.add, "sub": ufuncs.subtract, "mul": ufuncs.multiply,
+                 "truediv": ufuncs.true_divide, "pow": ufuncs.power}
+        calls = {}
+        for name, fn in pairs.items():
+            call = getattr(fn, "_ufunc__static_props", {}).get("call", fn) if isinstance(fn, jax.numpy.ufunc) \
+                else fn
+            if call is None or not callable(call):
+                return {}
+            calls[name], calls["r" + name] = (call, False), (call, True)
+        return calls
+    except (ImportError, AttributeError):
+        return {}
+
+
+def _fast_operator(name, call, reflected):
+    """`tracer * other` recorded as the call JAX's operator makes, `multiply(tracer, other)`,
+    without JAX's Python path for a jitted function given a tracer (~60-90 us a call): for
+    operands JAX's operator hands on as they are (this trace's tracers, Python ints and floats,
+    concrete arrays) while this trace is the current one; anything else goes JAX's way."""
+    forward = getattr(core.Tracer, f"__{name}__")
+
+    def op(self, other):
+        tp = type(other)
+        if (tp in _FAST_OPERANDS or tp is JaxTracer and other._trace is self._trace) and \
+                core.unsafe_get_current_trace() is self._trace:
+            return self._lt_session.on_call(call, (other, self) if reflected else (self, other), {})
+        return forward(self, other)
+    op.__name__ = f"__{name}__"
+    return op
+
+
+_FAST_OPERANDS = frozenset({int, float, ArrayImpl})
+for _name, (_call, _reflected) in _operator_calls().items():
+    setattr(JaxTracer, f"__{_name}__", _fast_operator(_name, _call, _reflected))
+
+
 class LazyTrace(core.Trace):
     """Reports each primitive to the session; evaluates it under the trace current before."""
 
@@ -141,11 +209,19 @@ class LazyTrace(core.Trace):
         self.backend = session.backend
 
     def process_primitive(self, primitive, tracers, params):
-        if primitive is pjit.jit_p and any(params["donated_invars"]):
-            # a constant of the graph given to a jit that donates it would be deleted by the first
-            # replay (every later one would fail): only the function's inputs stay donated
-            donated = tuple(d and self._varies(t) for d, t in zip(params["donated_invars"], tracers))
-            params = dict(params, donated_invars=donated)
+        if primitive is pjit.jit_p:
+            if any(params["donated_invars"]):
+                # a constant of the graph given to a jit that donates it would be deleted by the first
+                # replay (every later one would fail): only the function's inputs stay donated
+                donated = tuple(d and self._varies(t) for d, t in zip(params["donated_invars"], tracers))
+                params = dict(params, donated_invars=donated)
+            else:
+                call = _jitted_call(params, sys._getframe(1), self.backend._jitted)
+                if call is not None:
+                    fn, args, kwargs = call
+                    self.backend.name_callable(fn, f"jit.{params['name']}")
+                    result = self.session.on_call(fn, args, kwargs)
+                    return list(result) if type(result) in (list, tuple) else [result]
         return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {})
 
     def _varies(self, tracer) -> bool:
@@ -185,6 +261,11 @@ class LazyTrace(core.Trace):
             with core.set_current_trace(self.parent):
                 out = primitive.bind(*values, **params)
             return [JaxTracer(self, o, self.session) for o in out]
+        call = _custom_call(params["subfuns"][0], sys._getframe(2))
+        if call is not None:
+            fn, args = call
+            self.backend.name_callable(fn, name)
+            return list(self.session.on_call(fn, args, {}))
         closed = jax.make_jaxpr(lambda *xs: primitive.bind(*xs, **params))(*values)
         fn = jax.jit(core.jaxpr_as_fun(closed))
         self.backend.name_callable(fn, name)
@@ -209,6 +290,7 @@ class JaxBackend(Backend):
         self._names: dict = {}         # id(callable) -> (callable, display name)
         self._jit_callables: dict = {}
         self._impl_callables: dict = {}
+        self._jitted: dict = {}        # id(JAX's PjitParams) -> (them, the jitted function or None)
 
     # ---- signature ------------------------------------------------------------
     def describe(self, a):
@@ -308,17 +390,25 @@ class JaxBackend(Backend):
         return CallKind.OP
 
     def run(self, func, args, kwargs):
-        trace = next((a._trace for a in args if type(a) is JaxTracer), None)
+        """Call `func` on the real arrays under the trace current before ours (a jitted function
+        called under ours would come back to it); its arrays are handed on as tracers."""
+        tracer = _first_tracer(args, kwargs)
+        trace = tracer._trace if tracer is not None else core.unsafe_get_current_trace()
         values = unwrap_tree(args, JaxTracer)
-        if trace is None:
+        if kwargs:
+            kwargs = unwrap_tree(kwargs, JaxTracer)
+        if type(trace) is not LazyTrace:
             return func(*values, **kwargs), ()
         with core.set_current_trace(trace.parent):
             result = func(*values, **kwargs)
-        if type(result) is list:
-            return [JaxTracer(trace, r, trace.session) for r in result], ()
-        if isinstance(result, self.array_types):
-            return JaxTracer(trace, result, trace.session), ()
-        return result, ()
+        if tracer is None:
+            return result, ()        # made from constants only: a constant
+        if type(result) in (list, tuple):
+            return type(result)(self._wrap(r, trace) for r in result), ()
+        return self._wrap(result, trace), ()
+
+    def _wrap(self, result, trace):
+        return JaxTracer(trace, result, trace.session) if isinstance(result, self.array_types) else result
 
     def storage_key(self, a):
         return id(self.unwrap(a))    # jax arrays are immutable: no aliasing to follow
@@ -351,6 +441,131 @@ class JaxBackend(Backend):
         if any(node.kind is Kind.GUARD for node in graph.nodes):
             return fn
         return jax.jit(fn, **options)
+
+
+def _first_tracer(args, kwargs):
+    """The first JaxTracer in call arguments (through tuples, lists and dicts), or None."""
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        tp = type(a)
+        if tp is JaxTracer:
+            return a
+        if tp is tuple or tp is list or tp is dict:
+            found = _first_tracer(a.values() if tp is dict else a, None)
+            if found is not None:
+                return found
+    return None
+
+
+def _plain(obj) -> bool:
+    """Whether every tracer in `obj` is reached through tuples, lists and dicts (what the tracer
+    follows in call arguments): an array inside any other pytree node would be baked in."""
+    tp = type(obj)
+    if tp is tuple or tp is list:
+        return all(_plain(x) for x in obj)
+    if tp is dict:
+        return all(_plain(x) for x in obj.values())
+    if tp is JaxTracer or tp in _SCALARS:
+        return True
+    return not any(isinstance(leaf, core.Tracer) for leaf in tree_util.tree_leaves(obj))
+
+
+_SCALARS = frozenset({int, float, bool, complex, str, type(None)})
+_RUN_PYTHON_PJIT = getattr(getattr(pjit, "_run_python_pjit", None), "__code__", None)
+
+
+def _caller_frame(frame, codes, depth):
+    """The first of `depth` frames from `frame` up that runs one of `codes` (JAX's function that
+    bound the primitive being processed), or None."""
+    for _ in range(depth):
+        if frame is None or frame.f_code in codes:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _jitted_call(params, frame, cache: dict):
+    """(jitted function, args, kwargs) of the `jax.jit` function whose call under the trace bound
+    this `jit` primitive, or None. jax.numpy's functions are jitted: eager calls them through
+    JAX's C++ dispatch, whose cache (shared by every jit of the same function and options) the
+    eager calls before the trace already filled. Recording that call, rather than the primitive
+    run by a callable of its own, makes the trace run it at C++ speed instead of compiling and
+    dispatching a new callable through Python, and replays exactly the eager call.
+    Found on the stack (JAX's `_run_python_pjit`, checked by the identity of its jaxpr); None
+    where the call closes over tracers, returns anything but arrays or a flat tuple or list of
+    them, or takes tracers inside other pytree nodes: the primitive is recorded then."""
+    frame = _caller_frame(frame, (_RUN_PYTHON_PJIT,), 4)
+    if frame is None:
+        return None
+    local = frame.f_locals
+    p = local.get("p")      # JAX's PjitParams of this call: one object per function and input types
+    if p is None or p.params.get("jaxpr") is not params["jaxpr"]:
+        return None
+    entry = cache.get(id(p))
+    if entry is None or entry[0] is not p:
+        if len(cache) > 4096:     # jitted closures made anew at every call: bounded
+            cache.clear()
+        entry = cache[id(p)] = (p, _jitted_function(p, local["fun"], frame.f_back))
+    args, kwargs = local["args"], local["kwargs"]
+    if entry[1] is None or not _plain(args) or not _plain(kwargs):
+        return None
+    return entry[1], args, kwargs
+
+
+def _jitted_function(p, fun, outer):
+    """The jitted function JAX's `cache_miss` frame `outer` runs for `fun`, made anew (sharing
+    the C++ cache of every jit of `fun` with the same options), or None where its call closes
+    over tracers (JAX passes them as extra arguments) or returns other than flat arrays."""
+    out = p.out_tree
+    if p.consts or outer is None:
+        return None
+    if out.num_leaves != 1 or not tree_util.treedef_is_leaf(out):
+        if out.num_nodes != out.num_leaves + 1 or out.node_data() is None or \
+                out.node_data()[0] not in (tuple, list):
+            return None
+    jit_info = outer.f_locals.get("jit_info")
+    return pjit._cpp_pjit(fun, jit_info) if isinstance(jit_info, pjit.PjitInfo) else None
+
+
+_CUSTOM_CALLS = tuple(getattr(inspect.unwrap(c.__call__), "__code__", None)
+                      for c in (jax.custom_jvp, jax.custom_vjp))
+
+
+def _custom_call(flat_fun, frame):
+    """(caller, args) for the custom_jvp / custom_vjp function whose call under the trace bound
+    this primitive (found on the stack, checked by the identity of the function it bound), or
+    None. The caller calls that very function (the trace: the flattened function JAX bound, as
+    eager JAX runs it): no jaxpr staged and compiled at every trace (~45 ms for jax.nn.relu),
+    and a replay under jax.grad uses its rule. None where it has non-differentiable arguments
+    or takes tracers inside other pytree nodes. (One closing over an array of the trace meets
+    that tracer outside its trace when run: JAX raises UnexpectedTracerError, the call runs
+    eagerly.)"""
+    frame = _caller_frame(frame, _CUSTOM_CALLS, 6)
+    if frame is None:
+        return None
+    local = frame.f_locals
+    obj, args = local.get("self"), local.get("args")
+    if local.get("flat_fun") is not flat_fun or not isinstance(obj, (jax.custom_jvp, jax.custom_vjp)) \
+            or obj.nondiff_argnums or type(args) is not tuple or not _plain(args):
+        return None
+    return _CustomCall(obj, flat_fun), args
+
+
+class _CustomCall:
+    """Calls a custom_jvp / custom_vjp function and returns its outputs flat. Its first call
+    (the trace's) runs the flattened function JAX bound, which records the output structure
+    JAX reads back after the call."""
+
+    __slots__ = ("fn", "first")
+
+    def __init__(self, fn, first):
+        self.fn = fn
+        self.first = first
+
+    def __call__(self, *args):
+        first, self.first = self.first, None
+        if first is not None:
+            return first.call_wrapped(*tree_util.tree_leaves(args))
+        return tree_util.tree_leaves(self.fn(*args))
 
 
 def _fun_name(fun) -> str:
