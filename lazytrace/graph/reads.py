@@ -56,6 +56,7 @@ _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 #: what reads the process environment (`os.environ[...]`, `os.getenv(...)`, `from os import environ`)
 _ENVIRONMENT_NAMES = ("environ", "environb", "getenv", "getenvb")
 _ENVIRONMENT = tuple(getattr(os, name) for name in _ENVIRONMENT_NAMES if hasattr(os, name))
+_ENVIRONMENT_IDS = frozenset(map(id, _ENVIRONMENT))     # objects living as long as the process
 _DEPTH = 3        # how many calls deep `start` follows functions held by globals
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
     dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
@@ -142,12 +143,34 @@ def _changeable(value) -> bool:
     return isinstance(value, tuple) and any(_changeable(x) for x in value)
 
 
-@functools.lru_cache(maxsize=8192)
+#: id(code) -> (code, its global reads, the code objects among its constants). By identity, and
+#: holding the code object (so its id is not reused): hashing a code object walks its whole
+#: bytecode and constants (about 1 us for a kornia function), on every stack walk of every call
+_CODE_INFO: dict = {}
+_CODE_INFO_SIZE = 8192
+
+
+def code_info(code) -> tuple:
+    """(code, global_reads(code), nested code objects), computed once per code object."""
+    entry = _CODE_INFO.get(id(code))
+    if entry is None or entry[0] is not code:
+        if len(_CODE_INFO) >= _CODE_INFO_SIZE:
+            _CODE_INFO.pop(next(iter(_CODE_INFO)), None)     # the oldest
+        entry = _CODE_INFO[id(code)] = (code, _global_reads(code),
+                                        tuple(c for c in code.co_consts if isinstance(c, types.CodeType)))
+    return entry
+
+
 def global_reads(code) -> tuple[tuple[str, ...], ...]:
     """What a code object reads as globals: (name,) for each global it loads, stores or deletes,
     and (name, attribute, ...) for each chain of attribute reads on a loaded global
-    (`config.SCALE`, `pkg.settings.MODE`, `Config.GAIN`), in order of use. Read from the bytecode
-    directly: `dis.get_instructions` costs ~20x more, and the first trace reads dozens of code objects."""
+    (`config.SCALE`, `pkg.settings.MODE`, `Config.GAIN`), in order of use."""
+    return code_info(code)[1]
+
+
+def _global_reads(code) -> tuple[tuple[str, ...], ...]:
+    """global_reads, read from the bytecode directly: `dis.get_instructions` costs ~20x more, and
+    the first trace reads dozens of code objects."""
     raw, names, found, extended, chain = code.co_code, code.co_names, {}, 0, None
     for i in range(0, len(raw), 2):
         op, arg = raw[i], raw[i + 1] | extended
@@ -201,7 +224,8 @@ class PythonReads:
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
         self._nothing = nothing
         self._same = same
-        self._codes: set = set()
+        self._codes: dict = {}      # id(code) -> code seen (by identity: see code_info)
+        self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth) handled (_code)
         self._root = None
         self._stop = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
@@ -237,12 +261,12 @@ class PythonReads:
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
         stack down to the traced one (methods and other code the start could not see)."""
-        codes, stop = self._codes, self._stop
+        codes, stop, root = self._codes, self._stop, self._root
         while frame is not None and frame is not stop:     # (the caller's own code is not the function's)
             code = frame.f_code
-            if code is self._root:
+            if code is root:
                 return
-            if code not in codes:
+            if id(code) not in codes:
                 self._code(code, frame.f_globals, depth=_DEPTH)
             frame = frame.f_back
 
@@ -251,7 +275,7 @@ class PythonReads:
         if wrapped is not None and wrapped is not fn:
             self._function(wrapped, depth)
         code = getattr(fn, "__code__", None)
-        if not isinstance(code, types.CodeType) or code in self._codes:
+        if not isinstance(code, types.CodeType) or id(code) in self._codes:
             return
         for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
             value = read_cell(cell)[1]
@@ -263,17 +287,27 @@ class PythonReads:
         self._code(code, fn.__globals__, depth)
 
     def _code(self, code, namespace, depth):
-        self._codes.add(code)
+        _, reads, nested = code_info(code)
+        self._codes[id(code)] = code
         package = str(namespace.get("__name__", "")).partition(".")[0]
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
         self.packages.add(package)
         if type(namespace.get("__name__")) is str:
             self.modules.add(namespace["__name__"])
-        for name, *attributes in global_reads(code):
+        done = self._done
+        for chain in reads:
+            name = chain[0]
             value = namespace.get(name)
-            if any(value is e for e in _ENVIRONMENT) or (value is os and attributes[:1] and
-                                                        attributes[0] in _ENVIRONMENT_NAMES):
+            # the same read in another code object of this module, with the same object there:
+            # already handled, at this depth or a shallower one (which followed at least as far)
+            seen = done.get((id(namespace), chain))
+            if seen is not None and seen[0] is value and seen[1] <= depth:
+                continue
+            done[(id(namespace), chain)] = (value, depth)
+            attributes = list(chain[1:])
+            if id(value) in _ENVIRONMENT_IDS or (value is os and attributes[:1] and
+                                                 attributes[0] in _ENVIRONMENT_NAMES):
                 self.environment = True
             space = namespace
             while attributes and isinstance(space.get(name), types.ModuleType):    # config.SCALE
@@ -286,8 +320,8 @@ class PythonReads:
             holder = space.get(name) if attributes else None
             if isinstance(holder, type) and not issubclass(holder, enum.Enum):     # Config.GAIN
                 self._class_attribute(holder, attributes[0], depth)
-        for const in code.co_consts:        # comprehensions, lambdas and inner functions
-            if isinstance(const, types.CodeType) and const not in self._codes:
+        for const in nested:                # comprehensions, lambdas and inner functions
+            if id(const) not in self._codes:
                 self._code(const, namespace, depth)
 
     def _global(self, namespace, name, depth):

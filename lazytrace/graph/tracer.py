@@ -170,7 +170,8 @@ class TraceSession:
         inputs: list[Value] = []
         largs = self._lift(args, inputs)
         lkwargs = self._lift(kwargs, inputs) if kwargs else {}
-        versions = [self.version(v) for v in inputs]
+        written = self._versions.get
+        versions = [written(v.storage, 0) for v in inputs]
         rngs = backend.rng_sources(func, args, kwargs) if kind is CallKind.GENERATOR else ()
         for rng in rngs:
             if self._rng.get(id(rng), (rng, None))[1] not in (None, backend.rng_token(rng)):
@@ -203,15 +204,24 @@ class TraceSession:
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=()):
-        if kind is CallKind.OP and self.backend.returned_its_input(func, raw_args, result, mutated):
+        backend = self.backend
+        if kind is CallKind.OP and backend.returned_its_input(func, raw_args, result, mutated):
             return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
-        data = list(inputs)
-        for arg in self.backend.metadata_inputs(func, args, kwargs):
-            if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
-                if arg.dynamic or arg.source is Source.EXTERNAL:
-                    break
-                data.pop(next(i for i, v in enumerate(data) if v is arg))
-        constant_inputs = all(v.foldable and v.storage not in self._tainted for v in data)
+        data = inputs
+        metadata = backend.metadata_inputs(func, args, kwargs)
+        if metadata:
+            data = list(inputs)
+            for arg in metadata:
+                if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
+                    if arg.dynamic or arg.source is Source.EXTERNAL:
+                        break
+                    data.pop(next(i for i, v in enumerate(data) if v is arg))
+        constant_inputs = True
+        tainted = self._tainted
+        for v in data:
+            if not v.foldable or v.storage in tainted:
+                constant_inputs = False
+                break
         if kind is CallKind.GENERATOR:
             self._saw_generator = True
             node_kind = Kind.GENERATOR if self.include_generators else Kind.OP
@@ -223,22 +233,23 @@ class TraceSession:
             # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
             foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
         if not foldable:
-            args = self.backend.specialize_args(func, raw_args, kwargs, args)
-            func, args = self.backend.replay_call(func, raw_args, kwargs, args)
+            args = backend.specialize_args(func, raw_args, kwargs, args)
+            func, args = backend.replay_call(func, raw_args, kwargs, args)
         node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable)
         for obj in mutated:
             value = self.value_of(obj)
             if value is None:
                 continue
-            if value.source is Source.EXTERNAL and not self.backend.sees_creation:
+            if value.source is Source.EXTERNAL and not backend.sees_creation:
                 self.fail(f"{_name(func)} writes into an array made by calls lazytrace does not see "
-                          f"(e.g. {self.backend.name} array creation)")
+                          f"(e.g. {backend.name} array creation)")
             node.mutated.append(value)
             self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
             if not foldable:
-                self._tainted.add(value.storage)
-        dynamic = (kind is CallKind.DYNAMIC_SHAPE or not self.backend.knows_dynamic_shapes
-                   or any(v.dynamic for v in inputs))
+                tainted.add(value.storage)
+        # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
+        dynamic = (kind is CallKind.DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
+                   or self._unkeyed_metadata and any(v.dynamic for v in inputs))
         self._register_outputs(node, result, foldable, dynamic)
         self.nodes.append(node)
 
@@ -250,7 +261,7 @@ class TraceSession:
         tracked = self._tracked
         if isinstance(result, tracked):
             node.result_structure = "single"
-            items = [(None, result)]
+            items = ((None, result),)
         elif isinstance(result, (tuple, list)):
             node.result_structure = len(result)
             items = list(enumerate(result))
@@ -260,6 +271,7 @@ class TraceSession:
             node.result_structure = "single"
             items = []
         backend = self.backend
+        caller_owned = backend.caller_owned(node.target) if items else False
         for index, obj in items:
             if not isinstance(obj, tracked):
                 continue
@@ -268,7 +280,7 @@ class TraceSession:
                           foldable=foldable and not backend.requires_grad(raw))
             value.obj = obj if value.foldable else None
             value.dynamic = dynamic
-            value.caller_owned = backend.caller_owned(node.target)
+            value.caller_owned = caller_owned
             self._unkeyed_metadata = self._unkeyed_metadata or dynamic
             node.outputs.append(value)
             self._values[id(obj)] = (obj, value)
