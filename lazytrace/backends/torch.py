@@ -341,7 +341,8 @@ class TorchBackend(Backend):
         if not (self._infos.get(func) or self._info(func)).scalar_operand or not isinstance(x, torch.Tensor) \
                 or x.dtype not in _SCALAR_DTYPES or not x.is_cpu:
             return recorded
-        key = (type(number), repr(number), x.dtype)
+        # by value, but 0.0 == -0.0 (and a NaN is unequal to itself): those by their text
+        key = (type(number), number, x.dtype) if number and number == number else (type(number), repr(number), x.dtype)
         constant = self._scalars.get(key)
         if constant is None:
             constant = self._scalars[key] = torch.tensor(number, dtype=x.dtype)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
 
-from ..backends import CallKind, get_backend
+from ..backends import Backend, CallKind, get_backend
 from . import codegen, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads
@@ -42,6 +42,9 @@ class TraceSession:
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
         self._tainted: set = set()              # storages written by non-foldable calls
         self._tracked = backend.tracked_types
+        # whether the backend replays some calls with other arguments or another callable
+        self._replays_otherwise = (type(backend).specialize_args is not Backend.specialize_args
+                                   or type(backend).replay_call is not Backend.replay_call)
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
@@ -158,11 +161,12 @@ class TraceSession:
     def _on_call(self, func, args, kwargs):
         self.reads.on_call(sys._getframe(2))    # the code making this call (graph.reads)
         backend = self.backend
-        if backend.unseen_state() != self._unseen:
-            self._unseen_state_changed()
         kind = backend.classify(func, args, kwargs)
         if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
+        # (a change before a metadata read is seen here, at the next call that is recorded)
+        if backend.unseen_state() != self._unseen:
+            self._unseen_state_changed()
         if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
             if kind is CallKind.ESCAPE:
                 self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
@@ -232,7 +236,7 @@ class TraceSession:
             node_kind = Kind.OP
             # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
             foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
-        if not foldable:
+        if not foldable and self._replays_otherwise:
             args = backend.specialize_args(func, raw_args, kwargs, args)
             func, args = backend.replay_call(func, raw_args, kwargs, args)
         node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable)
