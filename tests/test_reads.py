@@ -386,3 +386,30 @@ def test_a_partial_does_not_check_the_callers_own_globals():
     for STEP in range(4):
         assert torch.equal(lazy(x), x * 2.0)
     assert lazy.stats.traces == 1 and lazy.stats.hits == 3
+
+
+def test_a_replaced_code_object_has_its_own_globals_checked():
+    """What a code object reads is worked out once per code object, by identity: a function whose
+    __code__ is replaced reads the globals of its new code, which are then checked."""
+    namespace = {"A": 2.0, "B": 3.0}
+    exec("def f(x):\n    return x * A\n", namespace)
+    exec("def g(x):\n    return x * B\n", namespace)
+    f = namespace["f"]
+    x = torch.rand(3)
+    assert torch.equal(lazytrace.trace_graph(f)(x), x * 2.0)
+    f.__code__ = namespace["g"].__code__
+    lazy = lazytrace.trace_graph(f)
+    assert torch.equal(lazy(x), x * 3.0)
+    namespace["B"] = 5.0
+    y = torch.rand(3)
+    assert torch.equal(lazy(y), y * 5.0) and lazy.stats.traces == 2
+
+
+def test_what_new_code_objects_read_is_never_taken_from_freed_ones():
+    """Code objects made and dropped one after another may reuse one address: the reads found for
+    each are its own."""
+    from lazytrace.graph.reads import global_reads
+    for i in range(200):
+        namespace: dict = {}
+        exec(f"def f(x):\n    return x * G{i}.scale + H{i}\n", namespace)
+        assert global_reads(namespace.pop("f").__code__) == ((f"G{i}",), (f"G{i}", "scale"), (f"H{i}",))

@@ -43,6 +43,7 @@ import enum
 import functools
 import math
 import os
+import re
 import sys
 import types
 
@@ -155,7 +156,7 @@ def code_info(code) -> tuple:
     entry = _CODE_INFO.get(id(code))
     if entry is None or entry[0] is not code:
         if len(_CODE_INFO) >= _CODE_INFO_SIZE:
-            _CODE_INFO.pop(next(iter(_CODE_INFO)), None)     # the oldest
+            _CODE_INFO.clear()
         entry = _CODE_INFO[id(code)] = (code, _global_reads(code),
                                         tuple(c for c in code.co_consts if isinstance(c, types.CodeType)))
     return entry
@@ -168,28 +169,43 @@ def global_reads(code) -> tuple[tuple[str, ...], ...]:
     return code_info(code)[1]
 
 
+#: the opcodes that start a global read: the bytecode is scanned for them by a regular expression
+_GLOBAL_OPCODES = re.compile(b"[" + b"".join(re.escape(bytes([op])) for op in (_LOAD_GLOBAL, _STORE_GLOBAL,
+                                                                                 _DELETE_GLOBAL)) + b"]")
+
+
 def _global_reads(code) -> tuple[tuple[str, ...], ...]:
     """global_reads, read from the bytecode directly: `dis.get_instructions` costs ~20x more, and
-    the first trace reads dozens of code objects."""
-    raw, names, found, extended, chain = code.co_code, code.co_names, {}, 0, None
-    for i in range(0, len(raw), 2):
-        op, arg = raw[i], raw[i + 1] | extended
-        if op == _EXTENDED_ARG:
-            extended = arg << 8
+    the first trace of a function reads dozens of new code objects. Instructions are 2 bytes
+    (opcode, argument): a match at an odd offset is an argument."""
+    raw, names, found, end = code.co_code, code.co_names, {}, len(code.co_code)
+    for match in _GLOBAL_OPCODES.finditer(raw):
+        i = match.start()
+        if i & 1:
             continue
-        extended = 0
-        if op == _CACHE:
+        arg, k, shift = raw[i + 1], i - 2, 8
+        while k >= 0 and raw[k] == _EXTENDED_ARG:
+            arg |= raw[k + 1] << shift
+            k, shift = k - 2, shift + 8
+        if raw[i] != _LOAD_GLOBAL:
+            found[(names[arg],)] = None
             continue
-        if chain is not None and (op == _LOAD_ATTR or op == _LOAD_METHOD):
+        chain = (names[arg >> _LOAD_GLOBAL_SHIFT],)
+        found[chain] = None
+        j, extended = i + 2, 0
+        while j < end:          # attribute reads on it, past inline caches and extended arguments
+            op, arg = raw[j], raw[j + 1] | extended
+            j += 2
+            if op == _EXTENDED_ARG:
+                extended = arg << 8
+                continue
+            extended = 0
+            if op == _CACHE:
+                continue
+            if op != _LOAD_ATTR and op != _LOAD_METHOD:
+                break
             chain = (*chain, names[arg >> _LOAD_ATTR_SHIFT if op == _LOAD_ATTR else arg])
             found[chain] = None
-            continue
-        chain = None
-        if op == _LOAD_GLOBAL:
-            chain = (names[arg >> _LOAD_GLOBAL_SHIFT],)
-            found[chain] = None
-        elif op == _STORE_GLOBAL or op == _DELETE_GLOBAL:
-            found[(names[arg],)] = None
     return tuple(found)
 
 
@@ -287,11 +303,11 @@ class PythonReads:
         self._code(code, fn.__globals__, depth)
 
     def _code(self, code, namespace, depth):
-        _, reads, nested = code_info(code)
         self._codes[id(code)] = code
         package = str(namespace.get("__name__", "")).partition(".")[0]
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
+        _, reads, nested = code_info(code)
         self.packages.add(package)
         if type(namespace.get("__name__")) is str:
             self.modules.add(namespace["__name__"])
