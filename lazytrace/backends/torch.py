@@ -354,6 +354,14 @@ class TorchBackend(Backend):
         except (RuntimeError, NotImplementedError):
             return ("opaque", id(t))
 
+    def output_facts(self, t):
+        try:
+            storage = t.untyped_storage().data_ptr() or ("empty", id(t))
+        except (RuntimeError, NotImplementedError):
+            storage = ("opaque", id(t))
+        grad = t.requires_grad
+        return t, (t.shape, t.dtype, t.device, grad), storage, grad
+
     def requires_grad(self, t) -> bool:
         return t.requires_grad
 

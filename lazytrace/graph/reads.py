@@ -242,7 +242,7 @@ class PythonReads:
         self._same = same
         self._codes: dict = {}      # id(code) -> code seen (by identity: see code_info)
         self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth) handled (_code)
-        self._root = None
+        self.root = None            # the traced function's code: stack walks stop there
         self._stop = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
@@ -260,7 +260,7 @@ class PythonReads:
         the Python functions those globals hold, a few levels deep (a counter the function
         bumps before its first framework call is then seen as changed)."""
         fn = getattr(fn, "__func__", fn)
-        self._root = getattr(fn, "__code__", None)
+        self.root = getattr(fn, "__code__", None)
         self._stop = sys._getframe(1)       # the trace's own frame: stack walks end there at the latest
         self._function(fn, depth=0)
         if isinstance(fn, types.FunctionType) and (fn.__defaults__ or fn.__kwdefaults__):
@@ -277,7 +277,7 @@ class PythonReads:
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
         stack down to the traced one (methods and other code the start could not see)."""
-        codes, stop, root = self._codes, self._stop, self._root
+        codes, stop, root = self._codes, self._stop, self.root
         while frame is not None and frame is not stop:     # (the caller's own code is not the function's)
             code = frame.f_code
             if code is root:
