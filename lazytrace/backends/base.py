@@ -149,7 +149,8 @@ class Backend:
 
     def returned_its_input(self, func, args, result, mutated) -> bool:
         """True when this call returned its first argument itself and did nothing else, decided by
-        what the signature key fixes (dtype, device, strides): the graph then skips the call."""
+        what the signature key fixes (dtype, device, strides): the graph then skips the call.
+        Asked only when `result is args[0]`."""
         return False
 
     def state_change(self, before, after):

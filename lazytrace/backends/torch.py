@@ -422,6 +422,8 @@ class TorchBackend(Backend):
             return source.get_state().numpy().tobytes()
 
     def rng_sources(self, func, args, kwargs) -> list:
+        if not args and not kwargs:
+            return [torch.random.default_generator]     # the global RNG(s) (TraceSession.activate)
         explicit = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Generator)]
         if explicit:
             return explicit

@@ -42,9 +42,9 @@ class TraceSession:
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
         self._tainted: set = set()              # storages written by non-foldable calls
         self._tracked = backend.tracked_types
-        # whether the backend replays some calls with other arguments or another callable
-        self._replays_otherwise = (type(backend).specialize_args is not Backend.specialize_args
-                                   or type(backend).replay_call is not Backend.replay_call)
+        # whether the backend replays some calls with other arguments, or another callable
+        self._specializes = type(backend).specialize_args is not Backend.specialize_args
+        self._replays = type(backend).replay_call is not Backend.replay_call
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
@@ -212,7 +212,8 @@ class TraceSession:
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=()):
         backend = self.backend
-        if kind is CallKind.OP and backend.returned_its_input(func, raw_args, result, mutated):
+        if kind is CallKind.OP and raw_args and result is raw_args[0] and \
+                backend.returned_its_input(func, raw_args, result, mutated):
             return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
         data = inputs
         metadata = backend.metadata_inputs(func, args, kwargs)
@@ -239,9 +240,11 @@ class TraceSession:
             node_kind = Kind.OP
             # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
             foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
-        if not foldable and self._replays_otherwise:
-            args = backend.specialize_args(func, raw_args, kwargs, args)
-            func, args = backend.replay_call(func, raw_args, kwargs, args)
+        if not foldable:
+            if self._specializes:
+                args = backend.specialize_args(func, raw_args, kwargs, args)
+            if self._replays:
+                func, args = backend.replay_call(func, raw_args, kwargs, args)
         node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable)
         for obj in mutated:
             value = self.value_of(obj)
