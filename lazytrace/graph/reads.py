@@ -311,16 +311,21 @@ class PythonReads:
         self.packages.add(package)
         if type(namespace.get("__name__")) is str:
             self.modules.add(namespace["__name__"])
-        done = self._done
+        done, where = self._done, id(namespace)
         for chain in reads:
             name = chain[0]
             value = namespace.get(name)
             # the same read in another code object of this module, with the same object there:
             # already handled, at this depth or a shallower one (which followed at least as far)
-            seen = done.get((id(namespace), chain))
+            seen = done.get((where, chain))
             if seen is not None and seen[0] is value and seen[1] <= depth:
                 continue
-            done[(id(namespace), chain)] = (value, depth)
+            done[(where, chain)] = (value, depth)
+            if len(chain) == 1:             # a plain global (most reads)
+                if id(value) in _ENVIRONMENT_IDS:
+                    self.environment = True
+                self._global(namespace, name, depth)
+                continue
             attributes = list(chain[1:])
             if id(value) in _ENVIRONMENT_IDS or (value is os and attributes[:1] and
                                                  attributes[0] in _ENVIRONMENT_NAMES):
