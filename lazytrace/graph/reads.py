@@ -241,7 +241,7 @@ class PythonReads:
         self._nothing = nothing
         self._same = same
         self._codes: dict = {}      # id(code) -> code seen (by identity: see code_info)
-        self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth) handled (_code)
+        self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth, namespace) handled
         self.root = None            # the traced function's code: stack walks stop there
         self._stop = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
@@ -320,7 +320,7 @@ class PythonReads:
             seen = done.get((where, chain))
             if seen is not None and seen[0] is value and seen[1] <= depth:
                 continue
-            done[(where, chain)] = (value, depth)
+            done[(where, chain)] = (value, depth, namespace)     # (holding it: its id stays its own)
             if len(chain) == 1:             # a plain global (most reads)
                 if id(value) in _ENVIRONMENT_IDS:
                     self.environment = True
