@@ -413,3 +413,40 @@ def test_what_new_code_objects_read_is_never_taken_from_freed_ones():
         namespace: dict = {}
         exec(f"def f(x):\n    return x * G{i}.scale + H{i}\n", namespace)
         assert global_reads(namespace.pop("f").__code__) == ((f"G{i}",), (f"G{i}", "scale"), (f"H{i}",))
+
+
+FACTOR = 2.0
+
+
+def _factor():
+    return FACTOR           # no framework call: only the walk before the trace sees this read
+
+
+def _level3():
+    return _factor()
+
+
+def _level2():
+    return _level3()
+
+
+def _level1():
+    return _level2()
+
+
+def deep_and_direct(x):
+    return x * _level1() * _factor()
+
+
+def test_a_function_reached_too_deep_once_is_followed_where_it_is_read_directly():
+    """Reads are handled once per trace: `_factor` read three levels down (not followed there)
+    and again by the function itself must still be followed from the function."""
+    global FACTOR
+    lazy = lazytrace.trace_graph(deep_and_direct)
+    x = torch.rand(3)
+    try:
+        assert torch.equal(lazy(x), deep_and_direct(x))
+        FACTOR = 3.0
+        assert torch.equal(lazy(x), x * 3.0 * 3.0) and lazy.stats.traces == 2
+    finally:
+        FACTOR = 2.0
