@@ -326,7 +326,7 @@ class TorchBackend(Backend):
             result = func(*args, **kwargs)
             return result, (tensors if t._version != before or info.underscore and args and result is args[0]
                             else ())
-        before = [_version(t) for t in tensors]
+        before = [None if t.is_inference() else t._version for t in tensors]     # inference: no counter
         result = func(*args, **kwargs)
         return result, [t for t, v in zip(tensors, before)
                         if (_wrote_inference(info.name, args, t, result) if v is None else t._version != v)
@@ -706,10 +706,6 @@ def _tensors_in(args, kwargs) -> list:
                     if isinstance(x, Tensor):
                         found.append(x)
     return found
-
-
-def _version(t) -> int | None:
-    return None if t.is_inference() else t._version
 
 
 #: in-place operators (their names start with "__i", as `__index__` and `__int__` do too)
