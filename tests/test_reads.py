@@ -450,3 +450,46 @@ def test_a_function_reached_too_deep_once_is_followed_where_it_is_read_directly(
         assert torch.equal(lazy(x), x * 3.0 * 3.0) and lazy.stats.traces == 2
     finally:
         FACTOR = 2.0
+
+
+ALPHA, BETA = 2.0, 3.0
+
+
+def _scaled_by_sent():
+    out = None
+    while True:
+        x, factor = yield out
+        out = x * factor            # the framework call is made from the generator's frame
+
+
+class _Sender:
+    """Methods are not followed by the walk before the trace: only the stack walk sees them."""
+
+    def send_alpha(self, gen, x):
+        return gen.send((x, ALPHA))
+
+    def send_beta(self, gen, x):
+        return gen.send((x, BETA))
+
+
+SENDER = _Sender()
+
+
+def sends_through_a_generator(x):
+    gen = _scaled_by_sent()
+    next(gen)
+    return SENDER.send_alpha(gen, x) + SENDER.send_beta(gen, x)
+
+
+def test_a_generator_resumed_by_another_caller_has_that_caller_checked():
+    """A stack walk stops at a frame an earlier call walked from, except a generator's frame:
+    resumed from another function, it has other frames below it."""
+    global BETA
+    lazy = lazytrace.trace_graph(sends_through_a_generator)
+    x = torch.rand(3)
+    try:
+        assert torch.equal(lazy(x), sends_through_a_generator(x))
+        BETA = 5.0
+        assert torch.equal(lazy(x), x * 2.0 + x * 5.0) and lazy.stats.traces == 2
+    finally:
+        BETA = 3.0

@@ -41,6 +41,7 @@ import dataclasses
 import dis
 import enum
 import functools
+import inspect
 import math
 import os
 import re
@@ -59,6 +60,7 @@ _ENVIRONMENT_NAMES = ("environ", "environb", "getenv", "getenvb")
 _ENVIRONMENT = tuple(getattr(os, name) for name in _ENVIRONMENT_NAMES if hasattr(os, name))
 _ENVIRONMENT_IDS = frozenset(map(id, _ENVIRONMENT))     # objects living as long as the process
 _DEPTH = 3        # how many calls deep `start` follows functions held by globals
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
     dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
 _CACHE = dis.opmap.get("CACHE", -1)                               # 3.11+: inline cache entries
@@ -241,6 +243,7 @@ class PythonReads:
         self._nothing = nothing
         self._same = same
         self._codes: dict = {}      # id(code) -> code seen (by identity: see code_info)
+        self._walked: dict = {}     # id(frame) -> frame of a plain function, walked down to the root
         self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth, namespace) handled
         self.root = None            # the traced function's code: stack walks stop there
         self._stop = None
@@ -277,14 +280,21 @@ class PythonReads:
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
         stack down to the traced one (methods and other code the start could not see)."""
-        codes, stop, root = self._codes, self._stop, self.root
+        codes, stop, root, walked = self._codes, self._stop, self.root, self._walked
+        seen = []
         while frame is not None and frame is not stop:     # (the caller's own code is not the function's)
+            if walked.get(id(frame)) is frame:
+                break       # walked from here down by an earlier call, while this frame ran
             code = frame.f_code
             if code is root:
-                return
+                break
             if id(code) not in codes:
                 self._code(code, frame.f_globals, depth=_DEPTH)
+            if not code.co_flags & _RESUMABLE:     # a generator's frame is resumed by other callers
+                seen.append(frame)
             frame = frame.f_back
+        for frame in seen:          # held until the trace ends: the id stays the frame's own
+            walked[id(frame)] = frame
 
     def _function(self, fn, depth):
         wrapped = getattr(fn, "__wrapped__", None)      # functools.wraps, a LazyGraph

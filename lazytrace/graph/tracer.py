@@ -57,7 +57,6 @@ class TraceSession:
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
-        self._root_code = None                  # the traced function's code (set by trace())
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
                                  known=lambda obj: self.value_of(obj) is not None, record=self._record_reached)
 
@@ -160,9 +159,7 @@ class TraceSession:
             raise
 
     def _on_call(self, func, args, kwargs):
-        frame = sys._getframe(2)                # the code making this call (graph.reads)
-        if frame.f_code is not self._root_code:  # (the traced function itself: nothing to walk)
-            self.reads.on_call(frame)
+        self.reads.on_call(sys._getframe(2))    # the code making this call (graph.reads)
         backend = self.backend
         kind = backend.classify(func, args, kwargs)
         if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
@@ -713,7 +710,6 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             except TypeError as exc:    # a class, an object with __slots__: its reads would be baked
                 raise NotTraceable(str(exc)) from None
         session.reads.start(fn)
-        session._root_code = session.reads.root
         stack.enter_context(session.activate())
         try:
             result = fn(*targs, **tkwargs)
