@@ -42,6 +42,7 @@ class TraceSession:
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
         self._tainted: set = set()              # storages written by non-foldable calls
         self._tracked = backend.tracked_types
+        self._literals = _PLAIN | frozenset(backend.static_types)  # arguments kept as they are (dtypes ...)
         # whether the backend replays some calls with other arguments, or another callable
         self._specializes = type(backend).specialize_args is not Backend.specialize_args
         self._replays = type(backend).replay_call is not Backend.replay_call
@@ -111,14 +112,14 @@ class TraceSession:
         if tp in _PLAIN and not self._objects:
             return obj
         if tp is tuple and not self._objects:      # the common case: a flat tuple of arrays and numbers
-            values = self._values
+            values, literals = self._values, self._literals
             out = []
             for x in obj:
                 entry = values.get(id(x))
                 if entry is not None and entry[0] is x:
                     found.append(entry[1])
                     out.append(entry[1])
-                elif type(x) in _PLAIN:
+                elif type(x) in literals:
                     out.append(x)
                 else:
                     out.append(self._lift(x, found))
