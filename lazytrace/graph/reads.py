@@ -244,6 +244,7 @@ class PythonReads:
         self._same = same
         self._codes: dict = {}      # id(code) -> code seen (by identity: see code_info)
         self._walked: dict = {}     # id(frame) -> frame of a plain function, walked down to the root
+        self._watched: set = set()  # ids of the codes in _codes whose globals are checked
         self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth, namespace) handled
         self.root = None            # the traced function's code: stack walks stop there
         self._stop = None
@@ -280,7 +281,7 @@ class PythonReads:
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
         stack down to the traced one (methods and other code the start could not see)."""
-        codes, stop, root, walked = self._codes, self._stop, self.root, self._walked
+        codes, stop, root, walked, watched = self._codes, self._stop, self.root, self._walked, self._watched
         seen = []
         while frame is not None and frame is not stop:     # (the caller's own code is not the function's)
             if walked.get(id(frame)) is frame:
@@ -290,7 +291,9 @@ class PythonReads:
                 break
             if id(code) not in codes:
                 self._code(code, frame.f_globals, depth=_DEPTH)
-            if not code.co_flags & _RESUMABLE:     # a generator's frame is resumed by other callers
+            # the function's own frames (a generator's frame is resumed by other callers; the
+            # interceptor's and the framework's frames are new at every call)
+            if id(code) in watched and not code.co_flags & _RESUMABLE:
                 seen.append(frame)
             frame = frame.f_back
         for frame in seen:          # held until the trace ends: the id stays the frame's own
@@ -318,6 +321,7 @@ class PythonReads:
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
         _, reads, nested = code_info(code)
+        self._watched.add(id(code))
         self.packages.add(package)
         if type(namespace.get("__name__")) is str:
             self.modules.add(namespace["__name__"])
