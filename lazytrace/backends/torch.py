@@ -444,7 +444,7 @@ class TorchBackend(Backend):
 
     def format_brief(self, brief) -> str:
         shape, dtype, device, grad = brief
-        shape = "x".join(str(d) for d in shape) or "scalar"
+        shape = "x".join(map(str, shape)) or "scalar"
         device = "" if device.type == "cpu" else f" {device}"
         return f"{shape} {str(dtype).removeprefix('torch.')}{device}{' grad' if grad else ''}"
 
