@@ -226,10 +226,10 @@ class Backend:
         return ""
 
     def output_facts(self, obj) -> tuple:
-        """(real array, brief, storage_key, requires_grad) of an array a call returned: what the
+        """(brief, storage_key, requires_grad) of an array (or tracer) a call returned: what the
         tracer notes of every output, in one call."""
         raw = self.unwrap(obj)
-        return raw, self.brief(raw), self.storage_key(raw), self.requires_grad(raw)
+        return self.brief(raw), self.storage_key(raw), self.requires_grad(raw)
 
     # --- command line and views ------------------------------------------
     def example_array(self, shape: tuple, dtype: str, seed: int):

@@ -360,7 +360,7 @@ class TorchBackend(Backend):
         except (RuntimeError, NotImplementedError):
             storage = ("opaque", id(t))
         grad = t.requires_grad
-        return t, (t.shape, t.dtype, t.device, grad), storage, grad
+        return (t.shape, t.dtype, t.device, grad), storage, grad
 
     def requires_grad(self, t) -> bool:
         return t.requires_grad

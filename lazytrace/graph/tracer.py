@@ -283,7 +283,7 @@ class TraceSession:
         for index, obj in items:
             if not isinstance(obj, tracked):
                 continue
-            _, meta, storage, grad = backend.output_facts(obj)
+            meta, storage, grad = backend.output_facts(obj)
             value = Value(Source.NODE, node, index, meta=meta, storage=storage, foldable=foldable and not grad)
             value.obj = obj if value.foldable else None
             value.dynamic = dynamic
