@@ -418,6 +418,8 @@ class TorchBackend(Backend):
             source = torch.random.default_generator
         if not isinstance(source, torch.Generator):
             return None
+        if _transform_level() is None:
+            return source.get_state().numpy().tobytes()
         with torch._C._DisableFuncTorch():      # under torch.func.grad the state is no plain tensor
             return source.get_state().numpy().tobytes()
 
