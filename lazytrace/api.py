@@ -124,6 +124,8 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
 def _by_position_and_name(obj, nums: tuple, names: tuple, option: str) -> tuple[tuple, tuple]:
     """(argnums, argnames) completed from the function's parameters, as jax.jit does: a parameter
     named in one is also given by the other way of passing it; negative indices count from the end."""
+    if not nums and not names:
+        return (), ()           # nothing to complete (the function's signature is not read)
     try:
         params = list(inspect.signature(obj).parameters.values())
     except (TypeError, ValueError):         # a builtin without a signature: as given

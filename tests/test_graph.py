@@ -535,3 +535,22 @@ def test_graph_named_like_a_call_it_makes_replays(fw):
     x = fw.rand(4, seed=1)
     assert fw.equal(lazy(x), fw.sum(x * 2.0))
     assert lazy.stats.hits == 1 and not lazy.stats.reasons
+
+
+def test_graphs_with_the_same_source_keep_their_own_constants():
+    """Generated code is compiled once per source text: graphs of two signatures with the same
+    source each run it with their own cached constants."""
+    import torch
+
+    def ramp(x):
+        return x * torch.arange(x.shape[-1], dtype=x.dtype)     # a constant per shape
+
+    lazy = lazytrace.trace_graph(ramp)
+    small, large = torch.rand(3), torch.rand(5)
+    for _ in range(2):                        # the second calls generate the code
+        assert torch.equal(lazy(small), ramp(small)) and torch.equal(lazy(large), ramp(large))
+    graphs = lazy.graphs
+    assert len(graphs) == 2 and graphs[0].source == graphs[1].source
+    assert graphs[0].fn.__code__ is graphs[1].fn.__code__     # one compiled code, two namespaces
+    small, large = torch.rand(3), torch.rand(5)
+    assert torch.equal(lazy(small), ramp(small)) and torch.equal(lazy(large), ramp(large))

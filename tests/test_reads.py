@@ -92,7 +92,7 @@ def via_module(x):
 @pytest.fixture(autouse=True)
 def restore_globals():
     saved = dict(SCALE=SCALE, TABLE=TABLE, WEIGHT=WEIGHT, CONFIG=CONFIG, CALLS=CALLS, SETTINGS=SETTINGS,
-                 METHOD_GAIN=METHOD_GAIN)
+                 METHOD_GAIN=METHOD_GAIN, FACTOR=FACTOR, BETA=BETA)
     saved_table = {k: list(v) if isinstance(v, list) else v for k, v in TABLE.items()}
     yield
     globals().update(saved)
@@ -492,3 +492,97 @@ def test_arrays_a_function_leaves_in_globals_are_arrays_and_each_call_leaves_its
         assert _same_type_as(fw, LAST_RESULT, x * 3)     # not left at the first call's value
     assert logged.stats.hits == 0 and setting.stats.hits == 0
     assert any("'LAST_RESULT'" in r for r in setting.stats.reasons)
+
+
+def test_a_replaced_code_object_has_its_own_globals_checked():
+    """What a code object reads is worked out once per code object, by identity: a function whose
+    __code__ is replaced reads the globals of its new code, which are then checked."""
+    namespace = {"A": 2.0, "B": 3.0}
+    exec("def f(x):\n    return x * A\n", namespace)
+    exec("def g(x):\n    return x * B\n", namespace)
+    f = namespace["f"]
+    x = torch.rand(3)
+    assert torch.equal(lazytrace.trace_graph(f)(x), x * 2.0)
+    f.__code__ = namespace["g"].__code__
+    lazy = lazytrace.trace_graph(f)
+    assert torch.equal(lazy(x), x * 3.0)
+    namespace["B"] = 5.0
+    y = torch.rand(3)
+    assert torch.equal(lazy(y), y * 5.0) and lazy.stats.traces == 2
+
+
+def test_what_new_code_objects_read_is_never_taken_from_freed_ones():
+    """Code objects made and dropped one after another may reuse one address: the reads found for
+    each are its own."""
+    from lazytrace.graph.reads import global_reads
+    for i in range(200):
+        namespace: dict = {}
+        exec(f"def f(x):\n    return x * G{i}.scale + H{i}\n", namespace)
+        assert global_reads(namespace.pop("f").__code__) == ((f"G{i}",), (f"G{i}", "scale"), (f"H{i}",))
+
+
+FACTOR = 2.0
+
+
+def _factor():
+    return FACTOR           # no framework call: only the walk before the trace sees this read
+
+
+def _level3():
+    return _factor()
+
+
+def _level2():
+    return _level3()
+
+
+def _level1():
+    return _level2()
+
+
+def deep_and_direct(x):
+    return x * _level1() * _factor()
+
+
+ALPHA, BETA = 2.0, 3.0
+
+
+def _scaled_by_sent():
+    out = None
+    while True:
+        x, factor = yield out
+        out = x * factor            # the framework call is made from the generator's frame
+
+
+class _Sender:
+    """Methods are not followed by the walk before the trace: only the stack walk sees them."""
+
+    def send_alpha(self, gen, x):
+        return gen.send((x, ALPHA))
+
+    def send_beta(self, gen, x):
+        return gen.send((x, BETA))
+
+
+SENDER = _Sender()
+
+
+def sends_through_a_generator(x):
+    gen = _scaled_by_sent()
+    next(gen)
+    return SENDER.send_alpha(gen, x) + SENDER.send_beta(gen, x)
+
+
+@pytest.mark.parametrize("fn, name, value, expected", [
+    (deep_and_direct, "FACTOR", 3.0, lambda x: x * 3.0 * 3.0),
+    (sends_through_a_generator, "BETA", 5.0, lambda x: x * 2.0 + x * 5.0)])
+def test_reads_found_once_per_trace_are_found_from_every_place(fn, name, value, expected):
+    """Reads are handled once per trace, and a stack walk stops at a frame an earlier call
+    walked from. Still checked: `_factor`, read three levels down (not followed there) and again
+    by the function itself; a method resuming a generator whose frame an earlier call walked
+    from another method (a generator's frame has other frames below it at each resumption)."""
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.rand(3)
+    assert torch.equal(lazy(x), fn(x))
+    globals()[name] = value
+    assert torch.equal(lazy(x), expected(x)) and lazy.stats.traces == 2

@@ -151,7 +151,8 @@ class Backend:
 
     def returned_its_input(self, func, args, result, mutated) -> bool:
         """True when this call returned its first argument itself and did nothing else, decided by
-        what the signature key fixes (dtype, device, strides): the graph then skips the call."""
+        what the signature key fixes (dtype, device, strides): the graph then skips the call.
+        Asked only when `result is args[0]`."""
         return False
 
     def state_change(self, before, after):
@@ -225,6 +226,12 @@ class Backend:
     def format_brief(self, brief: tuple) -> str:
         """The display text of a `brief` record."""
         return ""
+
+    def output_facts(self, obj) -> tuple:
+        """(brief, storage_key, requires_grad) of an array (or tracer) a call returned: what the
+        tracer notes of every output, in one call."""
+        raw = self.unwrap(obj)
+        return self.brief(raw), self.storage_key(raw), self.requires_grad(raw)
 
     # --- command line and views ------------------------------------------
     def example_array(self, shape: tuple, dtype: str, seed: int):

@@ -142,6 +142,8 @@ class NumpyBackend(Backend):
 
     def __init__(self):
         self._names: dict = {}
+        self._kinds: dict = {}      # callable -> its kind, as far as the callable alone decides
+        self._writes_first: dict = {}   # callable -> whether it writes into its first argument
 
     def unkeyable_reason(self, tp):
         """A tracer stands in for an ndarray: it would multiply np.matrix objects elementwise and
@@ -163,24 +165,17 @@ class NumpyBackend(Backend):
         return nullcontext()      # tracers report by themselves
 
     def classify(self, func, args, kwargs) -> CallKind:
-        try:
-            if func in _ESCAPE:
-                return CallKind.ESCAPE
-            if func in _READBACK:
-                return CallKind.READBACK
-            if func in _METADATA or func in _METADATA_GETTERS:
-                return CallKind.METADATA
-            if func in _DISPLAY:
-                return CallKind.DISPLAY
-            if func in _DYNAMIC:
-                return CallKind.DYNAMIC_SHAPE
-        except TypeError:        # unhashable callable
-            return CallKind.UNKNOWN
         if func is operator.getitem and _has_mask_index(args[1]):
             return CallKind.DYNAMIC_SHAPE
-        if getattr(func, "__qualname__", "").startswith(_RNG_CLASSES):
-            return CallKind.GENERATOR
-        return CallKind.UNKNOWN
+        try:
+            kind = self._kinds.get(func)
+        except TypeError:        # unhashable callable
+            return CallKind.UNKNOWN
+        if kind is None:
+            kind = _kind_of(func)
+            if len(self._kinds) < _REMEMBERED:
+                self._kinds[func] = kind
+        return kind
 
     def run(self, func, args, kwargs):
         session = next((x._lt_session if type(x) is NumpyTracer else x._self_session
@@ -191,8 +186,12 @@ class NumpyBackend(Backend):
         out = kwargs.get("out")
         if out is not None:
             mutated.extend(out if isinstance(out, tuple) else (out,))
-        if func in _MUTATING_FUNCTIONS or getattr(func, "__name__", "") in _MUTATING_METHODS \
-                and getattr(func, "__objclass__", None) is np.ndarray or getattr(func, "__name__", "") == "at":
+        writes = self._writes_first.get(func)
+        if writes is None:
+            writes = _writes_first(func)
+            if len(self._writes_first) < _REMEMBERED:
+                self._writes_first[func] = writes
+        if writes:
             mutated.append(args[0])
         if session is None:
             return result, mutated
@@ -361,6 +360,32 @@ class NumpyBackend(Backend):
         warnings.warn("return_backend_traced_fn=True: NumPy has no compiler of its own; the graph is "
                       "returned as generated Python", stacklevel=3)
         return fn
+
+
+_REMEMBERED = 4096      # callables whose kind is kept (NumPy's API, ufunc methods ...)
+
+
+def _kind_of(func) -> CallKind:
+    """What a callable is, by itself (classify adds what depends on the arguments)."""
+    if func in _ESCAPE:
+        return CallKind.ESCAPE
+    if func in _READBACK:
+        return CallKind.READBACK
+    if func in _METADATA or func in _METADATA_GETTERS:
+        return CallKind.METADATA
+    if func in _DISPLAY:
+        return CallKind.DISPLAY
+    if func in _DYNAMIC:
+        return CallKind.DYNAMIC_SHAPE
+    if getattr(func, "__qualname__", "").startswith(_RNG_CLASSES):
+        return CallKind.GENERATOR
+    return CallKind.UNKNOWN
+
+
+def _writes_first(func) -> bool:
+    """Whether a call writes into its first argument (np.copyto, ndarray.sort, ufunc.at ...)."""
+    return func in _MUTATING_FUNCTIONS or getattr(func, "__name__", "") in _MUTATING_METHODS \
+        and getattr(func, "__objclass__", None) is np.ndarray or getattr(func, "__name__", "") == "at"
 
 
 def _tracers(args, kwargs):

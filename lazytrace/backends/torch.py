@@ -71,6 +71,12 @@ _NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "tor
                "torch.nn.init", "torch._C", "torch._C._nn", "torch.functional")
 
 
+# what unseen_state reads before every call of a trace, looked up once
+_default_dtype, _inference_mode, _any_autocast, _transform_level = (
+    torch.get_default_dtype, torch.is_inference_mode_enabled, torch._C._is_any_autocast_enabled,
+    torch._C._functorch.maybe_current_level)
+
+
 def _autocast_state():
     """False, or the autocast dtype of each device type it is enabled for."""
     if not torch._C._is_any_autocast_enabled():
@@ -107,6 +113,22 @@ def _func_name(func) -> str:
     return getattr(func, "__name__", "")
 
 
+class _Info:
+    """What the backend needs to know of one callable, worked out on its first call (the tracer
+    asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
+
+    __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand")
+
+    def __init__(self, func, kind):
+        name = self.name = _func_name(func)
+        self.kind = kind
+        self.shape_check = kind is CallKind.OP and name in ("__getitem__", "where", "one_hot")  # see classify
+        self.metadata = 1 if name in _METADATA_FIRST else 2 if name in _METADATA_SECOND else 0
+        self.caller_owned = name == "grad"          # the property x.grad
+        self.underscore = name.endswith("_")        # in place, or changes self (requires_grad_)
+        self.scalar_operand = name in _SCALAR_OPERAND_OPS
+
+
 class _Mode(TorchFunctionMode):
     def __init__(self, session):
         super().__init__()
@@ -125,7 +147,7 @@ class TorchBackend(Backend):
 
     def __init__(self):
         self._scalars: dict = {}
-        self._kinds: dict = {}
+        self._infos: dict = {}      # callable -> _Info
         self._names: dict = {}
         self._aten_tags: dict = {}
         self._persistable = None    # calls a stored graph may make (allowed_target)
@@ -213,8 +235,7 @@ class TorchBackend(Backend):
         the tracer compares this before every call (autocast switches are replayed, see
         state_change; the others make the signature eager). A graph replays under an outer
         transform as eager code does, so the level is not in the key."""
-        return (torch.get_default_dtype(), torch.is_inference_mode_enabled(), _autocast_state(),
-                torch._C._functorch.maybe_current_level())
+        return (_default_dtype(), _inference_mode(), _any_autocast() and _autocast_state(), _transform_level())
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])
@@ -237,19 +258,23 @@ class TorchBackend(Backend):
         with torch._C.DisableTorchFunction():
             yield
 
+    def _info(self, func) -> _Info:
+        info = self._infos.get(func)
+        if info is None:
+            info = self._infos[func] = _Info(func, self._classify(func))
+        return info
+
     def classify(self, func, args, kwargs) -> CallKind:
-        kind = self._kinds.get(func)
-        if kind is None:
-            kind = self._kinds[func] = self._classify(func)
-        if kind is CallKind.OP:
-            name = _func_name(func)
+        info = self._infos.get(func) or self._info(func)
+        if info.shape_check:
+            name = info.name
             if name == "__getitem__" and _has_mask_index(args[1] if len(args) > 1 else None):
                 return CallKind.DYNAMIC_SHAPE
             if name == "where" and len(args) + len(kwargs) == 1:
                 return CallKind.DYNAMIC_SHAPE
             if name == "one_hot" and (kwargs.get("num_classes", args[1] if len(args) > 1 else -1) == -1):
                 return CallKind.DYNAMIC_SHAPE
-        return kind
+        return info.kind
 
     def _classify(self, func) -> CallKind:
         name = _func_name(func)
@@ -287,21 +312,25 @@ class TorchBackend(Backend):
         return tags
 
     def run(self, func, args, kwargs):
-        if self._kinds.get(func) is CallKind.METADATA:
+        info = self._infos.get(func) or self._info(func)
+        if info.kind is CallKind.METADATA:
             return func(*args, **kwargs), ()
         tensors = _tensors_in(args, kwargs)
         if not tensors:
             return func(*args, **kwargs), ()
+        # an in-place call that changed `self` without a data write (`requires_grad_()`) is an
+        # effect on the caller's tensor that a graph must replay even when nothing reads the result
         if len(tensors) == 1 and not tensors[0].is_inference():    # the common case, without the lists
             t = tensors[0]
             before = t._version
             result = func(*args, **kwargs)
-            return result, (tensors if t._version != before or _changed_in_place(func, args, result) else ())
-        before = [_version(t) for t in tensors]
+            return result, (tensors if t._version != before or info.underscore and args and result is args[0]
+                            else ())
+        before = [None if t.is_inference() else t._version for t in tensors]     # inference: no counter
         result = func(*args, **kwargs)
         return result, [t for t, v in zip(tensors, before)
-                        if (_wrote_inference(func, args, t, result) if v is None else t._version != v)
-                        or t is result and _changed_in_place(func, args, result)]
+                        if (_wrote_inference(info.name, args, t, result) if v is None else t._version != v)
+                        or t is result and info.underscore and args and result is args[0]]
 
     def specialize_args(self, func, args, kwargs, recorded):
         if kwargs or len(args) != 2 or type(args[1]) not in (int, float):
@@ -309,10 +338,11 @@ class TorchBackend(Backend):
         x, number = args
         if type(number) is int and abs(number) > 2 ** 53:
             return recorded     # eager rounds the int to the dtype once; torch.tensor() through a double first
-        if not isinstance(x, torch.Tensor) or x.dtype not in _SCALAR_DTYPES or not x.is_cpu or \
-                _func_name(func) not in _SCALAR_OPERAND_OPS:
+        if not (self._infos.get(func) or self._info(func)).scalar_operand or not isinstance(x, torch.Tensor) \
+                or x.dtype not in _SCALAR_DTYPES or not x.is_cpu:
             return recorded
-        key = (type(number), repr(number), x.dtype)
+        # by value, but 0.0 == -0.0 (and a NaN is unequal to itself): those by their text
+        key = (type(number), number, x.dtype) if number and number == number else (type(number), repr(number), x.dtype)
         constant = self._scalars.get(key)
         if constant is None:
             constant = self._scalars[key] = torch.tensor(number, dtype=x.dtype)
@@ -324,11 +354,19 @@ class TorchBackend(Backend):
         except (RuntimeError, NotImplementedError):
             return ("opaque", id(t))
 
+    def output_facts(self, t):
+        try:
+            storage = t.untyped_storage().data_ptr() or ("empty", id(t))
+        except (RuntimeError, NotImplementedError):
+            storage = ("opaque", id(t))
+        grad = t.requires_grad
+        return (t.shape, t.dtype, t.device, grad), storage, grad
+
     def requires_grad(self, t) -> bool:
         return t.requires_grad
 
     def caller_owned(self, func) -> bool:
-        return _func_name(func) == "grad"          # the property x.grad
+        return (self._infos.get(func) or self._info(func)).caller_owned
 
     def write_count(self, t) -> int | None:
         return None if t.is_inference() else t._version      # inference tensors count nothing
@@ -364,13 +402,14 @@ class TorchBackend(Backend):
     def returned_its_input(self, func, args, result, mutated) -> bool:
         # `x.to(x.dtype)`, `.contiguous()`, `.cpu()` return self when the (keyed) metadata already
         # match; a trailing underscore marks calls that change self in place (requires_grad_ too)
-        return bool(args) and result is args[0] and not mutated and not _func_name(func).endswith("_")
+        return bool(args) and result is args[0] and not mutated and \
+            not (self._infos.get(func) or self._info(func)).underscore
 
     def metadata_inputs(self, func, args, kwargs) -> tuple:
-        name = _func_name(func)
-        if name in _METADATA_FIRST:
+        metadata = (self._infos.get(func) or self._info(func)).metadata
+        if metadata == 1:
             return args[:1] if args else (kwargs.get("input"),)
-        if name in _METADATA_SECOND:
+        if metadata == 2:
             return args[1:2] if len(args) > 1 else (kwargs.get("other"),)
         return ()
 
@@ -379,10 +418,14 @@ class TorchBackend(Backend):
             source = torch.random.default_generator
         if not isinstance(source, torch.Generator):
             return None
+        if _transform_level() is None:
+            return source.get_state().numpy().tobytes()
         with torch._C._DisableFuncTorch():      # under torch.func.grad the state is no plain tensor
             return source.get_state().numpy().tobytes()
 
     def rng_sources(self, func, args, kwargs) -> list:
+        if not args and not kwargs:
+            return [torch.random.default_generator]     # the global RNG(s) (TraceSession.activate)
         explicit = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Generator)]
         if explicit:
             return explicit
@@ -403,7 +446,7 @@ class TorchBackend(Backend):
 
     def format_brief(self, brief) -> str:
         shape, dtype, device, grad = brief
-        shape = "x".join(str(d) for d in shape) or "scalar"
+        shape = "x".join(map(str, shape)) or "scalar"
         device = "" if device.type == "cpu" else f" {device}"
         return f"{shape} {str(dtype).removeprefix('torch.')}{device}{' grad' if grad else ''}"
 
@@ -687,30 +730,19 @@ def _tensors_in(args, kwargs) -> list:
     return found
 
 
-def _version(t) -> int | None:
-    return None if t.is_inference() else t._version
-
-
 #: in-place operators (their names start with "__i", as `__index__` and `__int__` do too)
 _INPLACE_OPERATORS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
                                                "and", "or", "xor", "lshift", "rshift", "div")}
 
 
-def _wrote_inference(func, args, t, result) -> bool:
+def _wrote_inference(name, args, t, result) -> bool:
     """Inference tensors (made under `torch.inference_mode()`) keep no version counter: a call
     is taken to write `t` when it returns it (`add_`, `out=t`, `relu(t, inplace=True)`), is named
     as an in-place call, or assigns into it; never fewer writes than happened."""
     if result is t:
         return True
-    name = _func_name(func)
     return bool(args) and args[0] is t and (name.endswith("_") and not name.startswith("__")
                                              or name == "__setitem__" or name in _INPLACE_OPERATORS)
-
-
-def _changed_in_place(func, args, result) -> bool:
-    """An in-place call that changed `self` without a data write (`requires_grad_()`): an effect
-    on the caller's tensor that a graph must replay even when nothing reads the result."""
-    return bool(args) and result is args[0] and _func_name(func).endswith("_")
 
 
 def _has_mask_index(index) -> bool:

@@ -177,10 +177,27 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
                if v.source is Source.EXTERNAL and isinstance(v.meta, str) and " " in v.meta]
     params = ", ".join(v.name for v in inputs)
     source = "\n".join(header + [f"def {fn_name}({params}):"] + [f"    {line}" for line in body]) + "\n"
-    filename = f"<lazytrace {fn_name} #{next(_counter)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), em.namespace)
+    exec(_compiled(source, fn_name), em.namespace)
     return source, em.namespace[fn_name], em.constants, em.aliases
+
+
+#: source -> its code object: a retrace for new shapes, or another LazyGraph of the same function,
+#: often generates the same source, whose compile() is most of the cost of generating a graph.
+#: Each graph runs the code in its own namespace (its constants); tracebacks show that source.
+_COMPILED: dict = {}
+_COMPILED_SIZE = 256
+
+
+def _compiled(source: str, fn_name: str):
+    code = _COMPILED.get(source)
+    if code is None:
+        filename = f"<lazytrace {fn_name} #{next(_counter)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        code = compile(source, filename, "exec")
+        if len(_COMPILED) >= _COMPILED_SIZE:
+            _COMPILED.clear()
+        _COMPILED[source] = code
+    return code
 
 
 class Checked:

@@ -46,8 +46,10 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     nodes = trace.nodes
     _demote_mutated_constants(nodes, final_versions)
     outputs = output_values(trace.output_structure)
-    kept, pruned = _eliminate_dead_code(nodes, outputs, trace.inputs)
-    kept = _sink_attribute_writes(_hoist_external_guards(kept))
+    visible = _visible(nodes, trace.inputs)
+    kept, pruned = _eliminate_dead_code(nodes, outputs, visible)
+    if any(n.kind is Kind.GUARD for n in kept):     # (without guards both keep the order)
+        kept = _sink_attribute_writes(_hoist_external_guards(kept))
     constants: dict[int, Value] = {}
     for n in kept:
         for v in n.inputs:
@@ -63,7 +65,7 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     result = Plan(kept, list(constants.values()), cloned,
                   folded=sum(1 for n in nodes if n.foldable), pruned=pruned,
                   inputs=trace.inputs, output_structure=trace.output_structure)
-    unsafe, result.visible_effects = _effects(kept, _visible(nodes, trace.inputs))
+    unsafe, result.visible_effects = _effects(kept, visible)
     result.untraceable = trace.untraceable or unsafe
     return result
 
@@ -102,23 +104,34 @@ def _visible(nodes, inputs) -> set:
     """Storages the caller can see besides the outputs: inputs, arrays the function reached by
     itself, arrays such as `x.grad` that belong to an input."""
     visible = {v.storage for v in inputs}
+    external = Source.EXTERNAL
     for n in nodes:
-        visible.update(v.storage for v in n.inputs if v.source is Source.EXTERNAL)
-        visible.update(v.storage for v in n.outputs if v.caller_owned)
+        for v in n.inputs:
+            if v.source is external:
+                visible.add(v.storage)
+        for v in n.outputs:
+            if v.caller_owned:
+                visible.add(v.storage)
     return visible
 
 
-def _eliminate_dead_code(nodes, outputs, inputs):
-    visible = _visible(nodes, inputs)
+def _eliminate_dead_code(nodes, outputs, visible):
     live = {id(v) for v in outputs}
     live_storage = {v.storage for v in outputs}
     kept, pruned = [], []
+    effects = (Kind.GENERATOR, Kind.STATE, Kind.SETATTR, Kind.GUARD)
     for n in reversed(nodes):
         if n.foldable:
             continue
-        keep = (n.kind in (Kind.GENERATOR, Kind.STATE, Kind.SETATTR, Kind.GUARD)
-                or any(id(o) in live for o in n.outputs)
-                or any(m.storage in visible or m.storage in live_storage for m in n.mutated))
+        keep = n.kind in effects
+        for o in n.outputs:
+            if keep:
+                break
+            keep = id(o) in live
+        for m in n.mutated:
+            if keep:
+                break
+            keep = m.storage in visible or m.storage in live_storage
         if not keep:
             pruned.append(n)
             continue
@@ -153,7 +166,8 @@ def _hoist_external_guards(kept: list[Node]) -> list[Node]:
             hoisted.append(n)
         else:
             rest.append(n)
-        written.update(m.storage for m in n.mutated)
+        if n.mutated:
+            written.update(m.storage for m in n.mutated)
     return hoisted + rest
 
 
@@ -175,7 +189,8 @@ def _effects(kept: list[Node], visible: set) -> tuple[str | None, bool]:
         if n.kind is Kind.GUARD and effect is not None:
             return (f"a value is read back from an array (by {_describe(n)}) after the function "
                     f"{effect}; a failed check could not be undone"), True
-        effect = effect or _visible_effect(n, visible)
+        if effect is None and (n.mutated or n.kind is not Kind.OP):
+            effect = _visible_effect(n, visible)
     return None, effect is not None
 
 

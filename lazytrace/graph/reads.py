@@ -42,8 +42,10 @@ import dis
 import enum
 import functools
 import importlib.util
+import inspect
 import math
 import os
+import re
 import sys
 import types
 
@@ -57,7 +59,9 @@ _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 #: what reads the process environment (`os.environ[...]`, `os.getenv(...)`, `from os import environ`)
 _ENVIRONMENT_NAMES = ("environ", "environb", "getenv", "getenvb")
 _ENVIRONMENT = tuple(getattr(os, name) for name in _ENVIRONMENT_NAMES if hasattr(os, name))
+_ENVIRONMENT_IDS = frozenset(map(id, _ENVIRONMENT))     # objects living as long as the process
 _DEPTH = 3        # how many calls deep `start` follows functions held by globals
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
     dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
 _IMPORT_NAME = dis.opmap["IMPORT_NAME"]
@@ -154,36 +158,79 @@ def _changeable(value) -> bool:
     return isinstance(value, tuple) and any(_changeable(x) for x in value)
 
 
-@functools.lru_cache(maxsize=8192)
+#: id(code) -> (code, its global reads, the code objects among its constants). By identity, and
+#: holding the code object (so its id is not reused): hashing a code object walks its whole
+#: bytecode and constants (about 1 us for a kornia function), on every stack walk of every call
+_CODE_INFO: dict = {}
+_CODE_INFO_SIZE = 8192
+
+
+def code_info(code) -> tuple:
+    """(code, global_reads(code), nested code objects, import_reads(code)), computed once per
+    code object."""
+    entry = _CODE_INFO.get(id(code))
+    if entry is None or entry[0] is not code:
+        if len(_CODE_INFO) >= _CODE_INFO_SIZE:
+            _CODE_INFO.clear()
+        entry = _CODE_INFO[id(code)] = (code, _global_reads(code),
+                                        tuple(c for c in code.co_consts if isinstance(c, types.CodeType)),
+                                        _import_reads(code))
+    return entry
+
+
 def global_reads(code) -> tuple[tuple[str, ...], ...]:
     """What a code object reads as globals: (name,) for each global it loads, stores or deletes,
     and (name, attribute, ...) for each chain of attribute reads on a loaded global
-    (`config.SCALE`, `pkg.settings.MODE`, `Config.GAIN`), in order of use. Read from the bytecode
-    directly: `dis.get_instructions` costs ~20x more, and the first trace reads dozens of code objects."""
-    raw, names, found, extended, chain = code.co_code, code.co_names, {}, 0, None
-    for i in range(0, len(raw), 2):
-        op, arg = raw[i], raw[i + 1] | extended
-        if op == _EXTENDED_ARG:
-            extended = arg << 8
+    (`config.SCALE`, `pkg.settings.MODE`, `Config.GAIN`), in order of use."""
+    return code_info(code)[1]
+
+
+#: the opcodes that start a global read: the bytecode is scanned for them by a regular expression
+_GLOBAL_OPCODES = re.compile(b"[" + b"".join(re.escape(bytes([op])) for op in (_LOAD_GLOBAL, _STORE_GLOBAL,
+                                                                                 _DELETE_GLOBAL)) + b"]")
+
+
+def _global_reads(code) -> tuple[tuple[str, ...], ...]:
+    """global_reads, read from the bytecode directly: `dis.get_instructions` costs ~20x more, and
+    the first trace of a function reads dozens of new code objects. Instructions are 2 bytes
+    (opcode, argument): a match at an odd offset is an argument."""
+    raw, names, found, end = code.co_code, code.co_names, {}, len(code.co_code)
+    for match in _GLOBAL_OPCODES.finditer(raw):
+        i = match.start()
+        if i & 1:
             continue
-        extended = 0
-        if op == _CACHE:
+        arg, k, shift = raw[i + 1], i - 2, 8
+        while k >= 0 and raw[k] == _EXTENDED_ARG:
+            arg |= raw[k + 1] << shift
+            k, shift = k - 2, shift + 8
+        if raw[i] != _LOAD_GLOBAL:
+            found[(names[arg],)] = None
             continue
-        if chain is not None and (op == _LOAD_ATTR or op == _LOAD_METHOD):
+        chain = (names[arg >> _LOAD_GLOBAL_SHIFT],)
+        found[chain] = None
+        j, extended = i + 2, 0
+        while j < end:          # attribute reads on it, past inline caches and extended arguments
+            op, arg = raw[j], raw[j + 1] | extended
+            j += 2
+            if op == _EXTENDED_ARG:
+                extended = arg << 8
+                continue
+            extended = 0
+            if op == _CACHE:
+                continue
+            if op != _LOAD_ATTR and op != _LOAD_METHOD:
+                break
             chain = (*chain, names[arg >> _LOAD_ATTR_SHIFT if op == _LOAD_ATTR else arg])
             found[chain] = None
-            continue
-        chain = None
-        if op == _LOAD_GLOBAL:
-            chain = (names[arg >> _LOAD_GLOBAL_SHIFT],)
-            found[chain] = None
-        elif op == _STORE_GLOBAL or op == _DELETE_GLOBAL:
-            found[(names[arg],)] = None
     return tuple(found)
 
 
-@functools.lru_cache(maxsize=8192)
 def import_reads(code) -> tuple[tuple, ...]:
+    """What a function's own `import` statements make it read (see _import_reads)."""
+    return code_info(code)[3]
+
+
+def _import_reads(code) -> tuple[tuple, ...]:
     """What a function's own `import` statements make it read: (level, module, attribute, ...)
     for each `from m import NAME` and each chain of attribute reads on a module it imported
     into a local variable (`import config` then `config.SCALE`). Most code imports nothing:
@@ -253,8 +300,11 @@ class PythonReads:
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
         self._nothing = nothing
         self._same = same
-        self._codes: set = set()
-        self._root = None
+        self._codes: dict = {}      # id(code) -> code seen (by identity: see code_info)
+        self._walked: dict = {}     # id(frame) -> frame of a plain function, walked down to the root
+        self._watched: set = set()  # ids of the codes in _codes whose globals are checked
+        self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth, namespace) handled
+        self.root = None            # the traced function's code: stack walks stop there
         self._stop = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
@@ -290,7 +340,7 @@ class PythonReads:
             if fn.keywords or _changeable(fn.args):
                 self._defaults(fn)
             fn = getattr(fn.func, "__func__", fn.func)
-        self._root = getattr(fn, "__code__", None)
+        self.root = getattr(fn, "__code__", None)
         self._function(fn, depth=0)
         # a list, a dict, an array can change in place: checked. Numbers, strings, other objects
         # are the same objects unless __defaults__ is replaced, which is not watched (the
@@ -307,21 +357,30 @@ class PythonReads:
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
         stack down to the traced one (methods and other code the start could not see)."""
-        codes, stop = self._codes, self._stop
+        codes, stop, root, walked, watched = self._codes, self._stop, self.root, self._walked, self._watched
+        seen = []
         while frame is not None and frame is not stop:     # (the caller's own code is not the function's)
+            if walked.get(id(frame)) is frame:
+                break       # walked from here down by an earlier call, while this frame ran
             code = frame.f_code
-            if code is self._root:
-                return
-            if code not in codes:
+            if code is root:
+                break
+            if id(code) not in codes:
                 self._code(code, frame.f_globals, depth=_DEPTH)
+            # the function's own frames (a generator's frame is resumed by other callers; the
+            # interceptor's and the framework's frames are new at every call)
+            if id(code) in watched and not code.co_flags & _RESUMABLE:
+                seen.append(frame)
             frame = frame.f_back
+        for frame in seen:          # held until the trace ends: the id stays the frame's own
+            walked[id(frame)] = frame
 
     def _function(self, fn, depth):
         wrapped = getattr(fn, "__wrapped__", None)      # functools.wraps, a LazyGraph
         if wrapped is not None and wrapped is not fn:
             self._function(wrapped, depth)
         code = getattr(fn, "__code__", None)
-        if not isinstance(code, types.CodeType) or code in self._codes:
+        if not isinstance(code, types.CodeType) or id(code) in self._codes:
             return
         for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
             value = read_cell(cell)[1]
@@ -333,23 +392,39 @@ class PythonReads:
         self._code(code, fn.__globals__, depth)
 
     def _code(self, code, namespace, depth):
-        self._codes.add(code)
+        self._codes[id(code)] = code
         package = str(namespace.get("__name__", "")).partition(".")[0]
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
+        _, reads, nested, imports = code_info(code)
+        self._watched.add(id(code))
         self.packages.add(package)
         if type(namespace.get("__name__")) is str:
             self.modules.add(namespace["__name__"])
-        for name, *attributes in global_reads(code):
+        done, where = self._done, id(namespace)
+        for chain in reads:
+            name = chain[0]
             value = namespace.get(name)
-            if any(value is e for e in _ENVIRONMENT) or (value is os and attributes[:1] and
-                                                        attributes[0] in _ENVIRONMENT_NAMES):
+            # the same read in another code object of this module, with the same object there:
+            # already handled, at this depth or a shallower one (which followed at least as far)
+            seen = done.get((where, chain))
+            if seen is not None and seen[0] is value and seen[1] <= depth:
+                continue
+            done[(where, chain)] = (value, depth, namespace)     # (holding it: its id stays its own)
+            if len(chain) == 1:             # a plain global (most reads)
+                if id(value) in _ENVIRONMENT_IDS:
+                    self.environment = True
+                self._global(namespace, name, depth)
+                continue
+            attributes = list(chain[1:])
+            if id(value) in _ENVIRONMENT_IDS or (value is os and attributes[:1] and
+                                                 attributes[0] in _ENVIRONMENT_NAMES):
                 self.environment = True
             self._chain(namespace, name, attributes, depth, origin=namespace)
-        for level, module, *attributes in import_reads(code):     # `import config` inside the function
+        for level, module, *attributes in imports:      # `import config` inside the function
             self._imports.append((level, module, attributes, namespace, depth))
-        for const in code.co_consts:        # comprehensions, lambdas and inner functions
-            if isinstance(const, types.CodeType) and const not in self._codes:
+        for const in nested:                # comprehensions, lambdas and inner functions
+            if id(const) not in self._codes:
                 self._code(const, namespace, depth)
 
     def _chain(self, space, name, attributes, depth, origin=None):

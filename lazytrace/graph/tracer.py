@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
 
-from ..backends import CallKind, foreign_rng_tokens, get_backend
+from ..backends import Backend, CallKind, foreign_rng_tokens, get_backend
 from . import codegen, escapes, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads
@@ -42,6 +42,10 @@ class TraceSession:
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
         self._tainted: set = set()              # storages written by non-foldable calls
         self._tracked = backend.tracked_types
+        self._literals = _PLAIN | frozenset(backend.static_types)  # arguments kept as they are (dtypes ...)
+        # whether the backend replays some calls with other arguments, or another callable
+        self._specializes = type(backend).specialize_args is not Backend.specialize_args
+        self._replays = type(backend).replay_call is not Backend.replay_call
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
@@ -109,14 +113,14 @@ class TraceSession:
         if tp in _PLAIN and not self._objects:
             return obj
         if tp is tuple and not self._objects:      # the common case: a flat tuple of arrays and numbers
-            values = self._values
+            values, literals = self._values, self._literals
             out = []
             for x in obj:
                 entry = values.get(id(x))
                 if entry is not None and entry[0] is x:
                     found.append(entry[1])
                     out.append(entry[1])
-                elif type(x) in _PLAIN:
+                elif type(x) in literals:
                     out.append(x)
                 else:
                     out.append(self._lift(x, found))
@@ -159,11 +163,12 @@ class TraceSession:
     def _on_call(self, func, args, kwargs):
         self.reads.on_call(sys._getframe(2))    # the code making this call (graph.reads)
         backend = self.backend
-        if backend.unseen_state() != self._unseen:
-            self._unseen_state_changed()
         kind = backend.classify(func, args, kwargs)
         if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
+        # (a change before a metadata read is seen here, at the next call that is recorded)
+        if backend.unseen_state() != self._unseen:
+            self._unseen_state_changed()
         if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
             if kind is CallKind.ESCAPE:
                 self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
@@ -172,7 +177,8 @@ class TraceSession:
         inputs: list[Value] = []
         largs = self._lift(args, inputs)
         lkwargs = self._lift(kwargs, inputs) if kwargs else {}
-        versions = [self.version(v) for v in inputs]
+        written = self._versions.get
+        versions = [written(v.storage, 0) for v in inputs]
         rngs = backend.rng_sources(func, args, kwargs) if kind is CallKind.GENERATOR else ()
         for rng in rngs:
             if self._rng.get(id(rng), (rng, None))[1] not in (None, backend.rng_token(rng)):
@@ -212,15 +218,25 @@ class TraceSession:
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=()):
-        if kind is CallKind.OP and self.backend.returned_its_input(func, raw_args, result, mutated):
+        backend = self.backend
+        if kind is CallKind.OP and raw_args and result is raw_args[0] and \
+                backend.returned_its_input(func, raw_args, result, mutated):
             return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
-        data = list(inputs)
-        for arg in self.backend.metadata_inputs(func, args, kwargs):
-            if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
-                if arg.dynamic or arg.source is Source.EXTERNAL:
-                    break
-                data.pop(next(i for i, v in enumerate(data) if v is arg))
-        constant_inputs = all(v.foldable and v.storage not in self._tainted for v in data)
+        data = inputs
+        metadata = backend.metadata_inputs(func, args, kwargs)
+        if metadata:
+            data = list(inputs)
+            for arg in metadata:
+                if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
+                    if arg.dynamic or arg.source is Source.EXTERNAL:
+                        break
+                    data.pop(next(i for i, v in enumerate(data) if v is arg))
+        constant_inputs = True
+        tainted = self._tainted
+        for v in data:
+            if not v.foldable or v.storage in tainted:
+                constant_inputs = False
+                break
         if kind is CallKind.GENERATOR:
             self._saw_generator = True
             node_kind = Kind.GENERATOR if self.include_generators else Kind.OP
@@ -232,22 +248,25 @@ class TraceSession:
             # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
             foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
         if not foldable:
-            args = self.backend.specialize_args(func, raw_args, kwargs, args)
-            func, args = self.backend.replay_call(func, raw_args, kwargs, args)
+            if self._specializes:
+                args = backend.specialize_args(func, raw_args, kwargs, args)
+            if self._replays:
+                func, args = backend.replay_call(func, raw_args, kwargs, args)
         node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable)
         for obj in mutated:
             value = self.value_of(obj)
             if value is None:
                 continue
-            if value.source is Source.EXTERNAL and not self.backend.sees_creation:
+            if value.source is Source.EXTERNAL and not backend.sees_creation:
                 self.fail(f"{_name(func)} writes into an array made by calls lazytrace does not see "
-                          f"(e.g. {self.backend.name} array creation)")
+                          f"(e.g. {backend.name} array creation)")
             node.mutated.append(value)
             self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
             if not foldable:
-                self._tainted.add(value.storage)
-        dynamic = (kind is CallKind.DYNAMIC_SHAPE or not self.backend.knows_dynamic_shapes
-                   or any(v.dynamic for v in inputs))
+                tainted.add(value.storage)
+        # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
+        dynamic = (kind is CallKind.DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
+                   or self._unkeyed_metadata and any(v.dynamic for v in inputs))
         self._register_outputs(node, result, foldable, dynamic)
         self.nodes.append(node)
 
@@ -259,7 +278,7 @@ class TraceSession:
         tracked = self._tracked
         if isinstance(result, tracked):
             node.result_structure = "single"
-            items = [(None, result)]
+            items = ((None, result),)
         elif isinstance(result, (tuple, list)):
             node.result_structure = len(result)
             items = list(enumerate(result))
@@ -269,15 +288,15 @@ class TraceSession:
             node.result_structure = "single"
             items = []
         backend = self.backend
+        caller_owned = backend.caller_owned(node.target) if items else False
         for index, obj in items:
             if not isinstance(obj, tracked):
                 continue
-            raw = backend.unwrap(obj)
-            value = Value(Source.NODE, node, index, meta=backend.brief(raw), storage=backend.storage_key(raw),
-                          foldable=foldable and not backend.requires_grad(raw))
+            meta, storage, grad = backend.output_facts(obj)
+            value = Value(Source.NODE, node, index, meta=meta, storage=storage, foldable=foldable and not grad)
             value.obj = obj if value.foldable else None
             value.dynamic = dynamic
-            value.caller_owned = backend.caller_owned(node.target)
+            value.caller_owned = caller_owned
             self._unkeyed_metadata = self._unkeyed_metadata or dynamic
             node.outputs.append(value)
             self._values[id(obj)] = (obj, value)
