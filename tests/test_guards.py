@@ -2,11 +2,13 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lazytrace
+from lazytrace.graph import passes
 from lazytrace.graph.guards import MISS, compile_dispatch
 
 arrays = st.one_of(
@@ -74,6 +76,7 @@ def test_fast_check_accepts_only_equal_keys(first, data):
     class FakeGraph:
         _extra = None
         _state = backends[0].global_state()
+        _plan = passes.Plan(nodes=[], constants=[])     # no array of its own: the arguments' devices decide
         fn = staticmethod(lambda *leaves: "hit")
 
     check = compile_dispatch(FakeGraph, args, kwargs, lazy._signature, backends)
@@ -106,3 +109,33 @@ def test_fast_check_notices_grad_mode_and_default_dtype():
     finally:
         torch.set_default_dtype(old)
     assert lazy.stats.traces == 3
+
+
+@pytest.mark.parametrize("on_cpu_only", [True, False])
+def test_fast_check_notices_autocast_and_inference_mode(on_cpu_only):
+    """On an all-CPU graph the fast check leaves inference mode and CPU autocast to dynamo's
+    TensorGuards (they change the thread's dispatch keys it compares); a graph with an array on
+    another device keeps its own checks. Either way eager's result comes back."""
+    def mixed(x):
+        y = x @ x.T                                # autocast runs matmul in bfloat16 on the CPU
+        return y if on_cpu_only else (y, x.to("meta"))
+
+    lazy = lazytrace.trace_graph(mixed)
+    x = torch.rand(3, 3)
+    lazy(x), lazy(x)
+    assert lazy._fast is not None
+    checks = list(lazy._fast[0].__globals__.values())
+    assert (torch.is_inference_mode_enabled in checks) is not on_cpu_only
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, expected = lazy(x), mixed(x)
+    first = (lambda o: o) if on_cpu_only else (lambda o: o[0])
+    assert first(out).dtype == first(expected).dtype == torch.bfloat16
+    with torch.inference_mode():
+        assert first(lazy(x)).is_inference() and first(mixed(x)).is_inference()
+        y = torch.rand(3, 3)                        # an inference tensor: TensorGuards does not tell
+    for _ in range(3):
+        assert not first(lazy(y)).is_inference() or torch.is_inference_mode_enabled()
+        assert torch.equal(first(lazy(y)), first(mixed(y)))
+    with torch.inference_mode():
+        assert first(lazy(y)).is_inference()
+    assert first(lazy(x)).dtype == torch.float32 and not first(lazy(x)).is_inference()

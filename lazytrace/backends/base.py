@@ -95,9 +95,14 @@ class Backend:
         """Conditions the native `array_check` leaves out but describe() holds."""
         return []
 
-    def state_conditions(self, state: tuple, const) -> list[str]:
-        """Python conditions that hold exactly when global_state() == state."""
+    def state_conditions(self, state: tuple, const, covered: frozenset = frozenset()) -> list[str]:
+        """Python conditions that hold exactly when global_state() == state, given that the parts
+        named in `covered` (see state_covered) are checked by array_check already."""
         return [f"{const(self.global_state)}() == {const(state)}"] if state else []
+
+    def state_covered(self, arrays: list, plan) -> frozenset:
+        """Parts of global_state() that array_check(arrays) compares too, for a graph of `plan`."""
+        return frozenset()
 
     def global_state(self) -> tuple:
         """Framework-wide settings that change results (grad mode, default dtype)."""

@@ -304,7 +304,7 @@ class JaxBackend(Backend):
             conditions.append(f"{expr}.sharding == {const(a.sharding)}")
         return conditions
 
-    def state_conditions(self, state, const):
+    def state_conditions(self, state, const, covered=frozenset()):
         context, prng = state
         return [f"{const(_trace_context)}() == {const(context)}",
                 f"{const(jax.config)}.jax_default_prng_impl == {const(prng)}"]

@@ -103,7 +103,9 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
     except _CannotCompile:
         return None
     backend = backends[0]
-    native = backend.array_check([obj for _, obj, _ in b.arrays]) if b.arrays else None
+    arrays = [obj for _, obj, _ in b.arrays]
+    native = backend.array_check(arrays) if arrays else None
+    covered = backend.state_covered(arrays, graph._plan) if native is not None else frozenset()
     if native is not None:
         b.conditions.append(f"{b.const(native)}({', '.join(expr for expr, _, _ in b.arrays)})")
         for expr, obj, array_backend in b.arrays:
@@ -111,7 +113,7 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
     else:
         for expr, obj, array_backend in b.arrays:
             b.conditions.extend(array_backend.guard_conditions(expr, obj, b.const))
-    b.conditions.extend(backend.state_conditions(graph._state, b.const))
+    b.conditions.extend(backend.state_conditions(graph._state, b.const, covered))
     if len(b.leaves) > 1:       # which leaves are the same object is part of the key (signature.alias_pattern)
         pattern = alias_pattern(b.leaf_objects)
         b.conditions.append(f"{b.const(alias_pattern)}([{', '.join(b.leaves)}]) == {b.const(pattern)}"
