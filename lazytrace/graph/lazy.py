@@ -127,17 +127,9 @@ class LazyGraph:
 
     # ---- the call path ---------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if self._disabled:
-            return self._fn(*args, **kwargs)
         session = _active.get()
-        if session is not None:                  # inlined into an outer trace
-            if session.include_generators and not self._options.include_generators:
-                session.fail(f"calls {self._name}, traced with include_generators=False: its random draws "
-                             f"are frozen in its own graphs, an outer graph would draw anew")
-            return self._fn(*args, **kwargs)
-        stats = self.stats
-        fast = self._fast
-        if fast is not None:
+        fast = self._fast                        # (never set while disabled)
+        if fast is not None and session is None:
             try:
                 out = fast[0](args, kwargs)
             except GuardFailed:
@@ -145,12 +137,21 @@ class LazyGraph:
                     fast[1].backend.restore_global_state(fast[1]._state)
                 out = MISS                       # the general path below handles it
             except Exception:
-                stats.calls += 1
+                self.stats.calls += 1
                 return self._graph_raised(fast[1], args, kwargs)
             if out is not MISS:
+                stats = self.stats
                 stats.calls += 1
                 stats.hits += 1
                 return out
+        if self._disabled:
+            return self._fn(*args, **kwargs)
+        if session is not None:                  # inlined into an outer trace
+            if session.include_generators and not self._options.include_generators:
+                session.fail(f"calls {self._name}, traced with include_generators=False: its random draws "
+                             f"are frozen in its own graphs, an outer graph would draw anew")
+            return self._fn(*args, **kwargs)
+        stats = self.stats
         stats.calls += 1
         try:
             key, leaves, backends = self._key(args, kwargs)
