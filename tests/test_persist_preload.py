@@ -335,3 +335,74 @@ def test_cuda_signatures_are_preloaded_only_where_prewarm_may_start_the_device(l
     assert plain["ok"] and plain["loaded"] == 1 and plain["traces"] == 0
     assert warmed["at_creation"] == {"loaded": 1, "prewarmed": 1, "started": True}
     assert warmed["ok"] and warmed["hits"] == 1 and warmed["traces"] == 0
+
+
+# ---- what a preloaded graph depended on is checked again at its first call ------------------
+
+DEEP = '''
+import numpy as np
+
+SCALE = 2.0
+
+def _factor():          # deeper than the guards follow: only the module's data hash covers SCALE
+    return SCALE * 2
+
+def _l3():
+    return _factor() + 1
+
+def _l2():
+    return _l3()
+
+def _l1():
+    return _l2()
+
+def deep(x):
+    return np.sin(x) * _l1()
+
+def _helper(x):
+    return x * 2
+
+def helped(x):
+    return np.cos(_helper(x))
+'''
+
+
+@pytest.fixture
+def deep_lib(temp_library):
+    name, folder = temp_library(DEEP)
+    return __import__(name), folder / f"{name}.py"
+
+
+def test_a_module_global_set_between_preload_and_the_first_call_is_not_replayed_stale(deep_lib, tmp_path):
+    import numpy as np
+    lib, _ = deep_lib
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.deep, cache=cache)(np.random.rand(3))
+    again = lazytrace.trace_graph(lib.deep, cache=cache)        # preloaded (the data hash matches now)
+    assert again.stats.loaded == 1
+    lib.SCALE = 9.0                                              # the user configures the library
+    for _ in range(3):
+        x = np.random.rand(3)
+        assert np.array_equal(again(x), lib.deep(x))
+    assert again.stats.traces == 1
+    unchanged = lazytrace.trace_graph(lib.deep, cache=cache)    # nothing changed since: the preloaded graph hits
+    assert unchanged.stats.loaded == 1
+    x = np.random.rand(3)
+    assert np.array_equal(unchanged(x), lib.deep(x)) and unchanged.stats.traces == 0
+    assert np.array_equal(unchanged(x), lib.deep(x)) and unchanged.stats.hits == 2
+
+
+def test_a_helper_redefined_by_a_reload_in_the_same_process_is_not_replayed_stale(deep_lib, tmp_path):
+    import importlib
+    import numpy as np
+    lib, path = deep_lib
+    cache = tmp_path / "cache"
+    x = np.random.rand(3)
+    assert np.array_equal(lazytrace.trace_graph(lib.helped, cache=cache)(x), lib.helped(x))
+    path.write_text(DEEP.replace("return x * 2", "return x * 3"))     # edited, then reloaded
+    importlib.reload(lib)
+    again = lazytrace.trace_graph(lib.helped, cache=cache)
+    for _ in range(3):
+        x = np.random.rand(3)
+        assert np.array_equal(again(x), lib.helped(x))
+    assert again.stats.loaded == 0 and again.stats.traces == 1

@@ -66,7 +66,7 @@ class Stats:
 
 
 class _Entry:
-    __slots__ = ("graphs", "eager_reason", "dispatch", "described", "unsettled")
+    __slots__ = ("graphs", "eager_reason", "dispatch", "described", "unsettled", "stored_code")
 
     def __init__(self):
         self.graphs: list = []
@@ -74,6 +74,7 @@ class _Entry:
         self.unsettled = False      # a trace changed Python state it reads: the next call traces again
         self.dispatch = None        # compiled check_and_call (guards.py), made on the first hit
         self.described: dict = {}   # {argument path: description} of this signature
+        self.stored_code = None     # preloaded: what each graph's trace depended on, checked at the first call
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,8 @@ class LazyGraph:
             leaves.extend(extra_leaves)
         cache = self._cache
         entry = cache.get(key)
+        if entry is not None and entry.stored_code is not None and not self._confirm(key, entry):
+            entry = None
         if entry is not None:
             if len(cache) > 1:
                 cache.move_to_end(key)
@@ -194,6 +197,23 @@ class LazyGraph:
         if not graph.replay_safe:
             raise
         return self._eager("the graph raised; the original function decides", args, kwargs)
+
+    def _confirm(self, key, entry) -> bool:
+        """The first call of a preloaded signature: its graphs whose code or module data changed
+        since the import that preloaded them (a library global the user set meanwhile) are
+        dropped. False if none is left (the entry is gone: the call loads or traces anew)."""
+        from ..persist import unchanged
+        with self._lock:
+            codes, entry.stored_code = entry.stored_code, None
+            if codes is None:
+                return self._cache.get(key) is entry
+            kept = [graph for graph, code in zip(entry.graphs, codes) if unchanged(graph._plan, code)]
+            if len(kept) < len(entry.graphs):
+                entry.graphs[:] = kept
+                entry.dispatch = None
+                if not kept:
+                    del self._cache[key]
+            return bool(kept)
 
     def _remember_fast(self, entry, graph, args, kwargs, backends):
         if entry.dispatch is None:
@@ -287,7 +307,7 @@ class LazyGraph:
             return 0
         persist = self._persistent()
         warm = prewarm.wanted(self._options.prewarm)
-        loaded, fast = 0, None
+        loaded = 0
         for found in persist.preload(self.max_signatures - len(self._cache), start_devices=warm):
             try:
                 key, leaves, backends = self._key(found.args, found.kwargs)
@@ -302,11 +322,11 @@ class LazyGraph:
                 graph.fn            # source generated and compiled now, not at the first call
                 self._store(key, None, graph)
             entry = self._cache[key]
+            entry.stored_code = list(found.codes)
             entry.described = explain.describe_call(found.args, found.kwargs, self._signature, backends, None, None)
             if len(graphs) == 1:
                 entry.dispatch = compile_dispatch(graphs[0], found.args, found.kwargs, self._signature,
                                                   backends) or False
-                fast = fast or (entry.dispatch and (entry.dispatch, graphs[0]))
             for graph in graphs if warm else ():
                 call = functools.partial(entry.dispatch, found.args, found.kwargs) if entry.dispatch else \
                     functools.partial(graph.fn, *leaves)         # the checks of a call too, when compiled
@@ -317,8 +337,7 @@ class LazyGraph:
                     self.stats.not_prewarmed[reason] += 1
             loaded += len(graphs)
         self.stats.loaded += loaded
-        self._fast = fast or None      # the most recently used signature takes the fast path at once
-        return loaded
+        return loaded       # (the fast path is taken once a first call has confirmed its graph: _confirm)
 
     def _load(self, key, backends, leaves, args, kwargs):
         """Replay graphs stored by an earlier process for this key, if any (else MISS)."""

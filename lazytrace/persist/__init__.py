@@ -40,6 +40,7 @@ class Preload(NamedTuple):
     args: tuple              # a rebuilt call of the signature
     kwargs: dict
     plans: list
+    codes: list              # what each plan's trace depended on (code_state), checked again at its first call
 
 
 class CacheWarning(UserWarning):
@@ -141,7 +142,7 @@ class PersistentCache:
         except Exception as exc:    # noqa: BLE001 - e.g. a device this process does not have
             raise Unavailable(f"its call cannot be rebuilt here: {type(exc).__name__}: {exc}") from None
         plans = _plans(backend, data, content, metadata, ident)
-        return Preload(backend, signature, args, kwargs, plans) if plans else None
+        return Preload(backend, signature, args, kwargs, plans, [plan_code(p) for p in plans]) if plans else None
 
     def _refused(self, path: Path, exc: Exception) -> None:
         warnings.warn(f"lazytrace: skipped the cache file {path}: {exc}; the function is traced again",
@@ -236,9 +237,21 @@ def _plans(backend, data: bytes, content: dict, metadata: dict, ident: dict | No
         if type(doc) is not dict:
             raise CorruptEntry("malformed graph description")
         plan = codec.decode(backend, doc, named)
-        if ident is None or identity.code_state(plan.packages, plan.code_globals, plan.modules, strict=False) == doc.get("code"):
+        if ident is None or unchanged(plan, doc.get("code")):
             plans.append(plan)          # else code it ran has changed since: a miss
     return plans
+
+
+def plan_code(plan) -> dict:
+    """What a decoded plan's trace depended on, as it is now (code_state, lenient)."""
+    return identity.code_state(plan.packages, plan.code_globals, plan.modules, strict=False)
+
+
+def unchanged(plan, code) -> bool:
+    """Whether the code and module data a stored plan's trace depended on are still `code` (its
+    stored code_state): checked at load, and again at the first call of a preloaded plan (the
+    user may set a module's global between the import that preloaded it and that call)."""
+    return plan_code(plan) == code
 
 
 def read_description(data: bytes) -> tuple[dict, dict]:

@@ -181,7 +181,8 @@ def _module_data(module_name: str) -> str | None:
 
 
 def _global_code_text(module_name, name) -> str:
-    """A stable text naming what the global `name` of a module holds (a function, class, module)."""
+    """A stable text naming what the global `name` of a module holds (a function, class, module);
+    for a function, with a hash of its code."""
     module = sys.modules.get(module_name) if type(module_name) is str else None
     if module is None:
         raise NotStorable(f"a global read from {module_name!r}, which is not an imported module")
@@ -192,7 +193,10 @@ def _global_code_text(module_name, name) -> str:
     if type(qualname) is not str or type(owner) is not str or "<locals>" in qualname or "<lambda>" in qualname:
         raise NotStorable(f"the global {name!r} of {module_name} holds a {type(value).__qualname__} "
                           f"that has no stable name")
-    return f"{type(value).__qualname__} {owner}:{qualname}"
+    text = f"{type(value).__qualname__} {owner}:{qualname}"
+    if inspect.isfunction(value):     # redefined under the same name (importlib.reload of an edited file)
+        text += " " + function_digest(value)[:16]
+    return text
 
 
 def environment(backend) -> dict:
