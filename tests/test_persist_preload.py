@@ -406,3 +406,45 @@ def test_a_helper_redefined_by_a_reload_in_the_same_process_is_not_replayed_stal
         x = np.random.rand(3)
         assert np.array_equal(again(x), lib.helped(x))
     assert again.stats.loaded == 0 and again.stats.traces == 1
+
+
+WARNS = '''
+import numpy as np
+import torch
+
+def inverse(x):
+    return 1.0 / (x - 0.5)          # the constant-filled prewarm input is 0.5: a division by zero
+
+def implicit_softmax(x):
+    return torch.nn.functional.softmax(x)      # implicit dim: a UserWarning at every call
+'''
+
+
+def test_prewarm_shows_no_warning_and_leaves_the_users_calls_theirs(temp_library, tmp_path):
+    import numpy as np
+    name, _ = temp_library(WARNS)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.inverse, cache=cache)(np.random.rand(3) + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lazytrace.trace_graph(lib.implicit_softmax, cache=cache)(torch.rand(3))
+    calls = []
+
+    def handler(kind, flag):
+        calls.append(kind)
+    with warnings.catch_warnings(record=True) as caught, np.errstate(all="call"):
+        warnings.simplefilter("always")
+        old = np.seterrcall(handler)
+        try:
+            inverse = lazytrace.trace_graph(lib.inverse, cache=cache, prewarm=True)
+            softmax = lazytrace.trace_graph(lib.implicit_softmax, cache=cache, prewarm=True)
+        finally:
+            np.seterrcall(old)
+    assert inverse.stats.prewarmed == softmax.stats.prewarmed == 1
+    assert [str(w.message) for w in caught] == [] and calls == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x, y = np.random.rand(3) + 1, torch.rand(3)
+        assert np.array_equal(inverse(x), lib.inverse(x)) and torch.equal(softmax(y), lib.implicit_softmax(y))
+    assert sum("Implicit dimension" in str(w.message) for w in caught) == 2

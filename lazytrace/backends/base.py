@@ -10,7 +10,7 @@ import copy
 import enum
 import operator
 import sys
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable
 
 
@@ -110,6 +110,11 @@ class Backend:
 
     def restore_global_state(self, state: tuple) -> None:
         """Put back settings a graph may have changed before it raised."""
+
+    def quiet(self) -> AbstractContextManager:
+        """A context in which this framework reports no numerical errors through channels of its
+        own (NumPy's seterr handlers): prewarm runs graphs on made-up inputs inside it."""
+        return nullcontext()
 
     # --- tracing ---------------------------------------------------------
     def caused_by_tracing(self, exc: BaseException) -> bool:

@@ -345,6 +345,9 @@ class NumpyBackend(Backend):
             raise ValueError(f"malformed array description {spec!r:.80}")
         return np.full(shape, True if dtype.kind == "b" else 0.5 if dtype.kind in "fc" else 1, dtype=dtype)
 
+    def quiet(self):
+        return np.errstate(all="ignore")      # no warning, raise, or the user's seterrcall handler
+
     def save_arrays(self, arrays, metadata):
         from safetensors.numpy import save
         return save({name: np.ascontiguousarray(a) for name, a in arrays.items()}, metadata=metadata)

@@ -4,13 +4,15 @@ A framework's ops pay first-run costs in every new process (kernel selection, la
 initialisation, allocator growth); a graph run once ahead of the user's first call pays them
 there instead. Only graphs that provably change nothing the user can see are run: no random
 draws (the global RNG streams must not move), no writes into their inputs or attributes, no
-change of framework global state. Failures (a guard that does not hold for the constant-filled
+change of framework global state. Warnings they raise on those inputs (a division by zero, a
+deprecation) are silenced: the user sees them at the call that earns them, not at import. Failures (a guard that does not hold for the constant-filled
 inputs, an error) are logged and never surfaced: the user's own call decides.
 """
 from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 from ..graph.codegen import GuardFailed
 from ..graph.ir import Kind
@@ -56,10 +58,12 @@ def run(graph, call, miss=None) -> str | None:
     reason = refusal(graph._plan)
     if reason is None:
         try:
-            for _ in range(RUNS):
-                if call() is miss is not None:
-                    reason = "its checks refuse the rebuilt call"
-                    break
+            with warnings.catch_warnings(), graph.backend.quiet():
+                warnings.simplefilter("ignore")
+                for _ in range(RUNS):
+                    if call() is miss is not None:
+                        reason = "its checks refuse the rebuilt call"
+                        break
         except GuardFailed:
             reason = "a guard does not hold for constant-filled inputs"
         except Exception as exc:        # noqa: BLE001 - never surfaced: the user's call decides
