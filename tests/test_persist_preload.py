@@ -448,3 +448,56 @@ def test_prewarm_shows_no_warning_and_leaves_the_users_calls_theirs(temp_library
         x, y = np.random.rand(3) + 1, torch.rand(3)
         assert np.array_equal(inverse(x), lib.inverse(x)) and torch.equal(softmax(y), lib.implicit_softmax(y))
     assert sum("Implicit dimension" in str(w.message) for w in caught) == 2
+
+
+CONFIGURED = '''
+import enum
+import numpy as np
+
+class Mode(enum.Enum):
+    FAST = 1
+    EXACT = 2
+
+class Config:
+    def __init__(self, scale):
+        self.scale = scale
+        self.mode = Mode.FAST
+
+MODE = Mode.FAST            # chosen at import (from the environment, a file ...)
+CONFIG = Config(2.0)
+
+def _pick():                # deeper than the guards follow: only the module's data hash covers them
+    return (3.0 if MODE is Mode.FAST else 5.0) + CONFIG.scale + (CONFIG.mode is Mode.EXACT)
+
+def _l3():
+    return _pick()
+
+def _l2():
+    return _l3()
+
+def _l1():
+    return _l2()
+
+def configured(x):
+    return np.sin(x) * _l1()
+'''
+
+
+@pytest.mark.parametrize("change", ["enum global", "config attribute", "enum attribute"])
+def test_module_data_covers_enum_members_and_config_objects_of_the_library(temp_library, tmp_path, change):
+    import numpy as np
+    name, _ = temp_library(CONFIGURED)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.configured, cache=cache)(np.random.rand(3))
+    assert lazytrace.trace_graph(lib.configured, cache=cache).stats.loaded == 1      # unchanged: loaded
+    if change == "enum global":      # as another process choosing otherwise at import would have it
+        lib.MODE = lib.Mode.EXACT
+    elif change == "config attribute":
+        lib.CONFIG.scale = 4.0
+    else:
+        lib.CONFIG.mode = lib.Mode.EXACT
+    again = lazytrace.trace_graph(lib.configured, cache=cache)
+    x = np.random.rand(3)
+    assert np.array_equal(again(x), lib.configured(x))
+    assert again.stats.loaded == 0 and again.stats.traces == 1

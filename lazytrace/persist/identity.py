@@ -169,15 +169,34 @@ def _module_data(module_name: str) -> str | None:
     if module is None:
         return None
     digest = hashlib.sha256()
+    package = module_name.partition(".")[0]
     for key, value in sorted(vars(module).copy().items()):
         if key.startswith("__"):
             continue
         try:
-            text = _literal_text(value)
+            text = _data_text(value, package)
         except (NotStorable, RecursionError):
             continue
         digest.update(f"{key}\0{text}\n".encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
+
+
+def _data_text(value, package: str) -> str:
+    """_literal_text of a module global, also for an enum member (`MODE = Mode.A if ... else
+    Mode.B`) and for an object of a class of the module's own package (a config object made at
+    import): its data attributes, one level. NotStorable for anything else."""
+    tp = type(value)
+    if isinstance(value, enum.Enum):
+        return f"enum {tp.__module__}.{tp.__qualname__}.{value.name}"
+    if tp.__module__.partition(".")[0] != package or isinstance(value, type) or not hasattr(value, "__dict__"):
+        return _literal_text(value)
+    parts = []
+    for name, attribute in sorted(vars(value).items()):
+        try:
+            parts.append(f"{name}={_data_text(attribute, '')}")      # (no package: one level)
+        except NotStorable:
+            continue
+    return f"object {tp.__qualname__}(" + ",".join(parts) + ")"
 
 
 def _global_code_text(module_name, name) -> str:
