@@ -674,3 +674,30 @@ def test_an_unusable_cache_directory_never_fails_the_call(lib, tmp_path):
     assert "skipped the cache file" in messages and "graph not stored" in messages
     assert f.stats.stored == 0 and f.stats.traces == 1 and f.stats.not_stored
     assert torch.equal(f(x, y), lib.shifted(x, y)) and f.stats.hits == 1
+
+
+FRAMEWORK_FUNCTIONS = '''
+def jax_sine(x):
+    import jax.numpy as jnp
+    return jnp.sin(x) * 2
+
+def tf_sine(x):
+    import tensorflow as tf
+    return tf.sin(x) * 2
+'''
+
+
+@pytest.mark.parametrize("framework", ["jax", "tensorflow"])
+def test_a_framework_whose_graphs_are_not_stored_still_runs_with_the_cache_on(temp_library, tmp_path, framework):
+    import numpy as np
+    module = pytest.importorskip(framework)
+    name, _ = temp_library(FRAMEWORK_FUNCTIONS)
+    lib = __import__(name)
+    fn = lib.jax_sine if framework == "jax" else lib.tf_sine
+    make = (lambda a: module.numpy.asarray(a)) if framework == "jax" else module.constant
+    lazy = lazytrace.trace_graph(fn, cache=tmp_path / "cache", prewarm=True)
+    for _ in range(3):
+        x = make(np.random.rand(3).astype(np.float32))
+        assert np.array_equal(np.asarray(lazy(x)), np.asarray(fn(x)))
+    assert lazy.stats.traces == 1 and lazy.stats.hits == 2 and lazy.stats.stored == 0
+    assert list(lazy.stats.not_stored) == [f"the {framework} backend does not store graphs on disk"]

@@ -73,6 +73,8 @@ class PersistentCache:
         if len(backends) != 1:
             raise NotStorable("the call's arrays are of several frameworks, or none")
         backend = backends[0]
+        if not backend.distribution:
+            raise NotStorable(f"the {backend.name} backend does not store graphs on disk")
         return (backend, *self._ident(backend, identity.key_text(key, backend)))
 
     def _ident(self, backend, signature: str) -> tuple[dict, Path]:
