@@ -30,7 +30,10 @@ traced under an outer transformation it runs eagerly. Any other primitive
 replays as eager dispatches it: an eager rule of its own (`slice` as a
 `dynamic_slice` compiled once per shape, `stop_gradient` returning its
 argument), else `dispatch.xla_primitive_callable`. Results are bit-identical
-to eager, and the Python work of jax.numpy's wrappers (operators, argument
+to eager (one exception: a `jax.jit` of a closure over the function's own arrays,
+`jax.jit(lambda v: v * x.sum())(x)`, compiles `x` into eager's program as a constant, which
+XLA may fold in another summation order; the graph passes it as an argument: last-bit
+differences, as between eager and jax.jit of the whole function), and the Python work of jax.numpy's wrappers (operators, argument
 checks, dtype promotion) is gone from a replay. (Recording `x[0]` as JAX's
 indexing call was tried: a trace 3x cheaper per index, but a replay of JAX's
 eager indexing costs ~140 us an index against ~15 us for its primitives.)
