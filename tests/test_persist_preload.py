@@ -501,3 +501,17 @@ def test_module_data_covers_enum_members_and_config_objects_of_the_library(temp_
     x = np.random.rand(3)
     assert np.array_equal(again(x), lib.configured(x))
     assert again.stats.loaded == 0 and again.stats.traces == 1
+
+
+@pytest.mark.parametrize("variable", ["LAZYTRACE_PREWARM", "LAZYTRACE_CACHE", "LAZYTRACE_DISABLE"])
+def test_on_off_environment_settings_are_spelled_alike_and_other_values_are_refused(monkeypatch, tmp_path, variable):
+    from lazytrace.persist import store
+    read = {"LAZYTRACE_PREWARM": lambda: prewarm.wanted(None), "LAZYTRACE_CACHE": store.enabled_by_env,
+            "LAZYTRACE_DISABLE": lambda: lazytrace.trace_graph(lambda x: x + 1)._disabled}[variable]
+    for value, expected in [("1", True), (" True ", True), ("on", True), ("YES", True),
+                            ("", False), ("0", False), ("off", False), ("No", False), ("false", False)]:
+        monkeypatch.setenv(variable, value)
+        assert read() is expected, value
+    monkeypatch.setenv(variable, "2")        # LAZYTRACE_DISABLE=2 disabled, LAZYTRACE_PREWARM=2 was off: silently
+    with pytest.raises(ValueError, match=f"{variable}='2'"):
+        read()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 import warnings
 import weakref
@@ -21,6 +20,7 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from types import MethodType
 
+from ..envflags import env_flag
 from . import explain, interpret
 from .codegen import GuardFailed
 from .guards import MISS, compile_dispatch
@@ -95,7 +95,7 @@ class SignatureInfo:
 
 
 def _disabled_by_env() -> bool:
-    return os.environ.get("LAZYTRACE_DISABLE", "").lower() not in ("", "0", "false", "no")
+    return env_flag("LAZYTRACE_DISABLE")
 
 
 class LazyGraph:

@@ -11,9 +11,9 @@ inputs, an error) are logged and never surfaced: the user's own call decides.
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 
+from ..envflags import env_flag
 from ..graph.codegen import GuardFailed
 from ..graph.ir import Kind
 
@@ -25,7 +25,7 @@ ENV_PREWARM = "LAZYTRACE_PREWARM"      # 1/true: prewarm= defaults to True
 def wanted(setting) -> bool:
     """prewarm=True/False, or None: $LAZYTRACE_PREWARM."""
     if setting is None:
-        return os.environ.get(ENV_PREWARM, "").strip().lower() in ("1", "true", "yes", "on")
+        return env_flag(ENV_PREWARM)
     if type(setting) is not bool:
         raise TypeError(f"prewarm= takes True, False or None, got {type(setting).__name__}")
     return setting

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..envflags import env_flag
+
 ENV_ENABLE = "LAZYTRACE_CACHE"        # 1/true: graphs are stored and loaded by default
 ENV_DIR = "LAZYTRACE_CACHE_DIR"       # where (default: the per-user cache directory)
 ENV_MAX_MB = "LAZYTRACE_CACHE_MAX_MB"  # size bound in MiB (default 1024)
@@ -35,7 +37,7 @@ def default_directory() -> Path:
 
 
 def enabled_by_env() -> bool:
-    return os.environ.get(ENV_ENABLE, "").strip().lower() in ("1", "true", "yes", "on")
+    return env_flag(ENV_ENABLE)
 
 
 def _max_bytes_from_env() -> int:
