@@ -586,3 +586,25 @@ def test_reads_found_once_per_trace_are_found_from_every_place(fn, name, value, 
     assert torch.equal(lazy(x), fn(x))
     globals()[name] = value
     assert torch.equal(lazy(x), expected(x)) and lazy.stats.traces == 2
+
+
+SIGNED = [0.0]
+SIGNED_CONFIG = types.SimpleNamespace(gain=0.0)
+
+
+@pytest.mark.xfail(strict=True, reason="the sign of a float zero is guarded for a global or closure variable "
+                   "holding the float itself (reads._zero_sign), not inside a container or an object's "
+                   "attributes (0.0 == -0.0): 1 / (x * SIGNED[0]) replays +inf for -0.0")
+@pytest.mark.parametrize("holder", ["list", "attribute"])
+def test_the_sign_of_a_zero_held_in_a_container_or_attribute_is_guarded(holder):
+    def fn(x):
+        return 1 / (x * (SIGNED[0] if holder == "list" else SIGNED_CONFIG.gain))
+
+    lazy = lazytrace.trace_graph(fn)
+    try:
+        for value in (0.0, -0.0, 0.0):
+            SIGNED[0] = SIGNED_CONFIG.gain = value
+            x = torch.rand(3) + 1
+            assert torch.equal(lazy(x), fn(x))
+    finally:
+        SIGNED[0] = SIGNED_CONFIG.gain = 0.0
