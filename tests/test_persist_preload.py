@@ -377,19 +377,22 @@ def test_a_module_global_set_between_preload_and_the_first_call_is_not_replayed_
     import numpy as np
     lib, _ = deep_lib
     cache = tmp_path / "cache"
-    lazytrace.trace_graph(lib.deep, cache=cache)(np.random.rand(3))
+    maker = lazytrace.trace_graph(lib.deep, cache=cache)
+    maker(np.random.rand(2))
+    maker(np.random.rand(3))
     again = lazytrace.trace_graph(lib.deep, cache=cache)        # preloaded (the data hash matches now)
-    assert again.stats.loaded == 1
+    assert again.stats.loaded == 2
     lib.SCALE = 9.0                                              # the user configures the library
-    for _ in range(3):
-        x = np.random.rand(3)
+    for n in (3, 2, 3, 2):          # the most recent signature (its fast path at once) and the other
+        x = np.random.rand(n)
         assert np.array_equal(again(x), lib.deep(x))
-    assert again.stats.traces == 1
-    unchanged = lazytrace.trace_graph(lib.deep, cache=cache)    # nothing changed since: the preloaded graph hits
-    assert unchanged.stats.loaded == 1
-    x = np.random.rand(3)
-    assert np.array_equal(unchanged(x), lib.deep(x)) and unchanged.stats.traces == 0
-    assert np.array_equal(unchanged(x), lib.deep(x)) and unchanged.stats.hits == 2
+    assert again.stats.traces == 2
+    unchanged = lazytrace.trace_graph(lib.deep, cache=cache)    # nothing changed since: the preloaded graphs hit
+    assert unchanged.stats.loaded == 2
+    for n in (3, 2, 3):
+        x = np.random.rand(n)
+        assert np.array_equal(unchanged(x), lib.deep(x))
+    assert unchanged.stats.traces == 0 and unchanged.stats.hits == 3
 
 
 def test_a_helper_redefined_by_a_reload_in_the_same_process_is_not_replayed_stale(deep_lib, tmp_path):
@@ -465,9 +468,12 @@ class Config:
 
 MODE = Mode.FAST            # chosen at import (from the environment, a file ...)
 CONFIG = Config(2.0)
+TABLE = {"offset": 1.0, "names": ("a", "b")}
+FACTOR = 2.0
 
 def _pick():                # deeper than the guards follow: only the module's data hash covers them
-    return (3.0 if MODE is Mode.FAST else 5.0) + CONFIG.scale + (CONFIG.mode is Mode.EXACT)
+    return ((3.0 if MODE is Mode.FAST else 5.0) + CONFIG.scale + (CONFIG.mode is Mode.EXACT) + TABLE["offset"]) \
+        * FACTOR
 
 def _l3():
     return _pick()
@@ -483,20 +489,26 @@ def configured(x):
 '''
 
 
-@pytest.mark.parametrize("change", ["enum global", "config attribute", "enum attribute"])
+@pytest.mark.parametrize("change", ["enum global", "config attribute", "enum attribute", "table item",
+                                    "int for float"])
 def test_module_data_covers_enum_members_and_config_objects_of_the_library(temp_library, tmp_path, change):
     import numpy as np
     name, _ = temp_library(CONFIGURED)
     lib = __import__(name)
     cache = tmp_path / "cache"
     lazytrace.trace_graph(lib.configured, cache=cache)(np.random.rand(3))
-    assert lazytrace.trace_graph(lib.configured, cache=cache).stats.loaded == 1      # unchanged: loaded
+    for _ in range(2):              # unchanged: loaded (the module's data hash kept for its unchanged globals)
+        assert lazytrace.trace_graph(lib.configured, cache=cache).stats.loaded == 1
     if change == "enum global":      # as another process choosing otherwise at import would have it
         lib.MODE = lib.Mode.EXACT
     elif change == "config attribute":
         lib.CONFIG.scale = 4.0
-    else:
+    elif change == "enum attribute":
         lib.CONFIG.mode = lib.Mode.EXACT
+    elif change == "table item":     # in place: the module's globals are the same objects
+        lib.TABLE["offset"] = 4.0
+    else:
+        lib.FACTOR = 2               # equal, another type: x * 2 and x * 2.0 differ for integer arrays
     again = lazytrace.trace_graph(lib.configured, cache=cache)
     x = np.random.rand(3)
     assert np.array_equal(again(x), lib.configured(x))

@@ -66,7 +66,7 @@ class Stats:
 
 
 class _Entry:
-    __slots__ = ("graphs", "eager_reason", "dispatch", "described", "unsettled", "stored_code")
+    __slots__ = ("graphs", "eager_reason", "dispatch", "described", "unsettled", "stored_data")
 
     def __init__(self):
         self.graphs: list = []
@@ -74,7 +74,7 @@ class _Entry:
         self.unsettled = False      # a trace changed Python state it reads: the next call traces again
         self.dispatch = None        # compiled check_and_call (guards.py), made on the first hit
         self.described: dict = {}   # {argument path: description} of this signature
-        self.stored_code = None     # preloaded: what each graph's trace depended on, checked at the first call
+        self.stored_data = None     # preloaded: each graph's module data (persist.plan_data), checked at the first call
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class LazyGraph:
             leaves.extend(extra_leaves)
         cache = self._cache
         entry = cache.get(key)
-        if entry is not None and entry.stored_code is not None and not self._confirm(key, entry):
+        if entry is not None and entry.stored_data is not None and not self._confirm(key, entry):
             entry = None
         if entry is not None:
             if len(cache) > 1:
@@ -199,15 +199,15 @@ class LazyGraph:
         return self._eager("the graph raised; the original function decides", args, kwargs)
 
     def _confirm(self, key, entry) -> bool:
-        """The first call of a preloaded signature: its graphs whose code or module data changed
-        since the import that preloaded them (a library global the user set meanwhile) are
-        dropped. False if none is left (the entry is gone: the call loads or traces anew)."""
-        from ..persist import unchanged
+        """The first call of a preloaded signature: its graphs whose module data changed since
+        the import that preloaded them (a library global the user set meanwhile) are dropped.
+        False if none is left (the entry is gone: the call loads or traces anew)."""
+        from ..persist import plan_data
         with self._lock:
-            codes, entry.stored_code = entry.stored_code, None
-            if codes is None:
+            stored, entry.stored_data = entry.stored_data, None
+            if stored is None:
                 return self._cache.get(key) is entry
-            kept = [graph for graph, code in zip(entry.graphs, codes) if unchanged(graph._plan, code)]
+            kept = [graph for graph, data in zip(entry.graphs, stored) if plan_data(graph._plan) == data]
             if len(kept) < len(entry.graphs):
                 entry.graphs[:] = kept
                 entry.dispatch = None
@@ -307,7 +307,7 @@ class LazyGraph:
             return 0
         persist = self._persistent()
         warm = prewarm.wanted(self._options.prewarm)
-        loaded = 0
+        loaded, fast = 0, None
         for found in persist.preload(self.max_signatures - len(self._cache), start_devices=warm):
             try:
                 key, leaves, backends = self._key(found.args, found.kwargs)
@@ -322,11 +322,12 @@ class LazyGraph:
                 graph.fn            # source generated and compiled now, not at the first call
                 self._store(key, None, graph)
             entry = self._cache[key]
-            entry.stored_code = list(found.codes)
+            entry.stored_data = list(found.data)
             entry.described = explain.describe_call(found.args, found.kwargs, self._signature, backends, None, None)
             if len(graphs) == 1:
                 entry.dispatch = compile_dispatch(graphs[0], found.args, found.kwargs, self._signature,
                                                   backends) or False
+                fast = fast or (entry.dispatch and (key, entry))
             for graph in graphs if warm else ():
                 call = functools.partial(entry.dispatch, found.args, found.kwargs) if entry.dispatch else \
                     functools.partial(graph.fn, *leaves)         # the checks of a call too, when compiled
@@ -337,7 +338,19 @@ class LazyGraph:
                     self.stats.not_prewarmed[reason] += 1
             loaded += len(graphs)
         self.stats.loaded += loaded
-        return loaded       # (the fast path is taken once a first call has confirmed its graph: _confirm)
+        if fast:               # the most recently used signature takes the fast path at once
+            self._fast = (self._confirming(*fast), fast[1].graphs[0])
+        return loaded
+
+    def _confirming(self, key, entry):
+        """The fast path's first call of a preloaded signature: _confirm, then its dispatch."""
+        def dispatch(args, kwargs):
+            if not self._confirm(key, entry) or not entry.dispatch:
+                self._fast = None
+                return MISS
+            self._fast = (entry.dispatch, entry.graphs[0])
+            return entry.dispatch(args, kwargs)
+        return dispatch
 
     def _load(self, key, backends, leaves, args, kwargs):
         """Replay graphs stored by an earlier process for this key, if any (else MISS)."""

@@ -40,7 +40,7 @@ class Preload(NamedTuple):
     args: tuple              # a rebuilt call of the signature
     kwargs: dict
     plans: list
-    codes: list              # what each plan's trace depended on (code_state), checked again at its first call
+    data: list               # each plan's module data (plan_data), checked again at its first call
 
 
 class CacheWarning(UserWarning):
@@ -144,7 +144,7 @@ class PersistentCache:
         except Exception as exc:    # noqa: BLE001 - e.g. a device this process does not have
             raise Unavailable(f"its call cannot be rebuilt here: {type(exc).__name__}: {exc}") from None
         plans = _plans(backend, data, content, metadata, ident)
-        return Preload(backend, signature, args, kwargs, plans, [plan_code(p) for p in plans]) if plans else None
+        return Preload(backend, signature, args, kwargs, plans, [plan_data(p) for p in plans]) if plans else None
 
     def _refused(self, path: Path, exc: Exception) -> None:
         warnings.warn(f"lazytrace: skipped the cache file {path}: {exc}; the function is traced again",
@@ -244,16 +244,19 @@ def _plans(backend, data: bytes, content: dict, metadata: dict, ident: dict | No
     return plans
 
 
-def plan_code(plan) -> dict:
-    """What a decoded plan's trace depended on, as it is now (code_state, lenient)."""
-    return identity.code_state(plan.packages, plan.code_globals, plan.modules, strict=False)
-
-
 def unchanged(plan, code) -> bool:
     """Whether the code and module data a stored plan's trace depended on are still `code` (its
-    stored code_state): checked at load, and again at the first call of a preloaded plan (the
-    user may set a module's global between the import that preloaded it and that call)."""
-    return plan_code(plan) == code
+    stored code_state), checked at load."""
+    return identity.code_state(plan.packages, plan.code_globals, plan.modules, strict=False) == code
+
+
+def plan_data(plan) -> dict:
+    """The data globals of the modules whose code a plan's trace ran, as they are now (hashes):
+    checked again at the first call of a preloaded plan, since the user may set a library's
+    global between the import that preloaded it and that call. (Its code changes only by a
+    reload, whose new functions get LazyGraphs of their own, or by rebinding a function, which
+    a graph does not see with or without the cache.)"""
+    return {m: identity.module_data(m) for m in plan.modules}
 
 
 def read_description(data: bytes) -> tuple[dict, dict]:

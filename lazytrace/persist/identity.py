@@ -17,6 +17,7 @@ import enum
 import hashlib
 import inspect
 import linecache
+import operator
 import os
 import sys
 from functools import lru_cache
@@ -94,8 +95,8 @@ def _literal_text(obj) -> str:
         return f"{tp.__name__}:{obj!r}"
     if tp in (tuple, list):
         return f"{tp.__name__}(" + ",".join(_literal_text(x) for x in obj) + ")"
-    if tp is frozenset:
-        return "frozenset(" + ",".join(sorted(_literal_text(x) for x in obj)) + ")"
+    if tp is frozenset or tp is set:
+        return f"{tp.__name__}(" + ",".join(sorted(_literal_text(x) for x in obj)) + ")"
     if tp is dict:
         return "dict(" + ",".join(f"{_literal_text(k)}:{_literal_text(v)}" for k, v in obj.items()) + ")"
     raise NotStorable(f"a {tp.__qualname__} has no stable text form")
@@ -164,21 +165,103 @@ def module_data(module_name: str) -> str | None:
     return memo[module_name]
 
 
+#: module name -> (its globals' names, values, [(key, value, check)] of its data that can change in
+#: place, hash): a module whose globals are the same objects, with that data unchanged, has the
+#: same hash (a preloaded graph's first call checks its modules again: see LazyGraph._confirm)
+_data_memo: dict = {}
+_FROZEN = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+
 def _module_data(module_name: str) -> str | None:
     module = sys.modules.get(module_name)
     if module is None:
         return None
-    digest = hashlib.sha256()
     package = module_name.partition(".")[0]
-    for key, value in sorted(vars(module).copy().items()):
+    namespace = vars(module).copy()
+    memo = _data_memo.get(module_name)
+    if memo is not None and len(namespace) == len(memo[0]) and all(map(operator.is_, namespace, memo[0])) \
+            and all(map(operator.is_, namespace.values(), memo[1])) \
+            and all(_unchanged(value, check, package) for _, value, check in memo[2]):
+        return memo[3]
+    digest, mutable = hashlib.sha256(), []
+    for key, value in sorted(namespace.items()):
         if key.startswith("__"):
             continue
         try:
             text = _data_text(value, package)
         except (NotStorable, RecursionError):
+            if _mutable_data(value, package):
+                mutable.append((key, value, _failing_part(value)))
             continue
+        if _mutable_data(value, package):
+            mutable.append((key, value, _shallow(value, package) or text))
         digest.update(f"{key}\0{text}\n".encode("utf-8", "surrogatepass"))
+    _data_memo[module_name] = (tuple(namespace), tuple(namespace.values()), mutable,    # (holding them: their
+                               digest.hexdigest())                                    # ids stay theirs)
     return digest.hexdigest()
+
+
+def _mutable_data(value, package: str) -> bool:
+    """Whether a global's contents can change without rebinding it: a list, dict or set (or a
+    tuple holding one), an object of a class of the module's own package."""
+    tp = type(value)
+    if tp in _FROZEN or isinstance(value, enum.Enum):
+        return False
+    if tp is tuple or tp is frozenset:
+        return any(_mutable_data(x, package) for x in value)
+    return tp in (list, dict, set) or (tp.__module__.partition(".")[0] == package and hasattr(value, "__dict__")
+                                       and not isinstance(value, type))
+
+
+def _shallow(value, package):
+    """A list or dict of immutable data (a table of tuples): its items, which stay the same
+    objects exactly while its text stays the same (compared by identity, without the text)."""
+    tp = type(value)
+    parts = _parts(value) if tp is dict or tp is list else None
+    if parts is None or any(_mutable_data(x, package) for x in parts):
+        return None
+    return ("same", parts)
+
+
+def _parts(value) -> tuple:
+    return (*value, *value.values()) if type(value) is dict else tuple(value)
+
+
+def _failing_part(value):
+    """("at", index or key, element) of a list/dict whose text fails by that element (not data):
+    it still fails while that element is there. None: checked by its text again."""
+    parts = value.items() if type(value) is dict else enumerate(value) if type(value) is list else ()
+    for where, element in parts:
+        try:
+            _literal_text(element)
+        except (NotStorable, RecursionError):
+            return ("at", where, element)
+    return None
+
+
+def _unchanged(value, check, package) -> bool:
+    """Whether mutable data has what the memo saw: its text `check` (a str), the same items
+    (("same", items)), or the element that kept its text from existing (("at", where, element));
+    None: it still has no text."""
+    if type(check) is str:
+        try:
+            return _data_text(value, package) == check
+        except (NotStorable, RecursionError):
+            return False
+    if check is None:
+        try:
+            _data_text(value, package)
+        except (NotStorable, RecursionError):
+            return True
+        return False
+    if check[0] == "same":
+        parts = _parts(value)
+        return len(parts) == len(check[1]) and all(a is b for a, b in zip(parts, check[1]))
+    _, where, element = check
+    try:
+        return value[where] is element
+    except (KeyError, IndexError):
+        return False
 
 
 def _data_text(value, package: str) -> str:
@@ -214,8 +297,20 @@ def _global_code_text(module_name, name) -> str:
                           f"that has no stable name")
     text = f"{type(value).__qualname__} {owner}:{qualname}"
     if inspect.isfunction(value):     # redefined under the same name (importlib.reload of an edited file)
-        text += " " + function_digest(value)[:16]
+        text += " " + _function_digest_once(value)
     return text
+
+
+_digests: dict = {}     # id(function) -> (function, its code, defaults, keyword defaults, digest)
+
+
+def _function_digest_once(fn) -> str:
+    """function_digest (shortened), taken again only when the function's code or defaults changed."""
+    entry = _digests.get(id(fn))
+    if entry is None or entry[0] is not fn or entry[1] is not fn.__code__ or entry[2] is not fn.__defaults__ \
+            or entry[3] is not fn.__kwdefaults__:
+        entry = _digests[id(fn)] = (fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__, function_digest(fn)[:16])
+    return entry[4]
 
 
 def environment(backend) -> dict:
@@ -284,6 +379,8 @@ def clear_caches() -> None:
     package_fingerprint.cache_clear()
     distribution_versions.cache_clear()
     _version.cache_clear()
+    _data_memo.clear()
+    _digests.clear()
 
 
 # ---- the signature key as text ------------------------------------------------------------
