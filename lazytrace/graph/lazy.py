@@ -297,7 +297,8 @@ class LazyGraph:
     def preload(self) -> int:
         """Load now the graphs earlier processes stored for this function (at most max_signatures
         signatures, most recently used first), code generated and compiled, so that their first
-        calls are plain graph hits; with prewarm, run each graph free of visible effects once on
+        calls are graph hits (after a check that the data globals of the modules their traces ran
+        are still as at this load: _confirm); with prewarm, run each graph free of visible effects once on
         a rebuilt call of its signature (lazytrace.persist.prewarm). Returns the graphs loaded."""
         if self._disabled:
             return 0
