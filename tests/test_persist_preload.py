@@ -339,22 +339,26 @@ def test_cuda_signatures_are_preloaded_only_where_prewarm_may_start_the_device(l
 
 # ---- what a preloaded graph depended on is checked again at its first call ------------------
 
-DEEP = '''
-import numpy as np
-
-SCALE = 2.0
-
-def _factor():          # deeper than the guards follow: only the module's data hash covers SCALE
-    return SCALE * 2
-
+#: three calls down to _value(): deeper than the guards follow (only the module's data hash covers
+#: the globals _value reads)
+CHAIN = '''
 def _l3():
-    return _factor() + 1
+    return _value()
 
 def _l2():
     return _l3()
 
 def _l1():
     return _l2()
+'''
+
+DEEP = CHAIN + '''
+import numpy as np
+
+SCALE = 2.0
+
+def _value():
+    return SCALE * 2 + 1
 
 def deep(x):
     return np.sin(x) * _l1()
@@ -453,7 +457,7 @@ def test_prewarm_shows_no_warning_and_leaves_the_users_calls_theirs(temp_library
     assert sum("Implicit dimension" in str(w.message) for w in caught) == 2
 
 
-CONFIGURED = '''
+CONFIGURED = CHAIN + '''
 import enum
 import numpy as np
 
@@ -471,18 +475,9 @@ CONFIG = Config(2.0)
 TABLE = {"offset": 1.0, "names": ("a", "b")}
 FACTOR = 2.0
 
-def _pick():                # deeper than the guards follow: only the module's data hash covers them
+def _value():
     return ((3.0 if MODE is Mode.FAST else 5.0) + CONFIG.scale + (CONFIG.mode is Mode.EXACT) + TABLE["offset"]) \
         * FACTOR
-
-def _l3():
-    return _pick()
-
-def _l2():
-    return _l3()
-
-def _l1():
-    return _l2()
 
 def configured(x):
     return np.sin(x) * _l1()
