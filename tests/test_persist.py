@@ -701,3 +701,21 @@ def test_a_framework_whose_graphs_are_not_stored_still_runs_with_the_cache_on(te
         assert np.array_equal(np.asarray(lazy(x)), np.asarray(fn(x)))
     assert lazy.stats.traces == 1 and lazy.stats.hits == 2 and lazy.stats.stored == 0
     assert list(lazy.stats.not_stored) == [f"the {framework} backend does not store graphs on disk"]
+
+
+def test_the_module_data_hash_follows_changes_and_keeps_no_replaced_global_alive(temp_library):
+    import gc
+    import weakref
+    name, _ = temp_library("import torch\nWEIGHT = torch.ones(3)\nSCALE = 2.0\nTABLE = [1.0, (2, 3)]\n")
+    lib = __import__(name)
+    first = identity.module_data(name)
+    assert identity.module_data(name) == first            # kept: the same objects
+    old = weakref.ref(lib.WEIGHT)
+    lib.WEIGHT = torch.zeros(3)                            # not data: the same hash, and the old one is freed
+    gc.collect()
+    assert old() is None and identity.module_data(name) == first
+    lib.TABLE[1] = (2, 4)                                  # in place
+    second = identity.module_data(name)
+    assert second != first
+    lib.SCALE = 2                                          # equal, but another type
+    assert identity.module_data(name) not in (first, second)

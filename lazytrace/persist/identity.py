@@ -20,6 +20,7 @@ import linecache
 import operator
 import os
 import sys
+import weakref
 from functools import lru_cache
 
 import importlib_metadata
@@ -165,7 +166,7 @@ def module_data(module_name: str) -> str | None:
     return memo[module_name]
 
 
-#: module name -> (its globals' names, values, [(key, value, check)] of its data that can change in
+#: module name -> (its globals' names, their ids, _holders, [(key, value, check)] of its data that can change in
 #: place, hash): a module whose globals are the same objects, with that data unchanged, has the
 #: same hash (a preloaded graph's first call checks its modules again: see LazyGraph._confirm)
 _data_memo: dict = {}
@@ -180,9 +181,9 @@ def _module_data(module_name: str) -> str | None:
     namespace = vars(module).copy()
     memo = _data_memo.get(module_name)
     if memo is not None and len(namespace) == len(memo[0]) and all(map(operator.is_, namespace, memo[0])) \
-            and all(map(operator.is_, namespace.values(), memo[1])) \
-            and all(_unchanged(value, check, package) for _, value, check in memo[2]):
-        return memo[3]
+            and tuple(map(id, namespace.values())) == memo[1] \
+            and all(_unchanged(value, check, package) for _, value, check in memo[3]):
+        return memo[4]
     digest, mutable = hashlib.sha256(), []
     for key, value in sorted(namespace.items()):
         if key.startswith("__"):
@@ -196,9 +197,24 @@ def _module_data(module_name: str) -> str | None:
         if _mutable_data(value, package):
             mutable.append((key, value, _shallow(value, package) or text))
         digest.update(f"{key}\0{text}\n".encode("utf-8", "surrogatepass"))
-    _data_memo[module_name] = (tuple(namespace), tuple(namespace.values()), mutable,    # (holding them: their
-                               digest.hexdigest())                                    # ids stay theirs)
+    _data_memo[module_name] = (tuple(namespace), tuple(map(id, namespace.values())),
+                               _holders(module_name, namespace.values()), mutable, digest.hexdigest())
     return digest.hexdigest()
+
+
+def _holders(module_name, values) -> list:
+    """What keeps the ids of a module's globals, as a memo saw them, theirs: a weak reference to
+    each that takes one (its end forgets the memo: a big model the user replaced is not kept
+    alive), the others themselves (numbers, strings, lists ...)."""
+    def forget(_, name=module_name):
+        _data_memo.pop(name, None)
+    held = []
+    for value in values:
+        try:
+            held.append(weakref.ref(value, forget))
+        except TypeError:
+            held.append(value)
+    return held
 
 
 def _mutable_data(value, package: str) -> bool:
