@@ -368,6 +368,35 @@ def relative(x):
             sys.modules.pop(name, None)
 
 
+def test_a_module_imported_in_the_body_and_read_into_a_local_is_checked(temp_library):
+    """`from . import settings` then `s = settings.GAIN` (a store after the import, before any
+    other import): reading the function's imports raised IndexError at the first call."""
+    config_name, folder = temp_library("SCALE = 2.0\n")
+    package = f"{config_name}_pkg"
+    (folder / package).mkdir()
+    (folder / package / "settings.py").write_text("GAIN = 1.0\n")
+    (folder / package / "__init__.py").write_text(f"""
+def stored(x):
+    if x.shape[0] > 100:
+        import json
+    from . import settings as s
+    from {config_name} import SCALE
+    gain = s.GAIN
+    return x * gain + SCALE
+""")
+    try:
+        lib = __import__(package)
+        lazy = lazytrace.trace_graph(lib.stored)
+        for step, value in enumerate([1.0, 1.0, 3.0, 3.0]):
+            x = torch.rand(3)
+            assert torch.equal(lazy(x), lib.stored(x))
+            sys.modules[f"{package}.settings"].GAIN = value + 1
+        assert lazy.stats.traces == 3 and lazy.stats.hits == 1
+    finally:
+        for name in (package, f"{package}.settings"):
+            sys.modules.pop(name, None)
+
+
 class Tuning:
     GAIN = 2.0
 

@@ -255,7 +255,9 @@ def _import_reads(code) -> tuple[tuple, ...]:
             pending = (level, name, fromlist, (*path, ins.argval))
         elif op in ("STORE_FAST", "STORE_DEREF") and pending is not None:
             level, name, fromlist, path = pending
-            if fromlist:                            # from m import NAME: m.NAME read now
+            if fromlist and not path:               # a store after `from m import a, b` ended
+                pending = None
+            elif fromlist:                          # from m import NAME: m.NAME read now
                 modules[ins.argval] = (level, name, path[-1])
                 found[modules[ins.argval]] = None
                 pending = (level, name, fromlist, ())
@@ -263,7 +265,7 @@ def _import_reads(code) -> tuple[tuple, ...]:
                 modules[ins.argval] = (level, name) if path else (level, name.partition(".")[0])
                 pending = None
         elif op in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in modules:
-            chain = modules[ins.argval]
+            chain, pending = modules[ins.argval], None
         elif op != "POP_TOP" and op != "SWAP":
             pending = None
     return tuple(c for c in found if len(c) > 2)
