@@ -115,3 +115,17 @@ def test_data_leaving_through_the_array_protocol_pickle_or_files_runs_eagerly(fn
         x = np.random.default_rng(seed).random(4)
         assert np.array_equal(lazy(x), fn(x))
     assert lazy.stats.hits == 0 and lazy.stats.eager == 3
+
+
+def test_the_type_of_an_input_passed_to_numpy_is_the_array_class():
+    """`x.view(type(x))` (subclass-preserving code): type() of a tracer is the tracer class, which
+    NumPy took for a dtype and raised 'Cannot change data-type for array of references'."""
+    def viewed(x):
+        return x.view(type(x)) * 2 + x.view(x.__class__)
+
+    lazy = lazytrace.trace_graph(viewed)
+    for seed in range(3):
+        x = np.random.default_rng(seed).random(3)
+        out = lazy(x)
+        assert type(out) is np.ndarray and np.array_equal(out, x * 3)
+    assert lazy.stats.hits == 2

@@ -110,6 +110,8 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
 
 
 def _call_method(tracer, method, *args, **kwargs):
+    # `x.view(type(x))`: type() of a tracer is NumpyTracer, which NumPy would take for a dtype
+    args = tuple(np.ndarray if a is NumpyTracer else a for a in args) if args else args
     return tracer._lt_call(method, (tracer,) + args, kwargs)
 
 
