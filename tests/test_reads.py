@@ -1,6 +1,7 @@
 """Python values a function reaches by itself (module globals, closure variables, config objects)
 are checked at every call (graph/reads.py): a change traces again, never a stale result."""
 import dataclasses
+import random
 import sys
 import types
 
@@ -615,3 +616,42 @@ def test_reads_found_once_per_trace_are_found_from_every_place(fn, name, value, 
     assert torch.equal(lazy(x), fn(x))
     globals()[name] = value
     assert torch.equal(lazy(x), expected(x)) and lazy.stats.traces == 2
+
+
+GLOBAL_RANDOM = random.Random(0)
+GLOBAL_GENERATOR = np.random.default_rng(0)
+GLOBAL_TORCH_GENERATOR = torch.Generator().manual_seed(0)
+
+
+def _draw_python(x):
+    return x * GLOBAL_RANDOM.random()
+
+
+def _draw_numpy(x):
+    return x * GLOBAL_GENERATOR.random()
+
+
+def _draw_torch(x):
+    return x * torch.rand(1, generator=GLOBAL_TORCH_GENERATOR).item()
+
+
+def _hold_generator(x):
+    return x * 2 if GLOBAL_GENERATOR is not None else x        # read, not drawn from
+
+
+@pytest.mark.parametrize("draw, make", [
+    (_draw_python, torch.rand), (_draw_python, np.random.rand), (_draw_numpy, torch.rand),
+    (_draw_numpy, np.random.rand), (_draw_torch, np.random.rand)])
+def test_draws_from_a_generator_object_held_by_a_global_are_not_baked(draw, make):
+    """A random.Random, np.random.Generator (or, in a NumPy function, torch.Generator) held by a
+    global is no argument and no framework's global RNG: its draws were baked as the first
+    call's value. The signature runs eagerly; include_generators=False bakes as asked."""
+    lazy, x = lazytrace.trace_graph(draw), make(3)
+    outs = [lazy(x) for _ in range(3)]
+    assert not np.array_equal(np.asarray(outs[1]), np.asarray(outs[2]))
+    assert lazy.stats.hits == 0 and "it reaches by itself" in next(iter(lazy.stats.reasons))
+    baked = lazytrace.trace_graph(draw, include_generators=False)
+    assert np.array_equal(np.asarray(baked(x)), np.asarray(baked(x))) and baked.stats.hits == 1
+    holding = lazytrace.trace_graph(_hold_generator)
+    assert [np.array_equal(np.asarray(holding(x)), np.asarray(x * 2)) for _ in range(3)] == [True] * 3
+    assert holding.stats.hits == 2

@@ -211,6 +211,12 @@ class Backend:
         global one), to catch random draws and reseeding that calls do not show."""
         return None
 
+    def generator_state(self, obj, tracing: bool) -> Any:
+        """For a random generator object of this framework (np.random.Generator, torch.Generator)
+        whose draws a trace does not record (by this backend if `tracing`, else by another one):
+        a fingerprint of its state; None for other objects."""
+        return None
+
     def rng_sources(self, func, args, kwargs) -> list:
         """The RNGs a random call draws from (its generator argument, else the global one)."""
         return []

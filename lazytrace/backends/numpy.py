@@ -17,6 +17,7 @@ NumPy's global RNG state before and after the trace.
 from __future__ import annotations
 
 import functools
+import pickle
 import operator
 import re
 import warnings
@@ -229,6 +230,14 @@ class NumpyBackend(Backend):
 
     def rng_sources(self, func, args, kwargs) -> list:
         return [None]       # the global state; Generator draws go through CallRecordingProxy nodes
+
+    def generator_state(self, obj, tracing):
+        # never recorded unless passed in (CallRecordingProxy): draws from a global one were baked
+        if isinstance(obj, np.random.Generator):
+            return pickle.dumps(obj.bit_generator.state)
+        if isinstance(obj, np.random.RandomState):
+            return pickle.dumps(obj.get_state())
+        return None
 
     def rng_token(self, source=None):
         state = np.random.get_state()

@@ -423,6 +423,10 @@ class TorchBackend(Backend):
         with torch._C._DisableFuncTorch():      # under torch.func.grad the state is no plain tensor
             return source.get_state().numpy().tobytes()
 
+    def generator_state(self, obj, tracing):
+        # a torch trace records draws from any generator (rng_sources); another framework's does not
+        return None if tracing or not isinstance(obj, torch.Generator) else self.rng_token(obj)
+
     def rng_sources(self, func, args, kwargs) -> list:
         if not args and not kwargs:
             return [torch.random.default_generator]     # the global RNG(s) (TraceSession.activate)

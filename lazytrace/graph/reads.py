@@ -296,8 +296,9 @@ class PythonReads:
     marker for arrays and objects) or `nothing` when the value holds something it cannot check.
     """
 
-    def __init__(self, snapshot, nothing, same, known, record):
+    def __init__(self, snapshot, nothing, same, known, record, generator_state=lambda obj: None):
         self._snapshot = snapshot
+        self._generator_state = generator_state     # the state of a random generator it does not record
         self._known = known
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
         self._nothing = nothing
@@ -319,6 +320,7 @@ class PythonReads:
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
         self._imports: list = []    # (level, module, attributes, namespace, depth): see settle
         self.unbound: dict = {}     # (id(namespace), name) -> (namespace, name): globals unset when first seen
+        self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
 
     def holders(self):
         """(container, key) of each place the function's code can leave a value in besides its
@@ -517,7 +519,13 @@ class PythonReads:
         """An object with attributes (a config object, a callable transform): its attributes are
         guarded too, data by value and objects among them by identity. Not objects of the
         standard library (a threading.Event ...) besides namespaces, nor objects the trace records
-        itself (stateful ones, models)."""
+        itself (stateful ones, models). A random generator the trace does not record has its
+        state noted (`drawn`)."""
+        if id(obj) not in self.generators:
+            state = self._generator_state(obj)
+            if state is not None:
+                self.generators[id(obj)] = (obj, state)
+                return
         for container in self._record(obj):         # a model: its parameters, submodules, hooks ...
             self.objects[id(container)] = (container, self._snapshot(dict(container)))
         tp = type(obj)
@@ -556,6 +564,14 @@ class PythonReads:
         for fn, expected in self.defaults:
             if expected != read_defaults(fn):
                 return f"default values of {_callable_name(fn)}"
+        return None
+
+    def drawn(self) -> str | None:
+        """The class of a random generator reached by the function (not passed in) that it drew
+        from, if any: a graph would repeat the draws of its trace."""
+        for obj, state in self.generators.values():
+            if not self._known(obj) and self._generator_state(obj) != state:
+                return type(obj).__name__
         return None
 
     def reached(self) -> set:

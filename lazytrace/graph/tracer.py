@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
 
-from ..backends import Backend, CallKind, foreign_rng_tokens, get_backend
+from ..backends import Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
 from . import codegen, escapes, passes
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads
@@ -60,7 +60,8 @@ class TraceSession:
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
-                                 known=lambda obj: self.value_of(obj) is not None, record=self._record_reached)
+                                 known=lambda obj: self.value_of(obj) is not None, record=self._record_reached,
+                                 generator_state=lambda obj: generator_state(backend, obj))
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
@@ -463,6 +464,10 @@ class TraceSession:
             self.changed_reads = (f"changes the {changed} while it runs: a graph could not replay that "
                                   f"(traced once more in case it was a cache being filled)")
             return
+        drawn = reads.drawn() if self.include_generators else None
+        if drawn is not None:
+            self.fail(f"draws random numbers from a {drawn} it reaches by itself (a global, a closure "
+                      f"variable), which lazytrace does not record: a graph would repeat the values of its trace")
         reached = reads.reached()
         if any(i not in reached for i in self._new_rngs):
             # `torch.Generator().manual_seed(0)` inside: eager draws from a new generator at every call,
