@@ -281,7 +281,7 @@ class NumpyBackend(Backend):
         name = self._names.get(id(func))
         if name is None:
             short = getattr(func, "__name__", type(func).__name__)
-            if getattr(np, short, None) is func:
+            if vars(np).get(short) is func:     # not getattr: np.str and the like warn
                 name = f"numpy.{short}"
             elif getattr(func, "__module__", None) in (None, "builtins", "_operator"):
                 name = short

@@ -21,6 +21,7 @@ from types import MethodType
 
 from ..backends import Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
 from . import codegen, escapes, passes
+from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads
 from .signature import Signature, container_snapshot, containers_changed, walk
@@ -174,7 +175,7 @@ class TraceSession:
             if kind is CallKind.ESCAPE:
                 self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
             result = backend.run(func, args, kwargs)[0]
-            return self.on_display(result) if kind is CallKind.DISPLAY else result
+            return self.on_display(result, func, args, kwargs) if kind is CallKind.DISPLAY else result
         inputs: list[Value] = []
         largs = self._lift(args, inputs)
         lkwargs = self._lift(kwargs, inputs) if kwargs else {}
@@ -205,10 +206,17 @@ class TraceSession:
         self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args)
         return result
 
-    def on_display(self, text):
-        """`str(x)`, `repr(x)`, `f"{x}"` of an array: for printing and logging, which a graph
-        drops; a result that returns the text is refused (see finish)."""
-        if isinstance(text, str) and text:
+    def on_display(self, text, func=None, args=(), kwargs=None):
+        """`str(x)`, `repr(x)`, `f"{x}"` of an array (`func(*args)` made `text`): asked by print
+        or logging, for display, which a graph drops (a result that returns the text is refused,
+        see finish); asked by other code (`float(str(x))`, `str(x)[:4]`, an f-string), text that
+        may feed the computation: checked at every call, as a number read back is."""
+        if func is not None and self.untraceable is None and \
+                not shown_only(sys._getframe(1), (*self.backend.internal_modules, f"{self.backend.name}.")):
+            inputs: list[Value] = []
+            largs, lkwargs = self._lift(args, inputs), self._lift(kwargs, inputs) if kwargs else {}
+            self._guard(func, largs, lkwargs, inputs, [self._versions.get(v.storage, 0) for v in inputs], text)
+        elif isinstance(text, str) and text:
             self._displays.append(text)
         return text
 
