@@ -578,3 +578,42 @@ def test_graphs_with_the_same_source_keep_their_own_constants():
     assert graphs[0].fn.__code__ is graphs[1].fn.__code__     # one compiled code, two namespaces
     small, large = torch.rand(3), torch.rand(5)
     assert torch.equal(lazy(small), ramp(small)) and torch.equal(lazy(large), ramp(large))
+
+
+class _Pair(tuple):
+    def __new__(cls, first, second):
+        return super().__new__(cls, (first, second))
+
+
+class _Items(list):
+    def __init__(self, *items):
+        super().__init__(items)
+
+
+class _Config(dict):
+    def __init__(self, scale=1.0):
+        super().__init__(scale=scale)
+
+
+def test_results_in_dict_tuple_and_list_subclasses_are_what_eager_returns(fw):
+    """Results were rebuilt as `type(obj)(items)`: a defaultdict raised TypeError, a Counter of
+    arrays became Counter({(key, array): 1}), a dict, tuple or list subclass with its own
+    constructor raised or nested its items. Those a graph cannot rebuild run eagerly."""
+    import collections
+
+    def subclassed(x):
+        table = collections.defaultdict(list)
+        table["a"].append(x * 2)
+        config = _Config()
+        config["out"] = x + 1
+        return table, collections.Counter(b=x * 3), config, _Pair(x * 4, x), _Items(x * 5, x)
+
+    lazy = lazytrace.trace_graph(subclassed)
+    for seed in range(3):
+        x = fw.rand(3, seed=seed)
+        table, counter, config, pair, items = lazy(x)
+        assert type(table) is collections.defaultdict and table.default_factory is list and fw.equal(table["a"][0], x * 2)
+        assert type(counter) is collections.Counter and list(counter) == ["b"] and fw.equal(counter["b"], x * 3)
+        assert type(config) is _Config and sorted(config) == ["out", "scale"] and fw.equal(config["out"], x + 1)
+        assert type(pair) is _Pair and len(pair) == 2 and fw.equal(pair[0], x * 4)
+        assert type(items) is _Items and len(items) == 2 and fw.equal(items[0], x * 5)

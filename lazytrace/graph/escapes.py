@@ -37,8 +37,14 @@ def release(obj, tracer_type: type, depth: int = 0, seen: set | None = None):
             return obj
         try:
             return tp(*items) if hasattr(tp, "_fields") else tp(items)
-        except TypeError:               # a tuple subclass built otherwise: left as it is
-            return obj
+        except TypeError:               # a tuple subclass built otherwise (its own __new__)
+            try:
+                new = tuple.__new__(tp, items)
+            except TypeError:           # a C subclass: left as it is
+                return obj
+            if hasattr(new, "__dict__"):
+                vars(new).update(vars(obj))
+            return new
     if isinstance(obj, list):
         for i, x in enumerate(obj):
             new = inner(x)

@@ -8,6 +8,7 @@ in the current thread/context, so nested LazyGraphs inline into the outer trace.
 """
 from __future__ import annotations
 
+import collections
 import contextvars
 import copy
 import dataclasses
@@ -571,13 +572,13 @@ class TraceSession:
                     real = copies[id(real)]
                 return value, real
             tp = type(obj)
-            if isinstance(obj, (tuple, list)):
+            if tp is tuple or tp is list or isinstance(obj, tuple) and _rebuilds(tp, obj):
                 pairs = [out(x) for x in obj]
                 rebuild = (lambda xs: tp(*xs)) if hasattr(tp, "_fields") else tp
                 return rebuild([p[0] for p in pairs]), rebuild([p[1] for p in pairs])
-            if isinstance(obj, dict):
+            if tp is dict or tp in _MAPPINGS:          # (a defaultdict, a dict subclass: not rebuilt)
                 pairs = {k: out(v) for k, v in obj.items()}
-                return tp((k, p[0]) for k, p in pairs.items()), tp((k, p[1]) for k, p in pairs.items())
+                return tp({k: p[0] for k, p in pairs.items()}), tp({k: p[1] for k, p in pairs.items()})
             if tp is str and any(text in obj for text in self._displays):
                 self.fail("returns text made from an array's values (str, repr, format): a graph would "
                           "return the text of its trace")
@@ -593,6 +594,21 @@ class TraceSession:
 
 
 _PLAIN = frozenset({int, float, bool, str, type(None), complex})   # arguments that are never tracked
+#: dict subclasses a graph rebuilds as `tp({...})` (codegen._output_expr)
+_MAPPINGS = frozenset({collections.OrderedDict, collections.Counter})
+
+
+def _rebuilds(tp, obj) -> bool:
+    """Whether a tuple subclass is rebuilt from its items as a graph rebuilds it: a namedtuple,
+    torch.Size, a structseq (torch.return_types.max) take them; a class with its own __new__ may
+    not (a list subclass is never rebuilt: codegen keeps only plain lists)."""
+    if hasattr(tp, "_fields"):
+        return True
+    try:
+        again = tp(list(obj))
+    except Exception:
+        return False
+    return type(again) is tp and len(again) == len(obj) and all(a is b for a, b in zip(again, obj))
 
 
 def _name(func) -> str:
