@@ -617,3 +617,40 @@ def test_results_in_dict_tuple_and_list_subclasses_are_what_eager_returns(fw):
         assert type(config) is _Config and sorted(config) == ["out", "scale"] and fw.equal(config["out"], x + 1)
         assert type(pair) is _Pair and len(pair) == 2 and fw.equal(pair[0], x * 4)
         assert type(items) is _Items and len(items) == 2 and fw.equal(items[0], x * 5)
+
+
+def test_arrays_in_partials_exceptions_and_deques_returned_are_the_arrays(fw):
+    """Results a graph cannot rebuild hand back arrays, as eager does, not the trace's tracer
+    objects: also in a functools.partial's arguments, an exception's args and a deque."""
+    import collections
+    import functools
+    import operator
+
+    def made(x):
+        return functools.partial(operator.add, x * 2), ValueError(x + 1), collections.deque([x * 3])
+
+    lazy = lazytrace.trace_graph(made)
+    for seed in range(2):
+        x = fw.rand(3, seed=seed)
+        added, error, queue = lazy(x)
+        assert [type(a) for a in (added.args[0], error.args[0], queue[0])] == [type(x)] * 3
+        assert fw.equal(added(1.0), x * 2 + 1.0) and fw.equal(error.args[0], x + 1) and fw.equal(queue[0], x * 3)
+
+
+@pytest.mark.xfail(strict=True, reason="a generator or iterator returned over traced arrays runs its body "
+                   "after the trace: JAX raises UnexpectedTracerError when it is consumed, NumPy and TF hand "
+                   "out tracer objects; its frame's variables cannot be released (fix: run such calls eagerly "
+                   "before returning, which runs the function twice)")
+def test_a_generator_returned_over_traced_arrays_yields_what_eager_yields(fw):
+    if fw.name == "torch":
+        pytest.skip("torch traces real tensors: nothing to release")
+
+    def lazily(x):
+        y = x * 2
+        return (y * i for i in range(3))
+
+    lazy = lazytrace.trace_graph(lazily)
+    x = fw.rand(3, seed=0)
+    values = list(lazy(x))
+    assert [type(v) for v in values] == [type(x)] * 3
+    assert all(fw.equal(v, x * 2 * i) for i, v in enumerate(values))

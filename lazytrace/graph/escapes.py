@@ -9,7 +9,9 @@ tracer found is replaced by its array.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import types
 
 _DEPTH = 8
@@ -45,7 +47,7 @@ def release(obj, tracer_type: type, depth: int = 0, seen: set | None = None):
             if hasattr(new, "__dict__"):
                 vars(new).update(vars(obj))
             return new
-    if isinstance(obj, list):
+    if isinstance(obj, (list, collections.deque)):
         for i, x in enumerate(obj):
             new = inner(x)
             if new is not x:
@@ -67,6 +69,15 @@ def release(obj, tracer_type: type, depth: int = 0, seen: set | None = None):
     elif isinstance(obj, (types.MethodType, types.BuiltinMethodType)):
         inner(getattr(obj, "__self__", None))
         return obj
+    elif type(obj) is functools.partial and not _ours(obj.func):     # read-only arguments: a new partial
+        func, args, keywords = inner(obj.func), inner(obj.args), inner(obj.keywords)
+        if func is not obj.func or args is not obj.args or any(keywords[k] is not obj.keywords[k] for k in keywords):
+            return functools.partial(func, *args, **keywords)
+        return obj
+    elif isinstance(obj, BaseException):            # ValueError(x): its args
+        args = inner(obj.args)
+        if args is not obj.args:
+            obj.args = args
     namespace = getattr(obj, "__dict__", None)
     if type(namespace) is dict and not callable(getattr(tp, "__get__", None)):
         for k, v in list(namespace.items()):
@@ -106,6 +117,12 @@ def _release_cell(cell, inner) -> None:
     new = inner(value)
     if new is not value:
         cell.cell_contents = new
+
+
+def _ours(func) -> bool:
+    """A method of a tracer (`x.sum` is partial(lazytrace's method call, x, ndarray.sum)): it
+    still runs after the trace, as that array's method."""
+    return str(getattr(func, "__module__", "")).startswith("lazytrace.")
 
 
 def _slots(tp) -> list:
