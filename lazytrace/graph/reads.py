@@ -340,10 +340,7 @@ class PythonReads:
         bumps before its first framework call is then seen as changed)."""
         fn = getattr(fn, "__func__", fn)
         self._stop = sys._getframe(1)       # the trace's own frame: stack walks end there at the latest
-        while isinstance(fn, functools.partial):   # `p.keywords["k"] = 5.0` changes every later call
-            if fn.keywords or _changeable(fn.args):
-                self._defaults(fn)
-            fn = getattr(fn.func, "__func__", fn.func)
+        fn = self._partial(fn)
         self.root = getattr(fn, "__code__", None)
         self._function(fn, depth=0)
         # a list, a dict, an array can change in place: checked. Numbers, strings, other objects
@@ -351,6 +348,17 @@ class PythonReads:
         # persistent cache keys them; a check would keep such graphs out of it)
         if isinstance(fn, types.FunctionType) and _changeable(read_defaults(fn)):
             self._defaults(fn)
+
+    def _partial(self, fn, depth=None):
+        """For a functools.partial, nested ones included: its arguments are checked (`p.keywords["k"]
+        = 5.0` changes every later call); returns the function it calls, followed from `depth`."""
+        while isinstance(fn, functools.partial):
+            if fn.keywords or _changeable(fn.args):
+                self._defaults(fn)
+            fn = getattr(fn.func, "__func__", fn.func)
+        if depth is not None and depth < _DEPTH and _followable(fn):
+            self._function(fn, depth + 1)
+        return fn
 
     def _defaults(self, fn):
         expected = self._snapshot(read_defaults(fn))
@@ -478,7 +486,9 @@ class PythonReads:
             return
         if type(namespace.get("__name__")) is str:     # a module's global (not a class attribute)
             self.code_globals.add((namespace["__name__"], name))
-        if depth < _DEPTH and _followable(value):
+        if isinstance(value, functools.partial) and not any(fn is value for fn, _ in self.defaults):
+            self._partial(value, depth)     # `SCALED = partial(f, scale=2.0)`: its keywords change in place
+        elif depth < _DEPTH and _followable(value):
             self._function(value, depth + 1)
 
     def _class_attribute(self, cls, name, depth):
