@@ -91,6 +91,9 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
     def __contains__(self, item):
         return self._lt_call(operator.contains, (self, item))
 
+    def __bytes__(self):        # bytes(x): the array's buffer, read back (not bytes of its items)
+        return self._lt_call(bytes, (self,))
+
     def __len__(self):
         return self._lt_call(len, (self,))
 
