@@ -564,3 +564,18 @@ def test_work_handed_to_another_thread_is_not_baked():
         for _ in range(3):
             x = torch.rand(3)
             assert torch.equal(lazy(x), x * 2 + 1)
+
+
+def test_tensor_type_with_a_dtype_is_a_recorded_conversion():
+    """`x.type()` reads the type name (metadata), `x.type(torch.float64)` converts: the callable
+    was classified once by its name as metadata, so the conversion was not recorded and its
+    result was baked as a constant (the trace's values at every call)."""
+    def converted(x):
+        return x.type(torch.float64) * 2, x.type(), x.type(dtype=torch.float16)
+
+    lazy = lazytrace.trace_graph(converted)
+    for _ in range(3):
+        x = torch.rand(3)
+        doubled, name, half = lazy(x)
+        assert torch.equal(doubled, x.double() * 2) and name == "torch.FloatTensor" and torch.equal(half, x.half())
+    assert lazy.stats.hits == 2
