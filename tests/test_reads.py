@@ -650,7 +650,7 @@ def test_draws_from_a_generator_object_held_by_a_global_are_not_baked(draw, make
     lazy, x = lazytrace.trace_graph(draw), make(3)
     outs = [lazy(x) for _ in range(3)]
     assert not np.array_equal(np.asarray(outs[1]), np.asarray(outs[2]))
-    assert lazy.stats.hits == 0 and "it reaches by itself" in next(iter(lazy.stats.reasons))
+    assert lazy.stats.hits == 0 and "lazytrace does not record" in next(iter(lazy.stats.reasons))
     baked = lazytrace.trace_graph(draw, include_generators=False)
     assert np.array_equal(np.asarray(baked(x)), np.asarray(baked(x))) and baked.stats.hits == 1
     holding = lazytrace.trace_graph(_hold_generator)
@@ -704,3 +704,37 @@ def test_a_global_set_after_the_trace_is_seen():
         assert torch.equal(lazy(y), y * 3.0)
     finally:
         del globals()["LATE_SCALE"]
+
+
+class _Jitter:
+    def __init__(self):
+        self.rng = random.Random(3)
+
+    def __call__(self, x):
+        return x * self.rng.random()
+
+
+def _draw_from(x, generator):
+    if isinstance(generator, torch.Generator):
+        return x * torch.rand(1, generator=generator).item()
+    return x * generator.random()
+
+
+@pytest.mark.parametrize("make, generator", [
+    (torch.rand, lambda: np.random.default_rng(0)), (np.random.rand, lambda: torch.Generator().manual_seed(0))])
+def test_another_frameworks_generator_passed_in_is_not_baked(make, generator):
+    """A np.random.Generator passed to a torch function (its draws were baked), a torch.Generator
+    passed to a NumPy function (handed to torch inside a proxy, which aborted the process)."""
+    lazy, x, gen = lazytrace.trace_graph(_draw_from), make(3), generator()
+    outs = [lazy(x, gen) for _ in range(3)]
+    assert not np.array_equal(np.asarray(outs[1]), np.asarray(outs[2]))
+    assert lazy.stats.hits == 0 and "passed in (another framework's)" in next(iter(lazy.stats.reasons))
+
+
+def test_a_generator_held_by_a_traced_objects_attribute_is_not_baked():
+    """trace_graph(obj) records obj's attributes: a random.Random it holds was read by identity
+    and its draws baked."""
+    lazy, x = lazytrace.trace_graph(_Jitter()), torch.rand(3)
+    outs = [lazy(x) for _ in range(3)]
+    assert not torch.equal(outs[1], outs[2])
+    assert lazy.stats.hits == 0 and "held by attribute 'rng'" in next(iter(lazy.stats.reasons))

@@ -577,11 +577,11 @@ class PythonReads:
         return None
 
     def drawn(self) -> str | None:
-        """The class of a random generator reached by the function (not passed in) that it drew
-        from, if any: a graph would repeat the draws of its trace."""
+        """Which random generator reached by the function (not passed in) it drew from, if any: a
+        graph would repeat the draws of its trace."""
         for obj, state in self.generators.values():
             if not self._known(obj) and self._generator_state(obj) != state:
-                return type(obj).__name__
+                return f"a {type(obj).__name__} it reaches by itself (a global, a closure variable)"
         return None
 
     def reached(self) -> set:

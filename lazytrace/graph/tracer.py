@@ -60,6 +60,7 @@ class TraceSession:
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
+        self._unrecorded_rngs: dict = {}        # id -> (generator whose draws no call shows, its state, what)
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
                                  known=lambda obj: self.value_of(obj) is not None, record=self._record_reached,
@@ -79,7 +80,13 @@ class TraceSession:
                 raise NotTraceable(f"a stateful argument ({path}) is a {type(obj).__name__}: only the "
                                    f"attributes of the object passed itself are recorded; pass each "
                                    f"object as its own stateful argument")
-            handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
+            if kind == "live" and not isinstance(obj, self.backend.live_types):
+                # another framework's generator (np.random.Generator in a torch function): handed
+                # as is (its framework takes no proxy), its draws are not recorded (add_reads)
+                handed = obj
+                self._note_rng(obj, f"a {type(obj).__name__} passed in (another framework's)")
+            else:
+                handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
             token = self.backend.rng_token(obj) if kind == "live" else None
             if token is not None:
                 self._rng[id(obj)] = (obj, token)
@@ -408,6 +415,7 @@ class TraceSession:
             self._register_outputs(node, value, False, False)
             self.nodes.append(node)
         else:
+            self._note_rng(value, f"a {type(value).__name__} held by attribute {name!r}")
             expected = self._snapshot(value)        # numbers, strings, a dict of flags or of samplers ...
             if expected is _NOTHING:
                 self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object, and "
@@ -416,6 +424,14 @@ class TraceSession:
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
                                    expected=expected))
         return value
+
+    def _note_rng(self, obj, what: str):
+        """A random generator whose draws this trace does not record (random.Random, another
+        framework's): its state is compared after the trace (add_reads)."""
+        if id(obj) not in self._unrecorded_rngs:
+            state = generator_state(self.backend, obj)
+            if state is not None:
+                self._unrecorded_rngs[id(obj)] = (obj, state, what)
 
     def _record_callable(self, obj, name, value):
         if (id(obj), name) in self._checked_callables:
@@ -474,9 +490,12 @@ class TraceSession:
                                   f"(traced once more in case it was a cache being filled)")
             return
         drawn = reads.drawn() if self.include_generators else None
+        for obj, state, what in self._unrecorded_rngs.values() if self.include_generators else ():
+            if generator_state(self.backend, obj) != state:
+                drawn = what
         if drawn is not None:
-            self.fail(f"draws random numbers from a {drawn} it reaches by itself (a global, a closure "
-                      f"variable), which lazytrace does not record: a graph would repeat the values of its trace")
+            self.fail(f"draws random numbers from {drawn}, which lazytrace does not record: a graph "
+                      f"would repeat the values of its trace")
         reached = reads.reached()
         if any(i not in reached for i in self._new_rngs):
             # `torch.Generator().manual_seed(0)` inside: eager draws from a new generator at every call,
