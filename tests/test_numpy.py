@@ -143,3 +143,22 @@ def test_bytes_of_an_input_are_its_data_read_back():
         assert np.array_equal(lazy(x), digest(x))
     x = np.random.default_rng(0).random(3)
     assert np.array_equal(lazy(x), digest(x)) and lazy.stats.hits == 1
+
+
+def test_arrays_a_traced_method_stores_in_its_objects_containers_are_arrays():
+    """trace_graph(obj.method) records obj's attributes; an array the method put in a dict it
+    holds (`self.acts["a"] = y`) stayed a tracer after each trace."""
+    class Model:
+        def __init__(self):
+            self.acts = {}
+
+        def forward(self, x):
+            self.acts["a"] = x * 7
+            return x + 1
+
+    model = Model()
+    lazy = lazytrace.trace_graph(model.forward)
+    for seed in range(3):
+        x = np.random.default_rng(seed).random(3)
+        assert np.array_equal(lazy(x), x + 1)
+        assert type(model.acts["a"]) is np.ndarray and np.array_equal(model.acts["a"], x * 7)

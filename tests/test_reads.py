@@ -738,3 +738,76 @@ def test_a_generator_held_by_a_traced_objects_attribute_is_not_baked():
     outs = [lazy(x) for _ in range(3)]
     assert not torch.equal(outs[1], outs[2])
     assert lazy.stats.hits == 0 and "held by attribute 'rng'" in next(iter(lazy.stats.reasons))
+
+
+def test_a_global_set_through_a_module_is_a_change(temp_library):
+    """`config.LAST = y` (a module imported at the top, in the body, or first imported by the
+    call itself): only reads through modules were watched, so a graph replayed without the
+    write and the module kept the first call's value."""
+    store, _ = temp_library("LAST = None\n")
+    fresh, _ = temp_library("LAST = None\n")
+    lib = __import__(temp_library(f"""
+import {store} as store
+
+def at_top(x):
+    store.LAST = x * 2
+    return x + 1
+
+def in_body(x):
+    import {store} as again
+    again.LAST = x * 3
+    return x + 1
+
+def first_import(x):
+    import {fresh} as new
+    new.LAST = x * 4
+    return x + 1
+""")[0])
+    for name, factor, module in [("at_top", 2, store), ("in_body", 3, store), ("first_import", 4, fresh)]:
+        lazy = lazytrace.trace_graph(getattr(lib, name))
+        for _ in range(3):
+            x = torch.rand(3)
+            assert torch.equal(lazy(x), x + 1) and torch.equal(sys.modules[module].LAST, x * factor), name
+        assert lazy.stats.hits == 0 and "'LAST'" in next(iter(lazy.stats.reasons)), name
+
+
+def _make_boxed():
+    box = [None]
+
+    def helper(v):
+        box[0] = v * 4
+        return v
+    return helper, box
+
+
+_BOXED, _BOX = _make_boxed()
+_LOCAL = __import__("threading").local()
+
+
+def _fills_helper_closure(x):
+    return _BOXED(x) + 1
+
+
+def _fills_thread_local(x):
+    _LOCAL.last = x * 5
+    return x + 1
+
+
+def _fills_default(x, history=[]):      # noqa: B006 - the mutable default is the point
+    history.append(x * 6)
+    return x + 1
+
+
+def test_what_a_numpy_function_leaves_behind_holds_arrays_and_is_replayed_or_eager():
+    """A helper's closure list filled with an array (comparing it after the trace raised
+    'truth value of an array is ambiguous'), a threading.local attribute (not watched: later
+    calls left the first call's tracer), a list default appended to (tracers left in it)."""
+    for fn, where in [(_fills_helper_closure, lambda: _BOX[0]), (_fills_thread_local, lambda: _LOCAL.last),
+                      (_fills_default, lambda: _fills_default.__defaults__[0][-1])]:
+        lazy = lazytrace.trace_graph(fn)
+        factor = {_fills_helper_closure: 4, _fills_thread_local: 5, _fills_default: 6}[fn]
+        for seed in range(3):
+            x = np.random.default_rng(seed).random(3)
+            assert np.array_equal(lazy(x), x + 1)
+            assert type(where()) is np.ndarray and np.array_equal(where(), x * factor), fn.__name__
+        assert lazy.stats.hits == 0, fn.__name__

@@ -47,15 +47,17 @@ import math
 import os
 import re
 import sys
+import threading
 import types
 
 MISSING = object()      # what a guard reads for a global that no longer exists
+_STORED = "<stored>"    # ends an import read that sets the attribute (`import cfg; cfg.LAST = x`)
 
 _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
                types.ClassMethodDescriptorType, types.GetSetDescriptorType, functools.partial,
                staticmethod, classmethod, property)
-_NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
+_NAMESPACES = (types.SimpleNamespace, argparse.Namespace, threading.local)
 #: what reads the process environment (`os.environ[...]`, `os.getenv(...)`, `from os import environ`)
 _ENVIRONMENT_NAMES = ("environ", "environb", "getenv", "getenvb")
 _ENVIRONMENT = tuple(getattr(os, name) for name in _ENVIRONMENT_NAMES if hasattr(os, name))
@@ -64,7 +66,7 @@ _DEPTH = 3        # how many calls deep `start` follows functions held by global
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
     dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
-_IMPORT_NAME = dis.opmap["IMPORT_NAME"]
+_IMPORT_NAME, _STORE_ATTR = dis.opmap["IMPORT_NAME"], dis.opmap["STORE_ATTR"]
 _CACHE = dis.opmap.get("CACHE", -1)                               # 3.11+: inline cache entries
 _LOAD_METHOD = dis.opmap.get("LOAD_METHOD", -1)                   # 3.11; folded into LOAD_ATTR in 3.12
 _LOAD_GLOBAL_SHIFT = 1                                          # the low bit means "push NULL"
@@ -218,6 +220,9 @@ def _global_reads(code) -> tuple[tuple[str, ...], ...]:
             extended = 0
             if op == _CACHE:
                 continue
+            if op == _STORE_ATTR:       # `config.LAST = value`: set, and checked, like a global
+                found[(*chain, names[arg])] = None
+                break
             if op != _LOAD_ATTR and op != _LOAD_METHOD:
                 break
             chain = (*chain, names[arg >> _LOAD_ATTR_SHIFT if op == _LOAD_ATTR else arg])
@@ -240,9 +245,9 @@ def _import_reads(code) -> tuple[tuple, ...]:
     found, modules, last_consts, pending, chain = {}, {}, [None, None], None, None
     for ins in dis.get_instructions(code):
         op = ins.opname
-        if chain is not None and op in ("LOAD_ATTR", "LOAD_METHOD"):
-            chain = (*chain, ins.argval)
-            found[chain] = None
+        if chain is not None and op in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR"):
+            found[(*chain, ins.argval, _STORED) if op == "STORE_ATTR" else (*chain, ins.argval)] = None
+            chain = (*chain, ins.argval) if op != "STORE_ATTR" else None
             continue
         chain = None
         if op == "LOAD_CONST":
@@ -269,6 +274,25 @@ def _import_reads(code) -> tuple[tuple, ...]:
         elif op != "POP_TOP" and op != "SWAP":
             pending = None
     return tuple(c for c in found if len(c) > 2)
+
+
+def _differs(expected, now) -> bool:
+    """expected != now, where `now` may hold what the function left there (an array it appended
+    to a list: `None == array` gives an array, whose truth raises): a comparison that raises is
+    a change."""
+    try:
+        return bool(expected != now)
+    except Exception:       # noqa: BLE001 - any __eq__ of the function's own objects
+        return True
+
+
+def _flat(values):
+    """The items of nested tuples (read_defaults gives (positional, keyword items))."""
+    for value in values:
+        if type(value) is tuple:
+            yield from _flat(value)
+        else:
+            yield value
 
 
 def _is_code(value) -> bool:
@@ -321,6 +345,7 @@ class PythonReads:
         self._imports: list = []    # (level, module, attributes, namespace, depth): see settle
         self.unbound: dict = {}     # (id(namespace), name) -> (namespace, name): globals unset when first seen
         self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
+        self.late_write = None      # a global set in a module the function imported for the first time
 
     def holders(self):
         """(container, key) of each place the function's code can leave a value in besides its
@@ -332,6 +357,10 @@ class PythonReads:
             yield cell, None
         for obj, expected in self.objects.values():
             yield obj, None
+        for fn, expected in self.defaults:      # a list default the function appends to
+            for value in _flat(read_defaults(fn)):
+                if isinstance(value, (list, dict, set)):
+                    yield value, None
 
     # ---- before and while the trace runs ------------------------------------------------
     def start(self, fn):
@@ -434,7 +463,8 @@ class PythonReads:
                 self.environment = True
             self._chain(namespace, name, attributes, depth, origin=namespace)
         for level, module, *attributes in imports:      # `import config` inside the function
-            self._imports.append((level, module, attributes, namespace, depth))
+            if not self._import(level, module, attributes, namespace, depth):
+                self._imports.append((level, module, attributes, namespace, depth))
         for const in nested:                # comprehensions, lambdas and inner functions
             if id(const) not in self._codes:
                 self._code(const, namespace, depth)
@@ -454,23 +484,31 @@ class PythonReads:
             self._class_attribute(holder, attributes[0], depth)
 
     def settle(self):
-        """After the function ran: the reads of modules it imported itself, imported by now."""
+        """After the function ran: the reads of modules it imported itself that were not imported
+        before (a global it set in one of those is a change, seen only now)."""
         for level, name, attributes, namespace, depth in self._imports:
-            if level:
-                package = namespace.get("__package__") or str(namespace.get("__name__", "")).rpartition(".")[0]
-                try:
-                    name = importlib.util.resolve_name("." * level + name, package)
-                except (ImportError, ValueError):
-                    continue
-            module = sys.modules.get(name)
-            if module is None:
-                continue
-            first, *rest = attributes
-            if module is os and first in _ENVIRONMENT_NAMES:
-                self.environment = True
-            if name.partition(".")[0] not in UNWATCHED:
-                self._chain(vars(module), first, rest, depth)
+            if self._import(level, name, attributes, namespace, depth) and attributes[-1] == _STORED:
+                self.late_write = f"global {attributes[-2]!r} of {name}"
         self._imports.clear()
+
+    def _import(self, level, name, attributes, namespace, depth) -> bool:
+        """`import name` (relative at `level`) then `name.attributes...` in code of `namespace`:
+        handled if the module is imported (returns whether it is)."""
+        if level:
+            package = namespace.get("__package__") or str(namespace.get("__name__", "")).rpartition(".")[0]
+            try:
+                name = importlib.util.resolve_name("." * level + name, package)
+            except (ImportError, ValueError):
+                return False
+        module = sys.modules.get(name)
+        if module is None:
+            return False
+        first, *rest = attributes[:-1] if attributes[-1] == _STORED else attributes
+        if module is os and first in _ENVIRONMENT_NAMES:
+            self.environment = True
+        if name.partition(".")[0] not in UNWATCHED:
+            self._chain(vars(module), first, rest, depth)
+        return True
 
     def _global(self, namespace, name, depth):
         key = (id(namespace), name)
@@ -559,20 +597,22 @@ class PythonReads:
     # ---- after the trace ---------------------------------------------------------------
     def changed(self) -> str | None:
         """What the function itself changed among the values read, if anything."""
+        if self.late_write is not None:
+            return self.late_write
         for namespace, name, value, expected in self.globals.values():
-            if expected != read_global(namespace, name):
+            if _differs(expected, read_global(namespace, name)):
                 return f"global {name!r} of {namespace.get('__name__', '?')}"
         for namespace, name in self.unbound.values():
             if name in namespace:
                 return f"global {name!r} of {namespace.get('__name__', '?')}"
         for cell, name, value, expected in self.cells:
-            if expected != read_cell(cell):
+            if _differs(expected, read_cell(cell)):
                 return f"closure variable {name!r}"
         for obj, expected in self.objects.values():
-            if not self._known(obj) and expected != read_attributes(obj):
+            if not self._known(obj) and _differs(expected, read_attributes(obj)):
                 return f"an attribute of {type(obj).__name__} object"
         for fn, expected in self.defaults:
-            if expected != read_defaults(fn):
+            if _differs(expected, read_defaults(fn)):
                 return f"default values of {_callable_name(fn)}"
         return None
 

@@ -60,6 +60,7 @@ class TraceSession:
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
+        self.recorded: list = []                # objects whose attribute use is recorded (stateful)
         self._unrecorded_rngs: dict = {}        # id -> (generator whose draws no call shows, its state, what)
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
@@ -478,6 +479,7 @@ class TraceSession:
             self.stateful_stack.enter_context(recording_class(obj, self, _active.get))
         except TypeError:           # its class cannot be swapped (slots, builtins ...)
             return False
+        self.recorded.append(obj)
         self.add_stateful(obj)
         return True
 
@@ -779,6 +781,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
                 stack.enter_context(recording_class(obj, session, _active.get))
             except TypeError as exc:    # a class, an object with __slots__: its reads would be baked
                 raise NotTraceable(str(exc)) from None
+            session.recorded.append(obj)
         session.reads.start(fn)
         stack.enter_context(session.activate())
         try:
@@ -788,9 +791,11 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
                 raise
             raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     session.reads.settle()
-    if backend.tracer_class is not None and session.reads.changed() is not None:
+    if backend.tracer_class is not None:
         # a global or an object the function filled holds arrays, not tracers
-        escapes.release_held(session.reads.holders(), backend.tracer_class)
+        if session.reads.changed() is not None:
+            escapes.release_held(session.reads.holders(), backend.tracer_class)
+        escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
     if containers_changed(handed):
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
