@@ -188,7 +188,7 @@ def test_text_of_an_array_used_by_the_computation_is_checked(fw):
         expected = computed(x)
         assert fw.equal(out, expected[0]) and piece == expected[1] and keys == expected[2]
     assert lazy.stats.hits == 0
-    printing = lazytrace.trace_graph(lambda x: print("sum", fw.sum(x)) or x * 2)
+    printing = lazytrace.trace_graph(lambda x: print("sum", fw.sum(x), f"or {fw.sum(x)}") or x * 2)
     for seed in range(3):
         x = fw.rand(3, seed=seed)
         assert fw.equal(printing(x), x * 2)

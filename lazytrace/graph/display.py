@@ -31,13 +31,49 @@ def shown_only(frame, internal: tuple) -> bool:
 
 
 def _calling_print(frame) -> bool:
-    """Whether `frame` is running a call of the builtin print (looked up by name): the callable
-    of the CALL at its last instruction is found by undoing the stack effects of the
-    instructions before it (a jump in between: not known, so not print)."""
+    """Whether `frame` is running a call of the builtin print, or an f-string whose text goes
+    straight to one (`print(f"loss {x}")`)."""
     instructions, index = _instructions(frame.f_code)
     i = index.get(frame.f_lasti)
-    if i is None or instructions[i].opname != "CALL":
+    if i is None:
         return False
+    if instructions[i].opname == "FORMAT_VALUE":
+        i = _consumer(instructions, i)
+    return i is not None and instructions[i].opname == "CALL" and _callee_is_print(frame, instructions, i)
+
+
+def _consumer(instructions, i):
+    """The index of the CALL that takes the text an f-string part (FORMAT_VALUE at `i`) makes,
+    following it through the string being built; None if anything else may use it."""
+    depth = 0           # where the text is, from the top of the stack
+    for ins in instructions[i + 1:]:
+        op = ins.opname
+        if ins.is_jump_target:
+            return None
+        if op in _NOT_STACK:
+            continue
+        if op == "BUILD_STRING":            # joined into the f-string's text
+            depth = 0 if depth < ins.arg else depth - ins.arg + 1
+        elif op == "CALL":
+            if depth < ins.arg:             # an argument of this call
+                return instructions.index(ins)
+            depth -= ins.arg + 1
+        elif op == "FORMAT_VALUE":          # another part of the same f-string
+            popped = 2 if (ins.arg or 0) & 4 else 1
+            if depth < popped:
+                return None
+            depth -= popped - 1
+        elif op.startswith("LOAD_") and op not in ("LOAD_ATTR", "LOAD_METHOD") or op == "PUSH_NULL":
+            depth += dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None)
+        else:
+            return None
+    return None
+
+
+def _callee_is_print(frame, instructions, i) -> bool:
+    """Whether the CALL at index `i` calls the builtin print (looked up by name): its callable is
+    found by undoing the stack effects of the instructions before it (a jump in between: not
+    known, so not print)."""
     above = instructions[i].arg or 0        # the arguments above the callable
     depth, j = 0, i
     while j > 0 and instructions[j - 1].opname in _NOT_STACK:      # this call's own PRECALL, KW_NAMES
