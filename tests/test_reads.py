@@ -323,15 +323,22 @@ def configured(x):
     assert lazy.stats.traces == 3 and lazy.stats.hits == 2
 
 
-def test_modules_a_function_imports_itself_are_checked(temp_library):
-    """`import config` / `from config import SCALE` / `from . import config` inside the function
-    body: the module is a local variable, not a global; what the function reads from it is
-    checked like `config.SCALE` read through a global (it was baked)."""
+def _package_with_settings(temp_library, source):
+    """A module `config_name` (SCALE = 2.0) and a package beside it with a `settings` submodule
+    (GAIN = 1.0), whose __init__ is source(config_name): (config_name, package name)."""
     config_name, folder = temp_library("SCALE = 2.0\n")
     package = f"{config_name}_pkg"
     (folder / package).mkdir()
     (folder / package / "settings.py").write_text("GAIN = 1.0\n")
-    (folder / package / "__init__.py").write_text(f"""
+    (folder / package / "__init__.py").write_text(source(config_name))
+    return config_name, package
+
+
+def test_modules_a_function_imports_itself_are_checked(temp_library):
+    """`import config` / `from config import SCALE` / `from . import config` inside the function
+    body: the module is a local variable, not a global; what the function reads from it is
+    checked like `config.SCALE` read through a global (it was baked)."""
+    config_name, package = _package_with_settings(temp_library, lambda config_name: f"""
 def imported(x):
     import {config_name}
     return x * {config_name}.SCALE
@@ -373,11 +380,7 @@ def relative(x):
 def test_a_module_imported_in_the_body_and_read_into_a_local_is_checked(temp_library):
     """`from . import settings` then `s = settings.GAIN` (a store after the import, before any
     other import): reading the function's imports raised IndexError at the first call."""
-    config_name, folder = temp_library("SCALE = 2.0\n")
-    package = f"{config_name}_pkg"
-    (folder / package).mkdir()
-    (folder / package / "settings.py").write_text("GAIN = 1.0\n")
-    (folder / package / "__init__.py").write_text(f"""
+    config_name, package = _package_with_settings(temp_library, lambda config_name: f"""
 def stored(x):
     if x.shape[0] > 100:
         import json
