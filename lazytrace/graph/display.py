@@ -46,7 +46,8 @@ def _consumer(instructions, i):
     """The index of the CALL that takes the text an f-string part (FORMAT_VALUE at `i`) makes,
     following it through the string being built; None if anything else may use it."""
     depth = 0           # where the text is, from the top of the stack
-    for ins in instructions[i + 1:]:
+    for j in range(i + 1, len(instructions)):
+        ins = instructions[j]
         op = ins.opname
         if ins.is_jump_target:
             return None
@@ -56,7 +57,7 @@ def _consumer(instructions, i):
             depth = 0 if depth < ins.arg else depth - ins.arg + 1
         elif op == "CALL":
             if depth < ins.arg:             # an argument of this call
-                return instructions.index(ins)
+                return j
             depth -= ins.arg + 1
         elif op == "FORMAT_VALUE":          # another part of the same f-string
             popped = 2 if (ins.arg or 0) & 4 else 1

@@ -71,9 +71,9 @@ def release(obj, tracer_type: type, depth: int = 0, seen: set | None = None):
         return obj
     elif type(obj) is functools.partial and not _ours(obj.func):     # read-only arguments: a new partial
         func, args, keywords = inner(obj.func), inner(obj.args), inner(obj.keywords)
-        if func is not obj.func or args is not obj.args or any(keywords[k] is not obj.keywords[k] for k in keywords):
-            return functools.partial(func, *args, **keywords)
-        return obj
+        if func is obj.func and args is obj.args:   # (its keywords dict was released in place)
+            return obj
+        return functools.partial(func, *args, **keywords)
     elif isinstance(obj, BaseException):            # ValueError(x): its args
         args = inner(obj.args)
         if args is not obj.args:
