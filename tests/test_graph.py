@@ -168,7 +168,31 @@ def test_text_made_from_array_values_is_not_returned_stale(fw):
         x = fw.rand(3, seed=seed)
         out, text = lazy(x)
         assert fw.equal(out, x * 2) and text == described(x)[1]
-    assert lazy.stats.hits == 0 and "returns text made from an array's values" in next(iter(lazy.stats.reasons))
+    # the text is checked like a number read back: new values trace again, the same ones replay
+    assert lazy.stats.hits == 0 and lazy.stats.guard_failures >= 2
+    assert lazy(x)[1] == described(x)[1] and lazy.stats.hits == 1
+
+
+def test_text_of_an_array_used_by_the_computation_is_checked(fw):
+    """Text of an array that is not only printed or logged feeds the result: `float(format(s))`, a
+    piece of it returned, a dict key. It was baked as the trace's text; print stays dropped."""
+    def computed(x):
+        s = fw.sum(x)
+        print("sum", s)                           # shown only: not checked
+        return x * float(format(s, ".4f")), str(s)[-4:], {repr(s): 1}
+
+    lazy = lazytrace.trace_graph(computed)
+    for seed in range(3):
+        x = fw.rand(3, seed=seed)
+        out, piece, keys = lazy(x)
+        expected = computed(x)
+        assert fw.equal(out, expected[0]) and piece == expected[1] and keys == expected[2]
+    assert lazy.stats.hits == 0
+    printing = lazytrace.trace_graph(lambda x: print("sum", fw.sum(x), f"or {fw.sum(x)}") or x * 2)
+    for seed in range(3):
+        x = fw.rand(3, seed=seed)
+        assert fw.equal(printing(x), x * 2)
+    assert printing.stats.hits == 2
 
 
 def test_code_branching_on_isinstance_of_the_array_type_takes_eagers_branch(fw):
@@ -554,3 +578,79 @@ def test_graphs_with_the_same_source_keep_their_own_constants():
     assert graphs[0].fn.__code__ is graphs[1].fn.__code__     # one compiled code, two namespaces
     small, large = torch.rand(3), torch.rand(5)
     assert torch.equal(lazy(small), ramp(small)) and torch.equal(lazy(large), ramp(large))
+
+
+class _Pair(tuple):
+    def __new__(cls, first, second):
+        return super().__new__(cls, (first, second))
+
+
+class _Items(list):
+    def __init__(self, *items):
+        super().__init__(items)
+
+
+class _Config(dict):
+    def __init__(self, scale=1.0):
+        super().__init__(scale=scale)
+
+
+def test_results_in_dict_tuple_and_list_subclasses_are_what_eager_returns(fw):
+    """Results were rebuilt as `type(obj)(items)`: a defaultdict raised TypeError, a Counter of
+    arrays became Counter({(key, array): 1}), a dict, tuple or list subclass with its own
+    constructor raised or nested its items. Those a graph cannot rebuild run eagerly."""
+    import collections
+
+    def subclassed(x):
+        table = collections.defaultdict(list)
+        table["a"].append(x * 2)
+        config = _Config()
+        config["out"] = x + 1
+        return table, collections.Counter(b=x * 3), config, _Pair(x * 4, x), _Items(x * 5, x)
+
+    lazy = lazytrace.trace_graph(subclassed)
+    for seed in range(3):
+        x = fw.rand(3, seed=seed)
+        table, counter, config, pair, items = lazy(x)
+        assert type(table) is collections.defaultdict and table.default_factory is list and fw.equal(table["a"][0], x * 2)
+        assert type(counter) is collections.Counter and list(counter) == ["b"] and fw.equal(counter["b"], x * 3)
+        assert type(config) is _Config and sorted(config) == ["out", "scale"] and fw.equal(config["out"], x + 1)
+        assert type(pair) is _Pair and len(pair) == 2 and fw.equal(pair[0], x * 4)
+        assert type(items) is _Items and len(items) == 2 and fw.equal(items[0], x * 5)
+
+
+def test_arrays_in_partials_exceptions_and_deques_returned_are_the_arrays(fw):
+    """Results a graph cannot rebuild hand back arrays, as eager does, not the trace's tracer
+    objects: also in a functools.partial's arguments, an exception's args and a deque."""
+    import collections
+    import functools
+    import operator
+
+    def made(x):
+        return functools.partial(operator.add, x * 2), ValueError(x + 1), collections.deque([x * 3])
+
+    lazy = lazytrace.trace_graph(made)
+    for seed in range(2):
+        x = fw.rand(3, seed=seed)
+        added, error, queue = lazy(x)
+        assert [type(a) for a in (added.args[0], error.args[0], queue[0])] == [type(x)] * 3
+        assert fw.equal(added(1.0), x * 2 + 1.0) and fw.equal(error.args[0], x + 1) and fw.equal(queue[0], x * 3)
+
+
+@pytest.mark.xfail(strict=True, reason="a generator or iterator returned over traced arrays runs its body "
+                   "after the trace: JAX raises UnexpectedTracerError when it is consumed, NumPy and TF hand "
+                   "out tracer objects; its frame's variables cannot be released (fix: run such calls eagerly "
+                   "before returning, which runs the function twice)")
+def test_a_generator_returned_over_traced_arrays_yields_what_eager_yields(fw):
+    if fw.name == "torch":
+        pytest.skip("torch traces real tensors: nothing to release")
+
+    def lazily(x):
+        y = x * 2
+        return (y * i for i in range(3))
+
+    lazy = lazytrace.trace_graph(lazily)
+    x = fw.rand(3, seed=0)
+    values = list(lazy(x))
+    assert [type(v) for v in values] == [type(x)] * 3
+    assert all(fw.equal(v, x * 2 * i) for i, v in enumerate(values))

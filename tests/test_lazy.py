@@ -131,3 +131,20 @@ def test_graph_raising_at_replay_defers_to_the_original():
     assert lazy(x, np.array([1, 2]))[1] == 2.0
     with pytest.raises(IndexError):      # the original's own error, not a lazytrace one
         lazy(x, np.array([1, 9]))
+
+
+def test_a_function_whose_code_is_replaced_traces_its_new_code():
+    """IPython's autoreload (and other reload tools) replace a function's __code__ in place: the
+    graphs of the old code were replayed; they are dropped and the new code is traced."""
+    namespace = {"torch": torch}
+    exec("def f(x):\n    return x * 2\n", namespace)
+    exec("def g(x):\n    return x + 100\n", namespace)
+    f = namespace["f"]
+    lazy = lazytrace.trace_graph(f)
+    x = torch.rand(3)
+    assert torch.equal(lazy(x), x * 2) and torch.equal(lazy(x), x * 2) and lazy.stats.hits == 1
+    f.__code__ = namespace["g"].__code__
+    for _ in range(2):
+        y = torch.rand(3)
+        assert torch.equal(lazy(y), y + 100)
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2

@@ -115,3 +115,50 @@ def test_data_leaving_through_the_array_protocol_pickle_or_files_runs_eagerly(fn
         x = np.random.default_rng(seed).random(4)
         assert np.array_equal(lazy(x), fn(x))
     assert lazy.stats.hits == 0 and lazy.stats.eager == 3
+
+
+def test_the_type_of_an_input_passed_to_numpy_is_the_array_class():
+    """`x.view(type(x))` (subclass-preserving code): type() of a tracer is the tracer class, which
+    NumPy took for a dtype and raised 'Cannot change data-type for array of references'."""
+    def viewed(x):
+        return x.view(type(x)) * 2 + x.view(x.__class__)
+
+    lazy = lazytrace.trace_graph(viewed)
+    for seed in range(3):
+        x = np.random.default_rng(seed).random(3)
+        out = lazy(x)
+        assert type(out) is np.ndarray and np.array_equal(out, x * 3)
+    assert lazy.stats.hits == 2
+
+
+def test_bytes_of_an_input_are_its_data_read_back():
+    """bytes(x) reads an ndarray's buffer; a tracer has none, so bytes() iterated its items and
+    raised TypeError at the first call. The bytes are now read back (checked at every call)."""
+    def digest(x):
+        return x * (len(bytes(x)) + bytes(x)[0])
+
+    lazy = lazytrace.trace_graph(digest)
+    for seed in range(3):
+        x = np.random.default_rng(seed).random(3)
+        assert np.array_equal(lazy(x), digest(x))
+    x = np.random.default_rng(0).random(3)
+    assert np.array_equal(lazy(x), digest(x)) and lazy.stats.hits == 1
+
+
+def test_arrays_a_traced_method_stores_in_its_objects_containers_are_arrays():
+    """trace_graph(obj.method) records obj's attributes; an array the method put in a dict it
+    holds (`self.acts["a"] = y`) stayed a tracer after each trace."""
+    class Model:
+        def __init__(self):
+            self.acts = {}
+
+        def forward(self, x):
+            self.acts["a"] = x * 7
+            return x + 1
+
+    model = Model()
+    lazy = lazytrace.trace_graph(model.forward)
+    for seed in range(3):
+        x = np.random.default_rng(seed).random(3)
+        assert np.array_equal(lazy(x), x + 1)
+        assert type(model.acts["a"]) is np.ndarray and np.array_equal(model.acts["a"], x * 7)

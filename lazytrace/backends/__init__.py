@@ -22,7 +22,8 @@ _ALIASES = {"np": "numpy", "pytorch": "torch", "tf": "tensorflow", "jnp": "jax"}
 #: frameworks with a global random generator that code can draw from without passing arrays
 _GLOBAL_RNGS = ("torch", "numpy")
 
-__all__ = ["Backend", "CallKind", "get_backend", "backend_for_type", "available", "foreign_rng_tokens"]
+__all__ = ["Backend", "CallKind", "get_backend", "backend_for_type", "available", "foreign_rng_tokens",
+           "generator_state"]
 
 
 @lru_cache(maxsize=None)
@@ -59,3 +60,21 @@ def foreign_rng_tokens(backend: Backend) -> tuple:
         if name != backend.name and name in available():
             tokens.append(get_backend(name).rng_token(None))
     return tuple(tokens)
+
+
+def generator_state(backend: Backend, obj):
+    """A fingerprint of the state of a random generator object that a trace of `backend` does not
+    record (a `random.Random` instance, a global np.random.Generator in a torch or NumPy function),
+    or None for other objects: the function reaches it by itself, and a draw from it would be
+    baked into a graph as one value."""
+    if isinstance(obj, random.Random):
+        try:
+            return obj.getstate()
+        except NotImplementedError:     # random.SystemRandom: no state (like the time, not watched)
+            return None
+    for name in available():
+        other = get_backend(name)
+        state = other.generator_state(obj, tracing=other is backend)
+        if state is not None:
+            return state
+    return None

@@ -221,6 +221,12 @@ class Backend:
         global one), to catch random draws and reseeding that calls do not show."""
         return None
 
+    def generator_state(self, obj, tracing: bool) -> Any:
+        """For a random generator object of this framework (np.random.Generator, torch.Generator)
+        whose draws a trace does not record (by this backend if `tracing`, else by another one):
+        a fingerprint of its state; None for other objects."""
+        return None
+
     def rng_sources(self, func, args, kwargs) -> list:
         """The RNGs a random call draws from (its generator argument, else the global one)."""
         return []
@@ -392,16 +398,16 @@ class ReadbackMixin:
     def __index__(self):
         return self._lt_call(operator.index, (self,))
 
-    # shown as eager code shows the array (`print(x)`, a log line); the text is noted by the
-    # session, which refuses a result that returns it
+    # shown as eager code shows the array (`print(x)`, a log line); the session checks text
+    # that other code uses (TraceSession.on_display)
     def __repr__(self):
-        return self._lt_session.on_display(repr(self._lt_array))
+        return self._lt_session.on_display(repr(self._lt_array), repr, (self,))
 
     def __str__(self):
-        return self._lt_session.on_display(str(self._lt_array))
+        return self._lt_session.on_display(str(self._lt_array), str, (self,))
 
     def __format__(self, spec):
-        return self._lt_session.on_display(format(self._lt_array, spec))
+        return self._lt_session.on_display(format(self._lt_array, spec), format, (self, spec))
 
     @property
     def __class__(self):

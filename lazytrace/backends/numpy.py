@@ -17,6 +17,7 @@ NumPy's global RNG state before and after the trace.
 from __future__ import annotations
 
 import functools
+import pickle
 import operator
 import re
 import warnings
@@ -90,6 +91,9 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
     def __contains__(self, item):
         return self._lt_call(operator.contains, (self, item))
 
+    def __bytes__(self):        # bytes(x): the array's buffer, read back (not bytes of its items)
+        return self._lt_call(bytes, (self,))
+
     def __len__(self):
         return self._lt_call(len, (self,))
 
@@ -110,6 +114,8 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
 
 
 def _call_method(tracer, method, *args, **kwargs):
+    # `x.view(type(x))`: type() of a tracer is NumpyTracer, which NumPy would take for a dtype
+    args = tuple(np.ndarray if a is NumpyTracer else a for a in args) if args else args
     return tracer._lt_call(method, (tracer,) + args, kwargs)
 
 
@@ -228,6 +234,14 @@ class NumpyBackend(Backend):
     def rng_sources(self, func, args, kwargs) -> list:
         return [None]       # the global state; Generator draws go through CallRecordingProxy nodes
 
+    def generator_state(self, obj, tracing):
+        # never recorded unless passed in (CallRecordingProxy): draws from a global one were baked
+        if isinstance(obj, np.random.Generator):
+            return pickle.dumps(obj.bit_generator.state)
+        if isinstance(obj, np.random.RandomState):
+            return pickle.dumps(obj.get_state())
+        return None
+
     def rng_token(self, source=None):
         state = np.random.get_state()
         return (state[1].tobytes(), state[2], state[3], state[4])
@@ -270,7 +284,7 @@ class NumpyBackend(Backend):
         name = self._names.get(id(func))
         if name is None:
             short = getattr(func, "__name__", type(func).__name__)
-            if getattr(np, short, None) is func:
+            if vars(np).get(short) is func:     # not getattr: np.str and the like warn
                 name = f"numpy.{short}"
             elif getattr(func, "__module__", None) in (None, "builtins", "_operator"):
                 name = short

@@ -138,7 +138,8 @@ class _Info:
     def __init__(self, func, kind):
         name = self.name = _func_name(func)
         self.kind = kind
-        self.shape_check = kind is CallKind.OP and name in ("__getitem__", "where", "one_hot")  # see classify
+        # its kind depends on the arguments (see classify)
+        self.shape_check = kind is CallKind.OP and name in ("__getitem__", "where", "one_hot") or name == "type"
         self.metadata = 1 if name in _METADATA_FIRST else 2 if name in _METADATA_SECOND else 0
         self.caller_owned = name == "grad"          # the property x.grad
         self.underscore = name.endswith("_")        # in place, or changes self (requires_grad_)
@@ -304,6 +305,8 @@ class TorchBackend(Backend):
                 return CallKind.DYNAMIC_SHAPE
             if name == "one_hot" and (kwargs.get("num_classes", args[1] if len(args) > 1 else -1) == -1):
                 return CallKind.DYNAMIC_SHAPE
+            if name == "type" and (len(args) > 1 or kwargs):    # x.type(torch.float64): a conversion
+                return CallKind.OP
         return info.kind
 
     def _classify(self, func) -> CallKind:
@@ -452,6 +455,10 @@ class TorchBackend(Backend):
             return source.get_state().numpy().tobytes()
         with torch._C._DisableFuncTorch():      # under torch.func.grad the state is no plain tensor
             return source.get_state().numpy().tobytes()
+
+    def generator_state(self, obj, tracing):
+        # a torch trace records draws from any generator (rng_sources); another framework's does not
+        return None if tracing or not isinstance(obj, torch.Generator) else self.rng_token(obj)
 
     def rng_sources(self, func, args, kwargs) -> list:
         if not args and not kwargs:

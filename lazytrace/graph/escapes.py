@@ -9,7 +9,9 @@ tracer found is replaced by its array.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import types
 
 _DEPTH = 8
@@ -37,9 +39,15 @@ def release(obj, tracer_type: type, depth: int = 0, seen: set | None = None):
             return obj
         try:
             return tp(*items) if hasattr(tp, "_fields") else tp(items)
-        except TypeError:               # a tuple subclass built otherwise: left as it is
-            return obj
-    if isinstance(obj, list):
+        except TypeError:               # a tuple subclass built otherwise (its own __new__)
+            try:
+                new = tuple.__new__(tp, items)
+            except TypeError:           # a C subclass: left as it is
+                return obj
+            if hasattr(new, "__dict__"):
+                vars(new).update(vars(obj))
+            return new
+    if isinstance(obj, (list, collections.deque)):
         for i, x in enumerate(obj):
             new = inner(x)
             if new is not x:
@@ -61,6 +69,15 @@ def release(obj, tracer_type: type, depth: int = 0, seen: set | None = None):
     elif isinstance(obj, (types.MethodType, types.BuiltinMethodType)):
         inner(getattr(obj, "__self__", None))
         return obj
+    elif type(obj) is functools.partial and not _ours(obj.func):     # read-only arguments: a new partial
+        func, args, keywords = inner(obj.func), inner(obj.args), inner(obj.keywords)
+        if func is obj.func and args is obj.args:   # (its keywords dict was released in place)
+            return obj
+        return functools.partial(func, *args, **keywords)
+    elif isinstance(obj, BaseException):            # ValueError(x): its args
+        args = inner(obj.args)
+        if args is not obj.args:
+            obj.args = args
     namespace = getattr(obj, "__dict__", None)
     if type(namespace) is dict and not callable(getattr(tp, "__get__", None)):
         for k, v in list(namespace.items()):
@@ -100,6 +117,12 @@ def _release_cell(cell, inner) -> None:
     new = inner(value)
     if new is not value:
         cell.cell_contents = new
+
+
+def _ours(func) -> bool:
+    """A method of a tracer (`x.sum` is partial(lazytrace's method call, x, ndarray.sum)): it
+    still runs after the trace, as that array's method."""
+    return str(getattr(func, "__module__", "")).startswith("lazytrace.")
 
 
 def _slots(tp) -> list:

@@ -18,7 +18,7 @@ import warnings
 import weakref
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
-from types import MethodType
+from types import FunctionType, MethodType
 
 from ..envflags import env_flag
 from . import explain, interpret
@@ -122,6 +122,8 @@ class LazyGraph:
         self._trace_count = 0
         self._disabled = _disabled_by_env()
         self._fast = None           # (check_and_call, graph) of the most recently hit entry
+        self._code_of = _code_holder(fn)    # the Python function whose code the graphs were traced from
+        self._code = getattr(self._code_of, "__code__", None)
         self.stats = Stats()
         functools.update_wrapper(self, fn, updated=())
         _registry.add(self)
@@ -129,6 +131,9 @@ class LazyGraph:
     # ---- the call path ---------------------------------------------------------
     def __call__(self, *args, **kwargs):
         session = _active.get()
+        code_of = self._code_of               # its __code__ replaced (autoreload): its graphs are stale
+        if code_of is not None and code_of.__code__ is not self._code:
+            self._code_replaced()
         fast = self._fast                        # (never set while disabled)
         if fast is not None and session is None:
             try:
@@ -189,6 +194,16 @@ class LazyGraph:
                 return out
             return self._miss(key, backends, entry, args, kwargs, failed)
         return self._miss(key, backends, entry, args, kwargs, leaves=leaves)
+
+    def _code_replaced(self):
+        """The function's __code__ was replaced (a reload tool such as IPython's autoreload, an
+        edit applied in place): its graphs, in memory and the on-disk cache chosen for the old
+        code, are of the old code."""
+        with self._lock:
+            self._code = self._code_of.__code__
+            self._fast = None
+            self._cache.clear()
+            self._persist = _UNSET
 
     def _graph_raised(self, graph, args, kwargs):
         """A graph raised at replay: if nothing visible happened, let the original decide."""
@@ -530,3 +545,11 @@ def stats() -> dict:
             name += "'"
         out[name] = lazy.stats.as_dict()
     return out
+
+
+def _code_holder(fn):
+    """The Python function a callable runs (through bound methods and functools.partial), or None."""
+    fn = getattr(fn, "__func__", fn)
+    while isinstance(fn, functools.partial):
+        fn = getattr(fn.func, "__func__", fn.func)
+    return fn if isinstance(fn, FunctionType) else None

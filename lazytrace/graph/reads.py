@@ -47,15 +47,17 @@ import math
 import os
 import re
 import sys
+import threading
 import types
 
 MISSING = object()      # what a guard reads for a global that no longer exists
+_STORED = "<stored>"    # ends an import read that sets the attribute (`import cfg; cfg.LAST = x`)
 
 _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
                types.ClassMethodDescriptorType, types.GetSetDescriptorType, functools.partial,
                staticmethod, classmethod, property)
-_NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
+_NAMESPACES = (types.SimpleNamespace, argparse.Namespace, threading.local)
 #: what reads the process environment (`os.environ[...]`, `os.getenv(...)`, `from os import environ`)
 _ENVIRONMENT_NAMES = ("environ", "environb", "getenv", "getenvb")
 _ENVIRONMENT = tuple(getattr(os, name) for name in _ENVIRONMENT_NAMES if hasattr(os, name))
@@ -64,7 +66,7 @@ _DEPTH = 3        # how many calls deep `start` follows functions held by global
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
     dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
-_IMPORT_NAME = dis.opmap["IMPORT_NAME"]
+_IMPORT_NAME, _STORE_ATTR = dis.opmap["IMPORT_NAME"], dis.opmap["STORE_ATTR"]
 _CACHE = dis.opmap.get("CACHE", -1)                               # 3.11+: inline cache entries
 _LOAD_METHOD = dis.opmap.get("LOAD_METHOD", -1)                   # 3.11; folded into LOAD_ATTR in 3.12
 _LOAD_GLOBAL_SHIFT = 1                                          # the low bit means "push NULL"
@@ -218,6 +220,9 @@ def _global_reads(code) -> tuple[tuple[str, ...], ...]:
             extended = 0
             if op == _CACHE:
                 continue
+            if op == _STORE_ATTR:       # `config.LAST = value`: set, and checked, like a global
+                found[(*chain, names[arg])] = None
+                break
             if op != _LOAD_ATTR and op != _LOAD_METHOD:
                 break
             chain = (*chain, names[arg >> _LOAD_ATTR_SHIFT if op == _LOAD_ATTR else arg])
@@ -240,9 +245,9 @@ def _import_reads(code) -> tuple[tuple, ...]:
     found, modules, last_consts, pending, chain = {}, {}, [None, None], None, None
     for ins in dis.get_instructions(code):
         op = ins.opname
-        if chain is not None and op in ("LOAD_ATTR", "LOAD_METHOD"):
-            chain = (*chain, ins.argval)
-            found[chain] = None
+        if chain is not None and op in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR"):
+            found[(*chain, ins.argval, _STORED) if op == "STORE_ATTR" else (*chain, ins.argval)] = None
+            chain = (*chain, ins.argval) if op != "STORE_ATTR" else None
             continue
         chain = None
         if op == "LOAD_CONST":
@@ -255,7 +260,9 @@ def _import_reads(code) -> tuple[tuple, ...]:
             pending = (level, name, fromlist, (*path, ins.argval))
         elif op in ("STORE_FAST", "STORE_DEREF") and pending is not None:
             level, name, fromlist, path = pending
-            if fromlist:                            # from m import NAME: m.NAME read now
+            if fromlist and not path:               # a store after `from m import a, b` ended
+                pending = None
+            elif fromlist:                          # from m import NAME: m.NAME read now
                 modules[ins.argval] = (level, name, path[-1])
                 found[modules[ins.argval]] = None
                 pending = (level, name, fromlist, ())
@@ -263,10 +270,29 @@ def _import_reads(code) -> tuple[tuple, ...]:
                 modules[ins.argval] = (level, name) if path else (level, name.partition(".")[0])
                 pending = None
         elif op in ("LOAD_FAST", "LOAD_DEREF") and ins.argval in modules:
-            chain = modules[ins.argval]
+            chain, pending = modules[ins.argval], None
         elif op != "POP_TOP" and op != "SWAP":
             pending = None
     return tuple(c for c in found if len(c) > 2)
+
+
+def _differs(expected, now) -> bool:
+    """expected != now, where `now` may hold what the function left there (an array it appended
+    to a list: `None == array` gives an array, whose truth raises): a comparison that raises is
+    a change."""
+    try:
+        return bool(expected != now)
+    except Exception:       # noqa: BLE001 - any __eq__ of the function's own objects
+        return True
+
+
+def _flat(values):
+    """The items of nested tuples (read_defaults gives (positional, keyword items))."""
+    for value in values:
+        if type(value) is tuple:
+            yield from _flat(value)
+        else:
+            yield value
 
 
 def _is_code(value) -> bool:
@@ -294,8 +320,9 @@ class PythonReads:
     marker for arrays and objects) or `nothing` when the value holds something it cannot check.
     """
 
-    def __init__(self, snapshot, nothing, same, known, record):
+    def __init__(self, snapshot, nothing, same, known, record, generator_state=lambda obj: None):
         self._snapshot = snapshot
+        self._generator_state = generator_state     # the state of a random generator it does not record
         self._known = known
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
         self._nothing = nothing
@@ -317,6 +344,8 @@ class PythonReads:
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
         self._imports: list = []    # (level, module, attributes, namespace, depth): see settle
         self.unbound: dict = {}     # (id(namespace), name) -> (namespace, name): globals unset when first seen
+        self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
+        self.late_write = None      # a global set in a module the function imported for the first time
 
     def holders(self):
         """(container, key) of each place the function's code can leave a value in besides its
@@ -328,6 +357,10 @@ class PythonReads:
             yield cell, None
         for obj, expected in self.objects.values():
             yield obj, None
+        for fn, expected in self.defaults:      # a list default the function appends to
+            for value in _flat(read_defaults(fn)):
+                if isinstance(value, (list, dict, set)):
+                    yield value, None
 
     # ---- before and while the trace runs ------------------------------------------------
     def start(self, fn):
@@ -336,10 +369,7 @@ class PythonReads:
         bumps before its first framework call is then seen as changed)."""
         fn = getattr(fn, "__func__", fn)
         self._stop = sys._getframe(1)       # the trace's own frame: stack walks end there at the latest
-        while isinstance(fn, functools.partial):   # `p.keywords["k"] = 5.0` changes every later call
-            if fn.keywords or _changeable(fn.args):
-                self._defaults(fn)
-            fn = getattr(fn.func, "__func__", fn.func)
+        fn = self._partial(fn)
         self.root = getattr(fn, "__code__", None)
         self._function(fn, depth=0)
         # a list, a dict, an array can change in place: checked. Numbers, strings, other objects
@@ -347,6 +377,17 @@ class PythonReads:
         # persistent cache keys them; a check would keep such graphs out of it)
         if isinstance(fn, types.FunctionType) and _changeable(read_defaults(fn)):
             self._defaults(fn)
+
+    def _partial(self, fn, depth=None):
+        """For a functools.partial, nested ones included: its arguments are checked (`p.keywords["k"]
+        = 5.0` changes every later call); returns the function it calls, followed from `depth`."""
+        while isinstance(fn, functools.partial):
+            if fn.keywords or _changeable(fn.args):
+                self._defaults(fn)
+            fn = getattr(fn.func, "__func__", fn.func)
+        if depth is not None and depth < _DEPTH and _followable(fn):
+            self._function(fn, depth + 1)
+        return fn
 
     def _defaults(self, fn):
         expected = self._snapshot(read_defaults(fn))
@@ -422,7 +463,8 @@ class PythonReads:
                 self.environment = True
             self._chain(namespace, name, attributes, depth, origin=namespace)
         for level, module, *attributes in imports:      # `import config` inside the function
-            self._imports.append((level, module, attributes, namespace, depth))
+            if not self._import(level, module, attributes, namespace, depth):
+                self._imports.append((level, module, attributes, namespace, depth))
         for const in nested:                # comprehensions, lambdas and inner functions
             if id(const) not in self._codes:
                 self._code(const, namespace, depth)
@@ -442,23 +484,31 @@ class PythonReads:
             self._class_attribute(holder, attributes[0], depth)
 
     def settle(self):
-        """After the function ran: the reads of modules it imported itself, imported by now."""
+        """After the function ran: the reads of modules it imported itself that were not imported
+        before (a global it set in one of those is a change, seen only now)."""
         for level, name, attributes, namespace, depth in self._imports:
-            if level:
-                package = namespace.get("__package__") or str(namespace.get("__name__", "")).rpartition(".")[0]
-                try:
-                    name = importlib.util.resolve_name("." * level + name, package)
-                except (ImportError, ValueError):
-                    continue
-            module = sys.modules.get(name)
-            if module is None:
-                continue
-            first, *rest = attributes
-            if module is os and first in _ENVIRONMENT_NAMES:
-                self.environment = True
-            if name.partition(".")[0] not in UNWATCHED:
-                self._chain(vars(module), first, rest, depth)
+            if self._import(level, name, attributes, namespace, depth) and attributes[-1] == _STORED:
+                self.late_write = f"global {attributes[-2]!r} of {name}"
         self._imports.clear()
+
+    def _import(self, level, name, attributes, namespace, depth) -> bool:
+        """`import name` (relative at `level`) then `name.attributes...` in code of `namespace`:
+        handled if the module is imported (returns whether it is)."""
+        if level:
+            package = namespace.get("__package__") or str(namespace.get("__name__", "")).rpartition(".")[0]
+            try:
+                name = importlib.util.resolve_name("." * level + name, package)
+            except (ImportError, ValueError):
+                return False
+        module = sys.modules.get(name)
+        if module is None:
+            return False
+        first, *rest = attributes[:-1] if attributes[-1] == _STORED else attributes
+        if module is os and first in _ENVIRONMENT_NAMES:
+            self.environment = True
+        if name.partition(".")[0] not in UNWATCHED:
+            self._chain(vars(module), first, rest, depth)
+        return True
 
     def _global(self, namespace, name, depth):
         key = (id(namespace), name)
@@ -474,7 +524,9 @@ class PythonReads:
             return
         if type(namespace.get("__name__")) is str:     # a module's global (not a class attribute)
             self.code_globals.add((namespace["__name__"], name))
-        if depth < _DEPTH and _followable(value):
+        if isinstance(value, functools.partial) and not any(fn is value for fn, _ in self.defaults):
+            self._partial(value, depth)     # `SCALED = partial(f, scale=2.0)`: its keywords change in place
+        elif depth < _DEPTH and _followable(value):
             self._function(value, depth + 1)
 
     def _class_attribute(self, cls, name, depth):
@@ -515,7 +567,13 @@ class PythonReads:
         """An object with attributes (a config object, a callable transform): its attributes are
         guarded too, data by value and objects among them by identity. Not objects of the
         standard library (a threading.Event ...) besides namespaces, nor objects the trace records
-        itself (stateful ones, models)."""
+        itself (stateful ones, models). A random generator the trace does not record has its
+        state noted (`drawn`)."""
+        if id(obj) not in self.generators:
+            state = self._generator_state(obj)
+            if state is not None:
+                self.generators[id(obj)] = (obj, state)
+                return
         for container in self._record(obj):         # a model: its parameters, submodules, hooks ...
             self.objects[id(container)] = (container, self._snapshot(dict(container)))
         tp = type(obj)
@@ -539,21 +597,31 @@ class PythonReads:
     # ---- after the trace ---------------------------------------------------------------
     def changed(self) -> str | None:
         """What the function itself changed among the values read, if anything."""
+        if self.late_write is not None:
+            return self.late_write
         for namespace, name, value, expected in self.globals.values():
-            if expected != read_global(namespace, name):
+            if _differs(expected, read_global(namespace, name)):
                 return f"global {name!r} of {namespace.get('__name__', '?')}"
         for namespace, name in self.unbound.values():
             if name in namespace:
                 return f"global {name!r} of {namespace.get('__name__', '?')}"
         for cell, name, value, expected in self.cells:
-            if expected != read_cell(cell):
+            if _differs(expected, read_cell(cell)):
                 return f"closure variable {name!r}"
         for obj, expected in self.objects.values():
-            if not self._known(obj) and expected != read_attributes(obj):
+            if not self._known(obj) and _differs(expected, read_attributes(obj)):
                 return f"an attribute of {type(obj).__name__} object"
         for fn, expected in self.defaults:
-            if expected != read_defaults(fn):
+            if _differs(expected, read_defaults(fn)):
                 return f"default values of {_callable_name(fn)}"
+        return None
+
+    def drawn(self) -> str | None:
+        """Which random generator reached by the function (not passed in) it drew from, if any: a
+        graph would repeat the draws of its trace."""
+        for obj, state in self.generators.values():
+            if not self._known(obj) and self._generator_state(obj) != state:
+                return f"a {type(obj).__name__} it reaches by itself (a global, a closure variable)"
         return None
 
     def reached(self) -> set:

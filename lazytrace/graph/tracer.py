@@ -8,6 +8,7 @@ in the current thread/context, so nested LazyGraphs inline into the outer trace.
 """
 from __future__ import annotations
 
+import collections
 import contextvars
 import copy
 import dataclasses
@@ -19,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
 
-from ..backends import Backend, CallKind, foreign_rng_tokens, get_backend
+from ..backends import Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
 from . import codegen, escapes, passes
+from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads
 from .signature import Signature, container_snapshot, containers_changed, walk
@@ -58,9 +60,12 @@ class TraceSession:
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
+        self.recorded: list = []                # objects whose attribute use is recorded (stateful)
+        self._unrecorded_rngs: dict = {}        # id -> (generator whose draws no call shows, its state, what)
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
-                                 known=lambda obj: self.value_of(obj) is not None, record=self._record_reached)
+                                 known=lambda obj: self.value_of(obj) is not None, record=self._record_reached,
+                                 generator_state=lambda obj: generator_state(backend, obj))
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
@@ -76,7 +81,13 @@ class TraceSession:
                 raise NotTraceable(f"a stateful argument ({path}) is a {type(obj).__name__}: only the "
                                    f"attributes of the object passed itself are recorded; pass each "
                                    f"object as its own stateful argument")
-            handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
+            if kind == "live" and not isinstance(obj, self.backend.live_types):
+                # another framework's generator (np.random.Generator in a torch function): handed
+                # as is (its framework takes no proxy), its draws are not recorded (add_reads)
+                handed = obj
+                self._note_rng(obj, f"a {type(obj).__name__} passed in (another framework's)")
+            else:
+                handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
             token = self.backend.rng_token(obj) if kind == "live" else None
             if token is not None:
                 self._rng[id(obj)] = (obj, token)
@@ -173,7 +184,7 @@ class TraceSession:
             if kind is CallKind.ESCAPE:
                 self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
             result = backend.run(func, args, kwargs)[0]
-            return self.on_display(result) if kind is CallKind.DISPLAY else result
+            return self.on_display(result, func, args, kwargs) if kind is CallKind.DISPLAY else result
         inputs: list[Value] = []
         largs = self._lift(args, inputs)
         lkwargs = self._lift(kwargs, inputs) if kwargs else {}
@@ -204,10 +215,17 @@ class TraceSession:
         self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args)
         return result
 
-    def on_display(self, text):
-        """`str(x)`, `repr(x)`, `f"{x}"` of an array: for printing and logging, which a graph
-        drops; a result that returns the text is refused (see finish)."""
-        if isinstance(text, str) and text:
+    def on_display(self, text, func=None, args=(), kwargs=None):
+        """`str(x)`, `repr(x)`, `f"{x}"` of an array (`func(*args)` made `text`): asked by print
+        or logging, for display, which a graph drops (a result that returns the text is refused,
+        see finish); asked by other code (`float(str(x))`, `str(x)[:4]`, an f-string), text that
+        may feed the computation: checked at every call, as a number read back is."""
+        if func is not None and self.untraceable is None and \
+                not shown_only(sys._getframe(1), (*self.backend.internal_modules, f"{self.backend.name}.")):
+            inputs: list[Value] = []
+            largs, lkwargs = self._lift(args, inputs), self._lift(kwargs, inputs) if kwargs else {}
+            self._guard(func, largs, lkwargs, inputs, [self._versions.get(v.storage, 0) for v in inputs], text)
+        elif isinstance(text, str) and text:
             self._displays.append(text)
         return text
 
@@ -398,6 +416,7 @@ class TraceSession:
             self._register_outputs(node, value, False, False)
             self.nodes.append(node)
         else:
+            self._note_rng(value, f"a {type(value).__name__} held by attribute {name!r}")
             expected = self._snapshot(value)        # numbers, strings, a dict of flags or of samplers ...
             if expected is _NOTHING:
                 self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object, and "
@@ -406,6 +425,14 @@ class TraceSession:
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
                                    expected=expected))
         return value
+
+    def _note_rng(self, obj, what: str):
+        """A random generator whose draws this trace does not record (random.Random, another
+        framework's): its state is compared after the trace (add_reads)."""
+        if id(obj) not in self._unrecorded_rngs:
+            state = generator_state(self.backend, obj)
+            if state is not None:
+                self._unrecorded_rngs[id(obj)] = (obj, state, what)
 
     def _record_callable(self, obj, name, value):
         if (id(obj), name) in self._checked_callables:
@@ -452,6 +479,7 @@ class TraceSession:
             self.stateful_stack.enter_context(recording_class(obj, self, _active.get))
         except TypeError:           # its class cannot be swapped (slots, builtins ...)
             return False
+        self.recorded.append(obj)
         self.add_stateful(obj)
         return True
 
@@ -463,6 +491,13 @@ class TraceSession:
             self.changed_reads = (f"changes the {changed} while it runs: a graph could not replay that "
                                   f"(traced once more in case it was a cache being filled)")
             return
+        drawn = reads.drawn() if self.include_generators else None
+        for obj, state, what in self._unrecorded_rngs.values() if self.include_generators else ():
+            if generator_state(self.backend, obj) != state:
+                drawn = what
+        if drawn is not None:
+            self.fail(f"draws random numbers from {drawn}, which lazytrace does not record: a graph "
+                      f"would repeat the values of its trace")
         reached = reads.reached()
         if any(i not in reached for i in self._new_rngs):
             # `torch.Generator().manual_seed(0)` inside: eager draws from a new generator at every call,
@@ -558,13 +593,13 @@ class TraceSession:
                     real = copies[id(real)]
                 return value, real
             tp = type(obj)
-            if isinstance(obj, (tuple, list)):
+            if tp is tuple or tp is list or isinstance(obj, tuple) and _rebuilds(tp, obj):
                 pairs = [out(x) for x in obj]
                 rebuild = (lambda xs: tp(*xs)) if hasattr(tp, "_fields") else tp
                 return rebuild([p[0] for p in pairs]), rebuild([p[1] for p in pairs])
-            if isinstance(obj, dict):
+            if tp is dict or tp in _MAPPINGS:          # (a defaultdict, a dict subclass: not rebuilt)
                 pairs = {k: out(v) for k, v in obj.items()}
-                return tp((k, p[0]) for k, p in pairs.items()), tp((k, p[1]) for k, p in pairs.items())
+                return tp({k: p[0] for k, p in pairs.items()}), tp({k: p[1] for k, p in pairs.items()})
             if tp is str and any(text in obj for text in self._displays):
                 self.fail("returns text made from an array's values (str, repr, format): a graph would "
                           "return the text of its trace")
@@ -580,6 +615,21 @@ class TraceSession:
 
 
 _PLAIN = frozenset({int, float, bool, str, type(None), complex})   # arguments that are never tracked
+#: dict subclasses a graph rebuilds as `tp({...})` (codegen._output_expr)
+_MAPPINGS = frozenset({collections.OrderedDict, collections.Counter})
+
+
+def _rebuilds(tp, obj) -> bool:
+    """Whether a tuple subclass is rebuilt from its items as a graph rebuilds it: a namedtuple,
+    torch.Size, a structseq (torch.return_types.max) take them; a class with its own __new__ may
+    not (a list subclass is never rebuilt: codegen keeps only plain lists)."""
+    if hasattr(tp, "_fields"):
+        return True
+    try:
+        again = tp(list(obj))
+    except Exception:
+        return False
+    return type(again) is tp and len(again) == len(obj) and all(a is b for a, b in zip(again, obj))
 
 
 def _name(func) -> str:
@@ -731,6 +781,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
                 stack.enter_context(recording_class(obj, session, _active.get))
             except TypeError as exc:    # a class, an object with __slots__: its reads would be baked
                 raise NotTraceable(str(exc)) from None
+            session.recorded.append(obj)
         session.reads.start(fn)
         stack.enter_context(session.activate())
         try:
@@ -740,9 +791,11 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
                 raise
             raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     session.reads.settle()
-    if backend.tracer_class is not None and session.reads.changed() is not None:
+    if backend.tracer_class is not None:
         # a global or an object the function filled holds arrays, not tracers
-        escapes.release_held(session.reads.holders(), backend.tracer_class)
+        if session.reads.changed() is not None:
+            escapes.release_held(session.reads.holders(), backend.tracer_class)
+        escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
     if containers_changed(handed):
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
