@@ -168,7 +168,7 @@ _CODE_INFO_SIZE = 8192
 
 
 def code_info(code) -> tuple:
-    """(code, global_reads(code), nested code objects, import_reads(code)), computed once per
+    """(code, global_reads(code), nested code objects, _import_reads(code)), computed once per
     code object."""
     entry = _CODE_INFO.get(id(code))
     if entry is None or entry[0] is not code:
@@ -228,11 +228,6 @@ def _global_reads(code) -> tuple[tuple[str, ...], ...]:
             chain = (*chain, names[arg >> _LOAD_ATTR_SHIFT if op == _LOAD_ATTR else arg])
             found[chain] = None
     return tuple(found)
-
-
-def import_reads(code) -> tuple[tuple, ...]:
-    """What a function's own `import` statements make it read (see _import_reads)."""
-    return code_info(code)[3]
 
 
 def _import_reads(code) -> tuple[tuple, ...]:
