@@ -49,6 +49,14 @@ def gained(x):
 
 def uses_global(x):
     return x * SCALE
+
+OFFSETS = [0.0]
+
+def late(x):
+    try:
+        return x * LATE
+    except NameError:
+        return 1 / (x * OFFSETS[0])
 '''
 
 
@@ -113,6 +121,28 @@ def test_guards_on_module_globals_are_stored_and_checked_after_loading(lib, tmp_
     """)
     assert result["ok"] == [True, True]
     assert result["loaded"] == 1 and result["traces_before"] == 0 and result["traces"] == 1
+
+
+def test_checks_of_unset_globals_and_signed_zeros_are_stored_and_checked_after_loading(lib, tmp_path):
+    """A global unset at the trace (set later) and the sign of a zero in a global list: both
+    checked by a graph loaded in another process."""
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.late, cache=cache)(torch.rand(3))
+    assert len(stored_files(cache)) == 1
+    result = run_fresh(lib, cache, """
+        late = lazytrace.trace_graph(lib.late, cache=cache)
+        ok = []
+        for step in range(6):
+            if step == 2:
+                lib.OFFSETS[0] = -0.0
+            if step == 4:
+                lib.LATE = 3.0
+            x = torch.rand(3) + 0.5
+            ok.append(torch.equal(late(x), lib.late(x)))
+        print(json.dumps({"ok": ok, **late.stats.as_dict()}))
+    """)
+    assert result["ok"] == [True] * 6
+    assert result["loaded"] == 1 and result["traces"] == 2 and result["hits"] == 4
 
 
 def test_a_stored_guard_on_a_module_not_imported_is_skipped_and_the_file_kept(lib, tmp_path, monkeypatch):

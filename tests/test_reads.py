@@ -690,23 +690,34 @@ def _late_global(x):
     try:
         return x * LATE_SCALE        # noqa: F821 (set later by the test)
     except NameError:
-        return x
+        return abs(x)
 
 
-@pytest.mark.xfail(strict=True, reason="a module global unset when traced (a builtin's name, a global "
-                   "set later) is checked only during the trace, not at replay: setting it afterwards "
-                   "(shadowing `abs`, `LATE_SCALE = 3.0`) is not seen. A check per module at every call "
-                   "(names.isdisjoint(namespace)) would catch it; not done (cost on every hit)")
 def test_a_global_set_after_the_trace_is_seen():
+    """A global the function read while it did not exist (a name set later, a builtin's name
+    shadowed later by a module global) is checked at every call, one check per module."""
     lazy = lazytrace.trace_graph(_late_global)
-    x = torch.rand(3)
-    assert torch.equal(lazy(x), x)
-    globals()["LATE_SCALE"] = 3.0
+    for _ in range(2):
+        x = torch.rand(3) - 0.5
+        assert torch.equal(lazy(x), x.abs())
+    assert lazy.stats.hits == 1
     try:
-        y = torch.rand(3)
-        assert torch.equal(lazy(y), y * 3.0)
+        globals()["abs"] = torch.neg            # shadows the builtin for this module
+        for _ in range(3):
+            y = torch.rand(3) - 0.5
+            assert torch.equal(lazy(y), -y)
+        del globals()["abs"]
+        globals()["LATE_SCALE"] = 3.0
+        for _ in range(3):
+            y = torch.rand(3)
+            assert torch.equal(lazy(y), y * 3.0)
     finally:
-        del globals()["LATE_SCALE"]
+        globals().pop("LATE_SCALE", None)
+        globals().pop("abs", None)
+    y = torch.rand(3) - 0.5
+    assert torch.equal(lazy(y), y.abs())
+    checks = [line for line in lazy.graph_for(y).source.splitlines() if "'LATE_SCALE' in" in line]
+    assert len(checks) == 1 and "'abs' in" in checks[0]         # one line per module
 
 
 class _Jitter:
@@ -817,21 +828,23 @@ def test_what_a_numpy_function_leaves_behind_holds_arrays_and_is_replayed_or_eag
 
 SIGNED = [0.0]
 SIGNED_CONFIG = types.SimpleNamespace(gain=0.0)
+SIGNED_TABLE = {"gain": 0.0}
 
 
-@pytest.mark.xfail(strict=True, reason="the sign of a float zero is guarded for a global or closure variable "
-                   "holding the float itself (reads._zero_sign), not inside a container or an object's "
-                   "attributes (0.0 == -0.0): 1 / (x * SIGNED[0]) replays +inf for -0.0")
-@pytest.mark.parametrize("holder", ["list", "attribute"])
+@pytest.mark.parametrize("holder", ["list", "attribute", "dict"])
 def test_the_sign_of_a_zero_held_in_a_container_or_attribute_is_guarded(holder):
+    """0.0 == -0.0, yet 1 / (x * v) tells them apart: a float zero inside a global list or dict,
+    or among an object's attributes, is compared with its sign (reads.SignedZero)."""
     def fn(x):
-        return 1 / (x * (SIGNED[0] if holder == "list" else SIGNED_CONFIG.gain))
+        return 1 / (x * (SIGNED[0] if holder == "list" else SIGNED_CONFIG.gain if holder == "attribute"
+                         else SIGNED_TABLE["gain"]))
 
     lazy = lazytrace.trace_graph(fn)
     try:
-        for value in (0.0, -0.0, 0.0):
-            SIGNED[0] = SIGNED_CONFIG.gain = value
+        for value in (0.0, -0.0, -0.0, 0.0, 0.0):
+            SIGNED[0] = SIGNED_CONFIG.gain = SIGNED_TABLE["gain"] = value
             x = torch.rand(3) + 1
             assert torch.equal(lazy(x), fn(x))
+        assert lazy.stats.traces == 2 and lazy.stats.hits == 3      # one variant per sign
     finally:
-        SIGNED[0] = SIGNED_CONFIG.gain = 0.0
+        SIGNED[0] = SIGNED_CONFIG.gain = SIGNED_TABLE["gain"] = 0.0

@@ -15,7 +15,7 @@ import re
 
 from .ir import Kind, Source, Value
 from .passes import Plan, output_values
-from .reads import MISSING, read_global
+from .reads import MISSING, read_global, read_unbound
 
 _SINGLETONS = (True, False, None)
 
@@ -151,11 +151,10 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     for i, node in enumerate(plan.nodes):
         for v in node.outputs:
             v.name = f"v{next(counter)}" if id(v) in used else "_"
-        call = em.call(node)
         if node.kind is Kind.GUARD:
-            body.append(_guard_line(call, node.expected, em, i, node))
+            body.append(_guard_line(node, em, i))
         else:
-            body.append(_assign(node, call))
+            body.append(_assign(node, em.call(node)))
         dead = [v.name for v in _values_in(plan.nodes, i) if last_use.get(id(v)) == i
                 and id(v) not in outputs_needed]
         if dead:
@@ -226,7 +225,7 @@ def node_lines(backend, plan: Plan, inputs: list[Value]) -> list[str]:
     """The line of generated source each node of `plan` became (for views; run after `generate`,
     which names the values)."""
     em = _Emitter(backend, plan, inputs)
-    return [_guard_line(em.call(n), n.expected, em, i, n) if n.kind is Kind.GUARD else _assign(n, em.call(n))
+    return [_guard_line(n, em, i) if n.kind is Kind.GUARD else _assign(n, em.call(n))
             for i, n in enumerate(plan.nodes)]
 
 
@@ -245,13 +244,18 @@ def same_float(expected: float, got) -> bool:
     return got == 0.0 and math.copysign(1.0, got) == math.copysign(1.0, expected)
 
 
-def _guard_line(call: str, expected, em, index: int, node=None) -> str:
-    if node is not None and node.target is read_global and expected[1] in _SINGLETONS \
+def _guard_line(node, em, index: int) -> str:
+    expected = node.expected
+    if node.target is read_global and expected[1] in _SINGLETONS \
             and type(expected[1]) in (bool, type(None)):
         # a flag: `if c0.get('_KORNIA_CHECKS_ENABLED', _MISSING) is not True` (type and value at once)
         em.namespace["_MISSING"] = MISSING
         namespace, name = node.args
         return f"if {em.expr(namespace)}.get({name!r}, _MISSING) is not {expected[1]!r}: raise _GuardFailed({index})"
+    if node.target is read_unbound and expected is True:
+        namespace, names = em.expr(node.args[0]), sorted(node.args[1])   # read_unbound inline: no call
+        return f"if {' or '.join(f'{name!r} in {namespace}' for name in names)}: raise _GuardFailed({index})"
+    call = em.call(node)
     if special_float(expected):
         em.namespace["_same_float"] = same_float
         return f"if not _same_float({em.expr(expected)}, {call}): raise _GuardFailed({index})"

@@ -120,6 +120,42 @@ def _zero_sign(value):
     return math.copysign(1.0, value) if type(value) is float and value == 0.0 else None
 
 
+class SignedZero:
+    """A float zero inside a container or among an object's attributes, as a guard compares it:
+    0.0 == -0.0, yet `x * value` differs (a guard on the number itself compares _zero_sign).
+    Guards put the expected value on the left, so this __eq__ decides."""
+
+    __slots__ = ("value",)
+    __hash__ = None
+
+    def __init__(self, value: float):
+        self.value = value
+
+    def __eq__(self, other):
+        if type(other) is SignedZero:
+            other = other.value
+        return type(other) is float and other == 0.0 and \
+            math.copysign(1.0, other) == math.copysign(1.0, self.value)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __repr__(self):
+        return f"<float {self.value!r}>"
+
+
+def signed(item):
+    """An item of a snapshot: a float zero as a SignedZero, anything else as it is."""
+    return SignedZero(item) if type(item) is float and item == 0.0 else item
+
+
+def read_unbound(namespace, names: frozenset) -> bool:
+    """What a guard compares for the globals a function read that did not exist (a builtin's
+    name, a global set later): whether they are all still absent (codegen inlines it as
+    `'len' in c0 or ...`, ~17 ns a name)."""
+    return namespace.keys().isdisjoint(names)
+
+
 def read_attributes(obj) -> dict:
     """The attributes of a plain object holding data, as a guard compares them."""
     return _attributes(obj)
@@ -133,7 +169,7 @@ def read_defaults(fn) -> tuple:
     return tuple(fn.__defaults__ or ()), tuple((fn.__kwdefaults__ or {}).items())
 
 
-READERS = (read_global, read_cell, read_attributes, read_defaults)
+READERS = (read_global, read_cell, read_attributes, read_defaults, read_unbound)
 
 # how views name each check, and how an explanation of a retrace says what failed
 read_global.label = lambda node: f"global {node.args[1]}"
@@ -142,6 +178,9 @@ read_cell.label = lambda node: "closure variable"
 read_cell.describe = lambda node: "a variable of the function's closure changed"
 read_attributes.label = lambda node: "items" if type(node.args[0].obj) is dict else "attributes"
 read_attributes.describe = lambda node: "an attribute of an object the function reads by itself changed"
+read_unbound.label = lambda node: f"unset globals {', '.join(sorted(node.args[1]))}"
+read_unbound.describe = lambda node: ("a global the function read while it did not exist (a builtin's name, "
+                                      "a global set later) was set")
 read_defaults.label = lambda node: "default values"
 read_defaults.describe = lambda node: ("a default value of the function changed (a list or dict default, or "
                                        "__defaults__), or an argument of a functools.partial")
@@ -645,3 +684,8 @@ class PythonReads:
                 yield read_attributes, (obj,), expected, f"{type(obj).__name__} object"
         for fn, expected in self.defaults:
             yield read_defaults, (fn,), expected, f"defaults of {_callable_name(fn)}"
+        unset: dict = {}        # id(namespace) -> (namespace, names): one check per module
+        for namespace, name in self.unbound.values():
+            unset.setdefault(id(namespace), (namespace, set()))[1].add(name)
+        for namespace, names in unset.values():
+            yield read_unbound, (namespace, frozenset(names)), True, f"globals of {namespace.get('__name__', '?')}"

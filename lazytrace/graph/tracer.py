@@ -24,7 +24,7 @@ from ..backends import Backend, CallKind, foreign_rng_tokens, generator_state, g
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
-from .reads import READERS, PythonReads
+from .reads import READERS, PythonReads, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
 from .stateful import StatefulProxy, recording_class
 
@@ -453,7 +453,7 @@ class TraceSession:
         if type(obj) in (set, frozenset) and all(_is_literal(x, self.backend) for x in obj):
             return type(obj)(obj)
         if isinstance(obj, tuple) or type(obj) is list:
-            items = [self._snapshot(x, record) for x in obj]
+            items = [signed(self._snapshot(x, record)) for x in obj]      # (0.0 == -0.0: SignedZero)
             if any(x is _NOTHING for x in items):
                 return _NOTHING
             return obj if all(a is b for a, b in zip(items, obj)) and type(obj) is not list else \
@@ -461,7 +461,7 @@ class TraceSession:
         if type(obj) is dict:
             if not all(_is_literal(k, self.backend) for k in obj):
                 return _NOTHING
-            items = {k: self._snapshot(v, record) for k, v in obj.items()}
+            items = {k: signed(self._snapshot(v, record)) for k, v in obj.items()}
             return _NOTHING if any(v is _NOTHING for v in items.values()) else items
         read = self.backend.baked_contents(obj)
         if read is not None:

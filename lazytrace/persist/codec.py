@@ -23,9 +23,11 @@ from types import ModuleType, SimpleNamespace
 
 from ..graph.ir import Kind, Node, Source, Value
 from ..graph.passes import Plan
-from ..graph.reads import read_global
+from ..graph.reads import SignedZero, read_global, read_unbound
 
-_GLOBAL_GUARD = "lazytrace:read_global"       # the one call a stored graph may make outside the framework
+#: the calls a stored graph may make outside the framework: checks of a module's globals
+_GUARDS = {"lazytrace:read_global": read_global, "lazytrace:read_unbound": read_unbound}
+_GUARD_NAMES = {fn: name for name, fn in _GUARDS.items()}
 _TYPES = {tp.__name__: tp for tp in (bool, int, float, complex, str, bytes, type(None), tuple, list, dict,
                                      set, frozenset)}     # the types a guard on a global compares
 
@@ -54,8 +56,8 @@ def resolve(backend, ref):
     own modules; anything else is refused (CorruptEntry)."""
     if not isinstance(ref, str) or ref.count(":") != 1:
         raise CorruptEntry(f"malformed call name {ref!r}")
-    if ref == _GLOBAL_GUARD:
-        return read_global
+    if ref in _GUARDS:
+        return _GUARDS[ref]
     root, path = ref.split(":")
     if root not in backend.persist_roots:
         raise CorruptEntry(f"call {ref!r} is outside the {backend.name} modules a stored graph may use")
@@ -73,8 +75,8 @@ def resolve(backend, ref):
 
 
 def _ref(backend, func) -> str:
-    if func is read_global:
-        return _GLOBAL_GUARD
+    if func is read_global or func is read_unbound:
+        return _GUARD_NAMES[func]
     ref = backend.target_ref(func)
     if ref is None:
         raise NotStorable(f"the call {_name(func)} has no name in {backend.name}'s own modules")
@@ -148,6 +150,8 @@ class _Encoder:
             return {"y": obj.__name__}
         if tp is slice:
             return {"s": [self(obj.start), self(obj.stop), self(obj.step)]}
+        if tp is SignedZero:
+            return {"z": repr(obj.value)}
         if isinstance(obj, self.backend.array_types) and self.specs:
             spec = self.backend.array_spec(obj)
             if spec is None:
@@ -207,6 +211,8 @@ class _Decoder:
                 return (set if tag == "S" else frozenset)(_hashable(self(x)) for x in _list(body))
             if tag == "y":
                 return _TYPES[body]
+            if tag == "z" and _float(body) == 0.0:
+                return SignedZero(_float(body))
             if tag == "a":
                 return self.arrays[body]
             if tag == "x":
@@ -221,6 +227,13 @@ class _Decoder:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptEntry(f"malformed literal {data!r:.80}: {exc}") from None
         raise CorruptEntry(f"unknown literal tag {tag!r}")
+
+
+def _unbound_check(namespace, names) -> tuple:
+    if not isinstance(namespace, Value) or type(names) is not frozenset or not names or \
+            not all(type(name) is str and name.isidentifier() for name in names):
+        raise CorruptEntry("malformed check of unset globals")
+    return namespace, names
 
 
 def _float(text) -> float:
@@ -366,7 +379,10 @@ def _decode(backend, doc, arrays):
         structure = data["structure"]
         if structure not in (None, "single") and (type(structure) is not int or structure < 0):
             raise CorruptEntry(f"malformed result structure {structure!r}")
-        node = Node(n, kind, target, tuple(dec(a) for a in _list(data["args"])),
+        args = tuple(dec(a) for a in _list(data["args"]))
+        if target is read_unbound:
+            args = _unbound_check(*args)
+        node = Node(n, kind, target, args,
                     kwargs, [dec.value(r) for r in _list(data["inputs"])], [], result_structure=structure,
                     expected=dec(data["expected"]) if kind is Kind.GUARD else None)
         for j, index in enumerate(_list(data["outputs"])):
