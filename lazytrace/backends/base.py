@@ -148,6 +148,10 @@ class Backend:
         """Call `func`; return its result and the arguments whose memory it wrote."""
         raise NotImplementedError
 
+    def run_detached(self, func, args, kwargs):
+        """Call `func` on the arrays of tracers whose trace has ended: its plain result, as eager."""
+        return func(*unwrap_tree(args, self.tracer_class), **unwrap_tree(kwargs, self.tracer_class))
+
     def suspended(self) -> AbstractContextManager:
         """Stop interception in this thread for the duration (for tracer-internal calls)."""
         from contextlib import nullcontext

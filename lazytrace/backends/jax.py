@@ -138,6 +138,11 @@ class JaxTracer(ReadbackMixin, core.Tracer):
     def to_concrete_value(self):
         return None      # abstract, as under jax.jit: jax.numpy only probes for optional shortcuts
 
+    def full_lower(self):
+        # after the trace (a generator the function returned, an object it left behind), JAX's
+        # eager evaluation takes the array: the tracer computes as that array would
+        return self._lt_array if self._lt_session.closed else self
+
     def _lt_call(self, func, args):
         return self._lt_session.on_call(func, args, {})
 
@@ -351,11 +356,9 @@ class JaxBackend(Backend):
             raise NotTraceable("jax_debug_key_reuse is on: JAX checks keys in its eager dispatch, which a "
                                "trace and a graph bypass")
         trace = self._trace(session)
-        try:
-            with core.set_current_trace(trace):
-                yield
-        finally:
-            trace.invalidate()
+        # not invalidated at the end: a tracer used later computes as its array (full_lower)
+        with core.set_current_trace(trace):
+            yield
 
     def caused_by_tracing(self, exc):
         return isinstance(exc, _TRACE_ERRORS) or super().caused_by_tracing(exc)

@@ -204,6 +204,9 @@ class NumpyBackend(Backend):
         by_array = {id(self.unwrap(m)): m for m in mutated if isinstance(m, self.tracked_types)}
         return self._wrap(result, session, by_array), [m for m in mutated if isinstance(m, self.tracked_types)]
 
+    def run_detached(self, func, args, kwargs):
+        return func(*_unwrap(args), **_unwrap(kwargs))
+
     def _wrap(self, result, session, by_array):
         if isinstance(result, (np.ndarray, np.generic)):
             known = by_array.get(id(result))

@@ -10,8 +10,10 @@ tracer found is replaced by its array.
 from __future__ import annotations
 
 import collections
+import collections.abc
 import dataclasses
 import functools
+import gc
 import types
 
 _DEPTH = 8
@@ -78,6 +80,17 @@ def release(obj, tracer_type: type, depth: int = 0, seen: set | None = None):
         args = inner(obj.args)
         if args is not obj.args:
             obj.args = args
+    elif isinstance(obj, types.CellType):
+        _release_cell(obj, inner)
+        return obj
+    elif isinstance(obj, _SUSPENDED) or type(obj).__module__ in ("builtins", "itertools") and \
+            isinstance(obj, collections.abc.Iterator):
+        # a generator's frame (its closure cells, the lists it walks), an iterator over a list:
+        # released where they can be (a plain local of a generator's frame cannot: such a tracer
+        # computes as its array once the trace has ended, TraceSession.closed)
+        for held in gc.get_referents(obj):
+            inner(held)
+        return obj
     namespace = getattr(obj, "__dict__", None)
     if type(namespace) is dict and not callable(getattr(tp, "__get__", None)):
         for k, v in list(namespace.items()):
@@ -132,5 +145,6 @@ def _slots(tp) -> list:
     return [n for n in dict.fromkeys(names) if n not in ("__dict__", "__weakref__")]
 
 
+_SUSPENDED = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
 _ATOMS = frozenset({int, float, bool, str, bytes, complex, type(None), range, slice})
 _ABSENT = object()

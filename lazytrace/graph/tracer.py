@@ -40,6 +40,7 @@ class TraceSession:
         self.nodes: list[Node] = []
         self.inputs: list[Value] = []
         self.untraceable: str | None = None
+        self.closed = False         # the function returned: its tracers now compute as their arrays
         self._values: dict[int, tuple[Any, Value]] = {}
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
         self._tainted: set = set()              # storages written by non-foldable calls
@@ -163,6 +164,10 @@ class TraceSession:
     # ---- calls -----------------------------------------------------------------
     def on_call(self, func, args, kwargs):
         """Called by the backend's interceptor for every framework call."""
+        if self.closed:
+            # a tracer used after the trace (by a generator the function returned, a closure, an
+            # object it left behind): computed as eager would, on the arrays, and not recorded
+            return self.backend.run_detached(func, args, kwargs)
         try:
             return self._on_call(func, args, kwargs)
         except Exception:
@@ -558,6 +563,7 @@ class TraceSession:
                 yield self
         finally:
             _active.reset(token)
+            self.closed = True
         if self.backend.unseen_state() != self._unseen:
             self._unseen_state_changed()
         if self.include_generators and any(self.backend.rng_token(rng) != before
