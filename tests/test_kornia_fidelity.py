@@ -68,7 +68,11 @@ def test_a_replaced_parameter_generator_is_used(traced):
 
     lazy = _augment_twice_then(change, lambda: kornia.augmentation.RandomRotation(30.0, p=1.0),
                                lambda: traced.augmentation.RandomRotation(30.0, p=1.0))
-    assert lazy.forward.stats.hits == 2
+    # the new generator was made outside the traced module: its sampler's tensors are reached
+    # through objects the trace does not record (nothing would see them change), so that
+    # signature runs eagerly
+    assert lazy.forward.stats.hits == 1 and lazy.forward.stats.eager == 2
+    assert any("nothing it reads holds" in reason for reason in lazy.forward.stats.reasons)
 
 
 def test_a_method_hidden_by_an_attribute_set_later_is_not_replayed(traced):

@@ -549,21 +549,28 @@ def test_arrays_in_a_module_dict_are_read_live_and_rebinding_is_noticed():
     assert torch.equal(traced(img), normalize(img, norm.flags["mean"], norm.flags["std"]))
 
 
-@pytest.mark.xfail(strict=True, reason="torch calls made by another thread (a thread pool inside the function) "
-                   "do not reach the tracing thread's TorchFunctionMode: their result is taken for an "
-                   "external tensor and baked as a constant. Fix: fail a trace that uses an external tensor "
-                   "no read reached (risks making cached-kernel code eager; not done)")
 def test_work_handed_to_another_thread_is_not_baked():
+    """A TorchFunctionMode sees its own thread's calls only: a tensor another thread made (a
+    thread pool inside the function), used or returned, is no input, no global and no recorded
+    call's result, so the signature runs eagerly rather than replay the trace's tensor."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1) as pool:
         def threaded(x):
             return pool.submit(lambda: x * 2).result() + 1
 
-        lazy = lazytrace.trace_graph(threaded)
+        def handed_back(x):
+            return x + 1, pool.submit(torch.sin, x).result()
+
+        lazy, back = lazytrace.trace_graph(threaded), lazytrace.trace_graph(handed_back)
         for _ in range(3):
             x = torch.rand(3)
             assert torch.equal(lazy(x), x * 2 + 1)
+            plus, sin = back(x)
+            assert torch.equal(plus, x + 1) and torch.equal(sin, torch.sin(x))
+    for traced in (lazy, back):
+        assert traced.stats.hits == 0 and traced.stats.traces == 1
+        assert any("nothing it reads holds" in reason for reason in traced.stats.reasons)
 
 
 def test_tensor_type_with_a_dtype_is_a_recorded_conversion():

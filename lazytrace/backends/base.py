@@ -46,6 +46,10 @@ class Backend:
     #: whether array creation (zeros, arange...) is intercepted; if not, an unseen array may
     #: have been made inside the function, so writing into one cannot be replayed safely
     sees_creation: bool = True
+    #: whether this thread's calls are all that can make an array: one the function uses that no
+    #: recorded call made and no input, global or object it reads holds was made where the
+    #: interceptor does not look (another thread's work: torch's TorchFunctionMode is per thread)
+    sees_all_arrays: bool = False
     #: whether the backend knows every call whose output shape depends on array values
     #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
     knows_dynamic_shapes: bool = True

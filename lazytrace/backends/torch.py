@@ -157,6 +157,7 @@ class _Mode(TorchFunctionMode):
 
 class TorchBackend(Backend):
     name = "torch"
+    sees_all_arrays = True      # TorchFunctionMode sees every torch call of this thread
     array_types = (torch.Tensor,)
     tracked_types = (torch.Tensor,)
     static_types = (torch.dtype, torch.device, torch.layout, torch.memory_format)

@@ -42,6 +42,8 @@ class TraceSession:
         self.untraceable: str | None = None
         self.closed = False         # the function returned: its tracers now compute as their arrays
         self._values: dict[int, tuple[Any, Value]] = {}
+        self._externals: list[Value] = []       # arrays used that neither an input nor a call made
+        self._checked_live: dict = {}           # id -> object a guard checks by identity (_Same)
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
         self._tainted: set = set()              # storages written by non-foldable calls
         self._tracked = backend.tracked_types
@@ -113,6 +115,7 @@ class TraceSession:
                       obj=obj)
         self._values[id(obj)] = (obj, value)
         self._unkeyed_metadata = True
+        self._externals.append(value)
         return value
 
     def value_of(self, obj) -> Value | None:
@@ -473,6 +476,7 @@ class TraceSession:
             return _SameContents(obj, read)
         if (not record or isinstance(obj, self._tracked) or self.value_of(obj) is not None
                 or self._record_object(obj)):
+            self._checked_live[id(obj)] = obj
             return _Same(obj)       # an array in a container: used live, checked by identity
         return _NOTHING
 
@@ -547,6 +551,19 @@ class TraceSession:
             if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
                 self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
 
+    def check_unseen_arrays(self):
+        """An array no recorded call made, and no input, global, closure or object the function
+        reads holds, where the backend sees every array made (torch): made by work it did not
+        see, another thread's (a thread pool inside the function). A graph would replay the
+        trace's array: this signature runs eagerly."""
+        if not self.backend.sees_all_arrays or not self._externals:
+            return
+        held = self._checked_live         # globals, closures, objects' attributes: checked by identity
+        if any(id(v.obj) not in held and id(self.backend.unwrap(v.obj)) not in held for v in self._externals):
+            self.fail("uses an array that no recorded call made and that nothing it reads holds (work "
+                      "of another thread, e.g. a thread pool inside the function, or an object lazytrace "
+                      "does not record): a graph would replay the trace's array")
+
     def fail(self, reason: str):
         if self.untraceable is None:
             self.untraceable = reason
@@ -616,6 +633,7 @@ class TraceSession:
             return obj, obj
 
         structure, real = out(result)
+        self.check_unseen_arrays()
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
         return trace, real
 
