@@ -296,3 +296,25 @@ def test_operators_on_variables_keep_the_operator():
     x2 = tf.range(3.0)
     assert np.array_equal(lazy(x2, v), fn(x2, v))
     assert lazy.stats.hits == 1
+
+
+def test_tf_print_of_a_traced_tensor_prints_what_eager_prints(tmp_path):
+    """tf.print formats what TensorFlow's own code takes for no tensor with pprint: on the first
+    call the tracer's text is what tf.print prints for the tensor (summarize included), shown
+    only (no check of the text: later calls replay, without the print, as for print())."""
+    eager_out, lazy_out = str(tmp_path / "eager.txt"), str(tmp_path / "lazy.txt")
+
+    def shown(x, stream):
+        tf.print("x is", x, {"sum": tf.reduce_sum(x)}, summarize=2, output_stream=f"file://{stream}")
+        return x * 2
+
+    lazy = lazytrace.trace_graph(shown)
+    x = tf.constant([1.0, 2.0, 3.0, 4.0, 5.0])
+    shown(x, eager_out)
+    assert "x is [1 2 ... 4 5] {'sum': 15}" in open(eager_out).read()
+    assert tf.reduce_all(lazy(x, lazy_out) == x * 2)
+    assert open(lazy_out).read() == open(eager_out).read()
+    for seed in range(3):
+        y = tf.random.stateless_uniform([5], seed=(seed, 0))
+        assert tf.reduce_all(lazy(y, lazy_out) == y * 2)
+    assert lazy.stats.traces == 1 and lazy.stats.hits == 3

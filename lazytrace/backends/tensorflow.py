@@ -128,6 +128,18 @@ class TfTracer(ArrayTracer):
     def numpy(self):
         return self._lt_call(np.asarray, (self,))
 
+    # tf.print formats what it takes for no tensor with pprint (a tracer is no tensor to
+    # TensorFlow's own code): its text is then what tf.print prints for the tensor, for display
+    def __repr__(self):
+        summarize = _tf_print_summarize(sys._getframe(1))
+        return super().__repr__() if summarize is None else \
+            self._lt_session.on_display(_print_text(self._lt_session, self._lt_array, summarize))
+
+    def __str__(self):
+        summarize = _tf_print_summarize(sys._getframe(1))
+        return super().__str__() if summarize is None else \
+            self._lt_session.on_display(_print_text(self._lt_session, self._lt_array, summarize))
+
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
@@ -143,6 +155,35 @@ class TfTracer(ArrayTracer):
         value = getattr(self._lt_array, name)      # none (a probe such as is_tensor_like): as eager
         self._lt_session.fail(f"tensor attribute {name!r} is not something lazytrace can follow")
         return value
+
+
+_PRINT_MODULE = "tensorflow.python.ops.logging_ops"
+
+
+def _tf_print_summarize(frame):
+    """`summarize` of the tf.print call whose formatting (pprint) asks for this text, else None."""
+    for _ in range(64):             # (pprint recurses through nested containers)
+        if frame is None:
+            return None
+        module = frame.f_globals.get("__name__")
+        if module == _PRINT_MODULE and frame.f_code.co_name == "print_v2":
+            return frame.f_locals.get("summarize", 3)
+        if module != "pprint" and module != _PRINT_MODULE:     # (its generator expressions too)
+            return None
+        frame = frame.f_back
+    return None
+
+
+def _print_text(session, tensor, summarize) -> str:
+    """The text tf.print shows for `tensor` (its StringFormat op), made outside the trace's watch."""
+    watch = session.backend_state
+    if watch is not None:
+        watch.depth += 1            # (a variable read here is the print's, not the function's)
+    try:
+        return tf.strings.format("{}", (tensor,), summarize=summarize).numpy().decode()
+    finally:
+        if watch is not None:
+            watch.depth -= 1
 
 
 def _operator(name):
