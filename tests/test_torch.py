@@ -1,4 +1,6 @@
 """PyTorch specifics: autograd, global state, nn.Module, torch.compile."""
+import sys
+
 import pytest
 import torch
 
@@ -586,3 +588,32 @@ def test_tensor_type_with_a_dtype_is_a_recorded_conversion():
         doubled, name, half = lazy(x)
         assert torch.equal(doubled, x.double() * 2) and name == "torch.FloatTensor" and torch.equal(half, x.half())
     assert lazy.stats.hits == 2
+
+
+def _relu_plus_sin(x):
+    return torch.nn.functional.relu(x) + torch.sin(x)
+
+
+@pytest.mark.parametrize("replaced", ["torch.nn.functional.relu", "torch.sin"])
+def test_a_framework_function_replaced_after_the_trace_is_called_as_eager_calls_it(replaced, monkeypatch):
+    """A graph calls the functions it recorded; eager calls what the module holds now: a function
+    monkeypatched after the trace (`torch.sin = my_sin`) makes the graph's first check fail, and
+    the signature traces again with the new one; putting the old one back hits the first graph."""
+    lazy = lazytrace.trace_graph(_relu_plus_sin)
+    for _ in range(2):
+        x = torch.randn(5)
+        assert torch.equal(lazy(x), _relu_plus_sin(x))
+    module_name, _, name = replaced.rpartition(".")
+    module = sys.modules[module_name]
+    original = getattr(module, name)
+    with monkeypatch.context() as patch:
+        patch.setattr(module, name, lambda t, *args, **kwargs: t * 0 + 100)
+        for _ in range(3):
+            x = torch.randn(5)
+            assert torch.equal(lazy(x), _relu_plus_sin(x))
+        assert lazy.stats.traces == 2
+        assert f"a function the graph calls was replaced: {replaced}" in lazy.explain()
+    assert getattr(module, name) is original
+    x = torch.randn(5)
+    assert torch.equal(lazy(x), _relu_plus_sin(x))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 4

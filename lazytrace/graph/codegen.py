@@ -12,6 +12,7 @@ import keyword
 import linecache
 import math
 import re
+import sys
 
 from .ir import Kind, Source, Value
 from .passes import Plan, output_values
@@ -37,6 +38,7 @@ class _Emitter:
         self.namespace["_GuardFailed"] = GuardFailed
         self.constants: dict[str, object] = {}
         self.aliases: dict[str, str] = {}          # alias -> qualified name, for the header
+        self.functions: dict[str, tuple] = {}      # alias -> (qualified name, function) called by name
         self._alias_of: dict[int, str] = {}
         self._const_of: dict[int, str] = {}
         for i, v in enumerate(inputs):
@@ -129,11 +131,15 @@ class _Emitter:
             return f"{self.expr(args[0])}.{text}({', '.join(rest)})"
         qualname = text if style == "function" else getattr(node.target, "__qualname__", "fn")
         everything = [self.expr(a) for a in args] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
-        return f"{self._alias(node.target, qualname)}({', '.join(everything)})"
+        alias = self._alias(node.target, qualname)
+        if style == "function":
+            self.functions[alias] = (qualname, node.target)
+        return f"{alias}({', '.join(everything)})"
 
 
-def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: str):
-    """Return (source, function, constants, aliases)."""
+def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: str, check_functions=True):
+    """Return (source, function, constants, aliases). `check_functions`: first check that the
+    module attributes the graph's functions were found at still hold them."""
     em = _Emitter(backend, plan, inputs)
     fn_name = re.sub(r"\W", "_", name.rsplit(".", 1)[-1]).strip("_") or "graph"
     if fn_name[0].isdigit() or keyword.iskeyword(fn_name):
@@ -159,6 +165,9 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
                 and id(v) not in outputs_needed]
         if dead:
             body.append(f"del {', '.join(dead)}")
+
+    if check_functions:
+        body[:0] = _replaced_function_checks(em)
 
     returned = [v for v in output_values(output_structure) if v in plan.cloned_outputs]
     copies = {}         # a constant returned more than once is copied once: the results are one array, as in eager
@@ -266,6 +275,27 @@ def _guard_line(node, em, index: int) -> str:
     else:
         test = f"{em.expr(expected)} != ({call})"      # expected first: its __eq__ decides (tracer._Same)
     return f"if {test}: raise _GuardFailed({index})"
+
+
+def _replaced_function_checks(em) -> list[str]:
+    """A line per module whose functions the graph calls (`torch.sin`, `torch.nn.functional.relu`):
+    each must still be the one in the module's globals (`torch.sin = my_sin` after the trace:
+    eager would call my_sin, so the signature traces again). ~25 ns a function (a dict item, `is`)."""
+    homes: dict = {}
+    for alias, (qualname, func) in em.functions.items():
+        module_name, _, attribute = qualname.rpartition(".")
+        module = sys.modules.get(module_name) if not module_name.startswith("lazytrace.") else None
+        namespace = getattr(module, "__dict__", None)
+        if type(namespace) is dict and namespace.get(attribute) is func:
+            homes.setdefault(module_name, (namespace, []))[1].append((attribute, alias))
+    lines = []
+    for module_name, (namespace, pairs) in homes.items():
+        name = f"_globals{len(lines)}"
+        em.namespace[name] = namespace
+        test = " or ".join(f"{name}[{attribute!r}] is not {alias}" for attribute, alias in pairs)
+        replaced = ", ".join(f"{module_name}.{attribute}" for attribute, _ in pairs)
+        lines.append(f"if {test}: raise _GuardFailed({f'a function the graph calls was replaced: {replaced}'!r})")
+    return lines
 
 
 def _values_in(nodes, i):

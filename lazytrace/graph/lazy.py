@@ -462,6 +462,8 @@ class LazyGraph:
     @staticmethod
     def _guard_text(graph, index) -> str:
         nodes = graph._plan.nodes
+        if isinstance(index, str):      # codegen's own checks say what failed
+            return index
         if index is None or not 0 <= index < len(nodes):
             return "a guard of the earlier graph failed"
         node = nodes[index]

@@ -851,7 +851,9 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
             # compiler would run them once, when it traces
             checks = [(i, n) for i, n in enumerate(plan.nodes) if n.target in READERS]
             body = dataclasses.replace(plan, nodes=[n for n in plan.nodes if n.target not in READERS])
-            compiled = codegen.generate(backend, body, body.inputs, body.output_structure, name)[1]
+            # (a compiler bakes in the functions it compiles, whatever their module holds later)
+            compiled = codegen.generate(backend, body, body.inputs, body.output_structure, name,
+                                        check_functions=False)[1]
             compiled = backend.compile(compiled, body, **dict(compiler)) if isinstance(compiler, tuple) else \
                 backend.compile(compiled, body)
         source, gfn, constants, aliases = codegen.generate(backend, plan, plan.inputs, plan.output_structure,
