@@ -617,3 +617,39 @@ def test_a_framework_function_replaced_after_the_trace_is_called_as_eager_calls_
     x = torch.randn(5)
     assert torch.equal(lazy(x), _relu_plus_sin(x))
     assert lazy.stats.traces == 2 and lazy.stats.hits == 4
+
+
+def _denormal_scaled(x):
+    return x * torch.exp(torch.full((3,), -100.0))     # a folded constant: 3.7e-44, a denormal float32
+
+
+def test_flush_denormal_is_part_of_the_key():
+    """torch.set_flush_denormal(True) (no getter: read through the CPU flags Python's floats obey)
+    makes a constant folded at the trace differ from what eager computes now: keyed."""
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU has no flush-denormal mode")
+    lazy = lazytrace.trace_graph(_denormal_scaled)
+    try:
+        for flush in (True, True, False, False, True):
+            torch.set_flush_denormal(flush)
+            x = torch.rand(3) + 1
+            expected = _denormal_scaled(x)
+            assert bool(expected.ne(0).all()) is not flush      # the two modes tell apart here
+            assert torch.equal(lazy(x), expected)
+    finally:
+        torch.set_flush_denormal(False)
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 3
+    assert "torch.set_flush_denormal" in lazy.explain()
+
+    def switching(x):       # set inside: no call shows it, a graph could not replay it
+        torch.set_flush_denormal(True)
+        try:
+            return _denormal_scaled(x)
+        finally:
+            torch.set_flush_denormal(False)
+
+    lazy = lazytrace.trace_graph(switching)
+    for _ in range(3):
+        x = torch.rand(3) + 1
+        assert torch.equal(lazy(x), switching(x))
+    assert lazy.stats.hits == 0 and any("set_flush_denormal" in r for r in lazy.stats.reasons)

@@ -16,6 +16,7 @@ which autograd itself relies on.
 from __future__ import annotations
 
 import json
+import sys
 from contextlib import contextmanager
 
 import torch
@@ -75,6 +76,17 @@ _NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "tor
 _default_dtype, _inference_mode, _any_autocast, _transform_level = (
     torch.get_default_dtype, torch.is_inference_mode_enabled, torch._C._is_any_autocast_enabled,
     torch._C._functorch.maybe_current_level)
+
+
+_MIN_NORMAL = sys.float_info.min
+
+
+def _denormals_flushed() -> bool:
+    """Whether `torch.set_flush_denormal(True)` is in effect (it has no getter): it sets this
+    thread's CPU flags, under which Python's float arithmetic runs too, so a number below the
+    smallest normal float becomes zero. Constants folded at the trace were computed under the
+    trace's setting: it is part of the key."""
+    return _MIN_NORMAL * 0.5 == 0.0
 
 
 def _autocast_state():
@@ -232,9 +244,10 @@ class TorchBackend(Backend):
         return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const, covered=frozenset()):
-        grad, (dtype, inference, autocast, modes) = state
+        grad, (dtype, inference, autocast, modes, flushed) = state
         conditions = [f"{const(torch.is_grad_enabled)}() is {grad}",
                       f"{const(torch.get_default_dtype)}() is {const(dtype)}",
+                      f"({const(_MIN_NORMAL)} * 0.5 == 0.0) is {flushed}",      # _denormals_flushed() inline
                       f"{const(_function_modes)}() == {const(modes)}" if modes else
                       f"{const(torch._C._len_torch_function_stack)}() == 0"]
         if not (inference is False and "inference" in covered):
@@ -258,16 +271,18 @@ class TorchBackend(Backend):
 
     def global_state(self):
         return torch.is_grad_enabled(), (torch.get_default_dtype(), torch.is_inference_mode_enabled(),
-                                         _autocast_state(), _function_modes())
+                                         _autocast_state(), _function_modes(), _denormals_flushed())
 
     def unseen_state(self):
-        """Default dtype, inference mode, autocast, and the torch.func transform level:
-        `torch.autocast`, `set_default_dtype` and `torch.func.grad(f)(x)` inside a function do not
+        """Default dtype, inference mode, autocast, the torch.func transform level and
+        flush-denormal: `torch.autocast`, `set_default_dtype`, `torch.set_flush_denormal` and
+        `torch.func.grad(f)(x)` inside a function do not
         reach a TorchFunctionMode (a transform's result is unwrapped where no call shows it), so
         the tracer compares this before every call (autocast switches are replayed, see
         state_change; the others make the signature eager). A graph replays under an outer
         transform as eager code does, so the level is not in the key."""
-        return (_default_dtype(), _inference_mode(), _any_autocast() and _autocast_state(), _transform_level())
+        return (_default_dtype(), _inference_mode(), _any_autocast() and _autocast_state(), _transform_level(),
+                _denormals_flushed())
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])
@@ -503,11 +518,12 @@ class TorchBackend(Backend):
         return torch.randint(0, 10, shape, generator=g, dtype=dt)
 
     def describe_global_state(self, state):
-        grad, (dtype, inference, autocast, modes) = state
+        grad, (dtype, inference, autocast, modes, flushed) = state
         autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \
             if autocast else "off"
         return {"torch.is_grad_enabled()": repr(grad), "torch.get_default_dtype()": repr(dtype),
-                "torch.is_inference_mode_enabled()": repr(inference), "autocast": autocast} | \
+                "torch.is_inference_mode_enabled()": repr(inference), "autocast": autocast,
+                "torch.set_flush_denormal": repr(flushed)} | \
             ({"torch function modes": ", ".join(map(str, modes))} if modes else {})
 
     # ---- persistent cache ----------------------------------------------------------

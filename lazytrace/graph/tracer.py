@@ -769,7 +769,7 @@ def choose_backend(backends: list, to: str | None):
 
 
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
-                 "set_default_dtype, inference_mode, torch.func transforms, np.errstate ...): a graph could not "
+                 "set_default_dtype, set_flush_denormal, inference_mode, torch.func transforms, np.errstate ...): a graph could not "
                  "replay it")
 
 
