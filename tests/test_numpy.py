@@ -162,3 +162,30 @@ def test_arrays_a_traced_method_stores_in_its_objects_containers_are_arrays():
         x = np.random.default_rng(seed).random(3)
         assert np.array_equal(lazy(x), x + 1)
         assert type(model.acts["a"]) is np.ndarray and np.array_equal(model.acts["a"], x * 7)
+
+
+def _with_reciprocals(x):
+    return x * 2 + np.ones(3) / np.arange(3.0)        # a constant whose computation divides by zero
+
+
+def test_errstate_around_a_replay_of_a_constant_that_divided_by_zero():
+    """Eager code divides by zero at every call (np.errstate decides: ignore, warn or raise); a
+    graph computed that constant once: a graph holding inf or nan checks the error modes, so
+    np.errstate(divide="raise") around a later call raises FloatingPointError as eager does."""
+    lazy = lazytrace.trace_graph(_with_reciprocals)
+    with np.errstate(divide="ignore"):
+        for seed in range(2):
+            x = np.random.default_rng(seed).random(3)
+            assert np.array_equal(lazy(x), _with_reciprocals(x))
+        assert lazy.stats.hits == 1
+    with np.errstate(divide="raise"):
+        for seed in range(3):
+            with pytest.raises(FloatingPointError, match="divide by zero"):
+                lazy(np.random.default_rng(seed).random(3))
+    with np.errstate(divide="ignore"):
+        x = np.random.default_rng(5).random(3)
+        assert np.array_equal(lazy(x), _with_reciprocals(x))
+    assert lazy.stats.hits == 2 and lazy.stats.guard_failures == 3
+    finite = lazytrace.trace_graph(lambda x: x * 2 + np.ones(3) / np.arange(1.0, 4.0))
+    finite(np.ones(3))
+    assert "hold()" not in finite.graph_for(np.ones(3)).source        # no check without inf or nan

@@ -108,6 +108,15 @@ class Backend:
         """Parts of global_state() that array_check(arrays) compares too, for a graph of `plan`."""
         return frozenset()
 
+    def constant_state(self, constants: list):
+        """Settings the computation of these constants (Values) depended on at the trace, that a
+        graph must check at every call (a call under other settings traces again), or None."""
+        return None
+
+    def constant_checks(self, state, const) -> list[tuple[str, str]]:
+        """(Python condition, what failed) for each check of a constant_state()."""
+        return []
+
     def global_state(self) -> tuple:
         """Framework-wide settings that change results (grad mode, default dtype)."""
         return ()

@@ -132,6 +132,25 @@ def _unwrap(obj):
     return obj
 
 
+#: numpy 2's ContextVar of the error state object np.errstate sets (None elsewhere: compared by value)
+_ERRSTATE = getattr(getattr(getattr(np, "_core", None), "_ufunc_config", None), "_extobj_contextvar", None)
+
+
+class _ErrorModes:
+    """The floating-point error modes in effect (np.geterr, np.geterrcall): whether they hold
+    now is answered by the identity of NumPy's error state object (~20 ns), else by value."""
+
+    __slots__ = ("token", "modes", "call")
+
+    def __init__(self):
+        self.token = _ERRSTATE.get() if _ERRSTATE is not None else None
+        self.modes, self.call = np.geterr(), np.geterrcall()
+
+    def hold(self) -> bool:
+        return (_ERRSTATE is not None and _ERRSTATE.get() is self.token) or \
+            (np.geterr() == self.modes and np.geterrcall() is self.call)
+
+
 class NumpyBackend(Backend):
     name = "numpy"
     sees_creation = False
@@ -203,6 +222,23 @@ class NumpyBackend(Backend):
             return result, mutated
         by_array = {id(self.unwrap(m)): m for m in mutated if isinstance(m, self.tracked_types)}
         return self._wrap(result, session, by_array), [m for m in mutated if isinstance(m, self.tracked_types)]
+
+    def constant_state(self, constants):
+        """np.errstate decides what a division by zero, an overflow or an invalid value does:
+        eager warns, raises or calls a handler at every call, while a graph computed such a
+        constant once. A graph whose constants hold inf or nan (what those errors leave) checks
+        that the error modes are the trace's (np.errstate(all="raise") around it: traced again,
+        so it raises as eager does). Underflow leaves no such mark: not checked."""
+        for value in constants:
+            array = self.unwrap(value.obj)
+            if isinstance(array, (np.ndarray, np.generic)) and array.dtype.kind in "fc" and \
+                    not np.isfinite(array).all():
+                return _ErrorModes()
+        return None
+
+    def constant_checks(self, state, const):
+        return [(f"{const(state)}.hold()", "the floating-point error modes (np.errstate) differ from the "
+                 "trace's, where a constant met a division by zero, an overflow or an invalid value")]
 
     def run_detached(self, func, args, kwargs):
         return func(*_unwrap(args), **_unwrap(kwargs))

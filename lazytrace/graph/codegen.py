@@ -168,6 +168,9 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
 
     if check_functions:
         body[:0] = _replaced_function_checks(em)
+    if plan.constant_state is not None:
+        body[:0] = [f"if not ({test}): raise _GuardFailed({what!r})"
+                    for test, what in backend.constant_checks(plan.constant_state, em._const)]
 
     returned = [v for v in output_values(output_structure) if v in plan.cloned_outputs]
     copies = {}         # a constant returned more than once is copied once: the results are one array, as in eager

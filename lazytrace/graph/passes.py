@@ -40,6 +40,7 @@ class Plan:
     code_globals: tuple = ()                      # (module, name) of globals holding code it read
     modules: tuple = ()                           # names of the modules whose Python code it ran (not UNWATCHED)
     reads_environment: bool = False               # its Python code read os.environ / os.getenv
+    constant_state: object = None                 # state its constants were computed under (Backend.constant_state)
 
 
 def plan(trace: TraceResult, final_versions: dict) -> Plan:

@@ -296,6 +296,9 @@ def decode_call(backend, doc, start_devices=False) -> tuple[tuple, dict]:
 def encode(backend, plan: Plan) -> tuple[dict, dict]:
     """(JSON-able description, {name: array}) of a plan; NotStorable if it holds anything but
     framework calls, literals and arrays computed from no input."""
+    if plan.constant_state is not None:
+        raise NotStorable("its constants depend on settings of this process (e.g. np.errstate for a "
+                          "constant that divided by zero)")
     if plan.reads_environment:
         raise NotStorable("the function reads the process environment (os.environ, os.getenv): another "
                           "process may see other values")
