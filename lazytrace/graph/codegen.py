@@ -38,7 +38,6 @@ class _Emitter:
         self.namespace["_GuardFailed"] = GuardFailed
         self.constants: dict[str, object] = {}
         self.aliases: dict[str, str] = {}          # alias -> qualified name, for the header
-        self.functions: dict[str, tuple] = {}      # alias -> (qualified name, function) called by name
         self._alias_of: dict[int, str] = {}
         self._const_of: dict[int, str] = {}
         for i, v in enumerate(inputs):
@@ -131,10 +130,7 @@ class _Emitter:
             return f"{self.expr(args[0])}.{text}({', '.join(rest)})"
         qualname = text if style == "function" else getattr(node.target, "__qualname__", "fn")
         everything = [self.expr(a) for a in args] + [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
-        alias = self._alias(node.target, qualname)
-        if style == "function":
-            self.functions[alias] = (qualname, node.target)
-        return f"{alias}({', '.join(everything)})"
+        return f"{self._alias(node.target, qualname)}({', '.join(everything)})"
 
 
 def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: str, check_functions=True):
@@ -167,7 +163,8 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
             body.append(f"del {', '.join(dead)}")
 
     if check_functions:
-        body[:0] = _replaced_function_checks(em)
+        homes = plan.function_homes if plan.function_homes is not None else function_homes(backend, plan)
+        body[:0] = _replaced_function_checks(em, homes)
     if plan.constant_state is not None:
         body[:0] = [f"if not ({test}): raise _GuardFailed({what!r})"
                     for test, what in backend.constant_checks(plan.constant_state, em._const)]
@@ -280,19 +277,35 @@ def _guard_line(node, em, index: int) -> str:
     return f"if {test}: raise _GuardFailed({index})"
 
 
-def _replaced_function_checks(em) -> list[str]:
-    """A line per module whose functions the graph calls (`torch.sin`, `torch.nn.functional.relu`):
-    each must still be the one in the module's globals (`torch.sin = my_sin` after the trace:
-    eager would call my_sin, so the signature traces again). ~25 ns a function (a dict item, `is`)."""
-    homes: dict = {}
-    for alias, (qualname, func) in em.functions.items():
+def function_homes(backend, plan: Plan) -> tuple:
+    """(module name, its globals, attribute, function) for each function the plan's calls name by
+    a module attribute (`torch.sin`, `torch.nn.functional.relu`) that holds it now: taken when
+    the graph is made (code generation waits for the first replay; a function replaced
+    meanwhile must be seen too)."""
+    homes = {}
+    for node in plan.nodes:
+        style, qualname = backend.call_syntax(node.target) if node.kind is not Kind.GUARD else (None, "")
+        if style != "function" or id(node.target) in homes:
+            continue
         module_name, _, attribute = qualname.rpartition(".")
         module = sys.modules.get(module_name) if not module_name.startswith("lazytrace.") else None
         namespace = getattr(module, "__dict__", None)
-        if type(namespace) is dict and namespace.get(attribute) is func:
-            homes.setdefault(module_name, (namespace, []))[1].append((attribute, alias))
+        if type(namespace) is dict and namespace.get(attribute) is node.target:
+            homes[id(node.target)] = (module_name, namespace, attribute, node.target)
+    return tuple(homes.values())
+
+
+def _replaced_function_checks(em, homes) -> list[str]:
+    """A line per module whose functions the graph calls (function_homes): each must still be the
+    one in the module's globals (`torch.sin = my_sin` after the trace: eager would call my_sin,
+    so the signature traces again). ~25 ns a function (a dict item, `is`)."""
+    modules: dict = {}
+    for module_name, namespace, attribute, func in homes:
+        alias = em._alias_of.get(id(func))
+        if alias is not None:
+            modules.setdefault(module_name, (namespace, []))[1].append((attribute, alias))
     lines = []
-    for module_name, (namespace, pairs) in homes.items():
+    for module_name, (namespace, pairs) in modules.items():
         name = f"_globals{len(lines)}"
         em.namespace[name] = namespace
         test = " or ".join(f"{name}[{attribute!r}] is not {alias}" for attribute, alias in pairs)

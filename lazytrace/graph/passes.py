@@ -41,6 +41,7 @@ class Plan:
     modules: tuple = ()                           # names of the modules whose Python code it ran (not UNWATCHED)
     reads_environment: bool = False               # its Python code read os.environ / os.getenv
     constant_state: object = None                 # state its constants were computed under (Backend.constant_state)
+    function_homes: tuple | None = None           # where its functions were found (codegen.function_homes)
 
 
 def plan(trace: TraceResult, final_versions: dict) -> Plan:

@@ -845,6 +845,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
 
 def make_graph(backend, plan, *, name, key, signature, original, options, extra=None, state=None) -> Graph:
     """A Graph over a plan (from a trace, or loaded from the persistent cache)."""
+    plan.function_homes = codegen.function_homes(backend, plan)
     def build():    # code generation waits for the first replay: the first call pays only the trace
         compiler = options.return_backend_traced_fn
         if compiler:
