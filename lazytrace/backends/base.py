@@ -271,14 +271,41 @@ class Backend:
         return {f"global state [{i}]": repr(x) for i, x in enumerate(state)}
 
     # --- persistent cache (lazytrace/persist) -------------------------------
-    #: the distribution whose version is part of a stored graph's key
-    distribution: str = ""
+    #: the distribution whose version is part of a stored graph's key (or a tuple of several:
+    #: JAX's results depend on jaxlib's version too)
+    distribution: str | tuple = ""
     #: modules a stored graph's calls are named in ('module:attr' or 'module:Class.attr')
     persist_roots: tuple = ()
+
+    def persist_root(self, module: str) -> bool:
+        """Whether a stored graph's call may be named in this module (read with its attributes only)."""
+        return module in self.persist_roots
 
     def target_ref(self, func) -> str | None:
         """'module:attr.path' naming `func` inside persist_roots, or None: such a graph is not
         stored. The persist layer checks that the name resolves back to `func`."""
+        return None
+
+    def stored_call(self, func) -> tuple[str, Any] | None:
+        """(name, parameters) of a recorded call: the name as target_ref, and for a call made
+        from data (a JAX primitive and its parameters) that data as literals, else None.
+        None: not storable."""
+        ref = self.target_ref(func)
+        return None if ref is None else (ref, None)
+
+    def loaded_call(self, obj, params):
+        """The callable a stored call with parameters stands for (obj: its resolved name);
+        ValueError for parameters this backend did not write."""
+        raise ValueError(f"the {self.name} backend stores no calls with parameters")
+
+    def same_call(self, found, func) -> bool:
+        """Whether `found`, loaded from the stored name of `func`, makes the same call (`func`
+        itself may be a copy made during the trace, e.g. JAX's jitted functions)."""
+        return found == func
+
+    def key_text(self, obj) -> str | None:
+        """A stable text of a framework object in a signature key that is not one of the
+        static_types (JAX's abstract values), equal exactly when the objects are; else None."""
         return None
 
     def allowed_target(self, obj) -> bool:
@@ -464,3 +491,37 @@ def unwrap_tree(obj, tracer_type):
 def _host_contents(array) -> tuple:
     """What a guard on a NumPy array compares besides its identity: shape, dtype and bytes."""
     return array.shape, array.dtype.str, array.tobytes()
+
+
+#: dtypes safetensors' NumPy interface writes itself; others (bfloat16, float8 ...) are stored as bytes
+_SAFETENSORS_DTYPES = frozenset({"float64", "float32", "float16", "int64", "uint64", "int32", "uint32", "int16",
+                                 "uint16", "int8", "uint8", "bool", "complex64"})
+
+
+def save_numpy_arrays(arrays: dict, metadata: dict) -> bytes:
+    """A safetensors file of NumPy arrays (by name); an array of a dtype safetensors has no code
+    for is stored as its bytes, with its dtype name and shape in the metadata ('lazytrace.raw')."""
+    import json
+    import numpy as np
+    from safetensors.numpy import save
+    plain, raw = {}, {}
+    for name, a in arrays.items():
+        a = np.array(a, order="C", copy=None)      # (np.ascontiguousarray makes a 0-d array 1-d)
+        if a.dtype.name in _SAFETENSORS_DTYPES:
+            plain[name] = a
+        else:
+            raw[name] = [a.dtype.name, list(a.shape)]
+            plain[name] = a.reshape(-1).view(np.uint8)
+    return save(plain, metadata={**metadata, "lazytrace.raw": json.dumps(raw)})
+
+
+def load_numpy_arrays(data: bytes, metadata: dict, dtype_of) -> dict:
+    """The arrays of a file save_numpy_arrays wrote; `dtype_of(name)` gives a stored dtype name's
+    NumPy dtype (ValueError for a name it does not know)."""
+    import json
+    from safetensors.numpy import load
+    raw = json.loads(metadata.get("lazytrace.raw", "{}"))
+    arrays = load(data)
+    for name, (dtype, shape) in raw.items():
+        arrays[name] = arrays[name].view(dtype_of(dtype)).reshape(shape)
+    return arrays

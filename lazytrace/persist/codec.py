@@ -17,6 +17,7 @@ stateful objects, namedtuples, enums ...) is not stored: `NotStorable` says why.
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import sys
 from types import ModuleType, SimpleNamespace
@@ -57,7 +58,7 @@ def resolve(backend, ref):
     if ref == _GLOBAL_GUARD:
         return read_global
     root, path = ref.split(":")
-    if root not in backend.persist_roots:
+    if not backend.persist_root(root):
         raise CorruptEntry(f"call {ref!r} is outside the {backend.name} modules a stored graph may use")
     names = path.split(".")
     if not 1 <= len(names) <= 3 or not all(n.isidentifier() for n in names):
@@ -72,19 +73,34 @@ def resolve(backend, ref):
     return obj
 
 
-def _ref(backend, func) -> str:
+def _ref(backend, func, enc) -> tuple[str, object]:
+    """(name, encoded parameters) of a call; checked to load back as the same call."""
     if func is read_global:
-        return _GLOBAL_GUARD
-    ref = backend.target_ref(func)
-    if ref is None:
+        return _GLOBAL_GUARD, None
+    stored = backend.stored_call(func)
+    if stored is None:
         raise NotStorable(f"the call {_name(func)} has no name in {backend.name}'s own modules")
+    ref, params = stored
+    encoded = None if params is None else enc(params)
     try:
-        found = resolve(backend, ref)
-    except CorruptEntry:
+        found = target(backend, ref, None if params is None else _Decoder(backend, {}, {})(encoded))
+    except (CorruptEntry, Unavailable):
         found = None
-    if found is not func and found != func:
+    if found is not func and not backend.same_call(found, func):
         raise NotStorable(f"the call {_name(func)} cannot be found again by its name {ref!r}")
-    return ref
+    return ref, encoded
+
+
+def target(backend, ref, params):
+    """The callable of a stored call: its name resolved, made by the backend from its decoded
+    parameters if it has any (a JAX primitive and its parameters)."""
+    obj = resolve(backend, ref)
+    if params is None:
+        return obj
+    try:
+        return backend.loaded_call(obj, params)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CorruptEntry(f"call {ref!r} with malformed parameters: {exc}") from None
 
 
 def _module_of(obj) -> str | None:
@@ -307,7 +323,8 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
             raise NotStorable(f"the graph reads or writes attributes of stateful objects ({node.kind.value})")
         for j, out in enumerate(node.outputs):
             refs[id(out)] = ["n", n, j]
-        nodes.append({"kind": node.kind.value, "call": _ref(backend, node.target),
+        call, params = _ref(backend, node.target, enc)
+        nodes.append({"kind": node.kind.value, "call": call, **({"params": params} if params is not None else {}),
                       "args": [enc(a) for a in node.args],
                       "kwargs": [[k, enc(v)] for k, v in node.kwargs.items()],
                       "inputs": [enc.value(v) for v in node.inputs],
@@ -354,10 +371,13 @@ def _decode(backend, doc, arrays):
         kind = _KIND_OF.get(data["kind"])
         if kind is None:
             raise CorruptEntry(f"node kind {data['kind']!r} is never stored")
-        ref = data["call"]
-        target = targets.get(ref) if type(ref) is str else None
-        if target is None:
-            target = targets[ref] = resolve(backend, ref)
+        ref, params = data["call"], data.get("params")
+        name = (ref, json.dumps(params, sort_keys=True)) if type(ref) is str else None
+        call = targets.get(name) if name is not None else None
+        if call is None:
+            call = target(backend, ref, None if params is None else dec(params))
+            if name is not None:
+                targets[name] = call
         kwargs = {}
         for name, value in _list(data["kwargs"]):
             if not isinstance(name, str) or not name.isidentifier():
@@ -366,7 +386,7 @@ def _decode(backend, doc, arrays):
         structure = data["structure"]
         if structure not in (None, "single") and (type(structure) is not int or structure < 0):
             raise CorruptEntry(f"malformed result structure {structure!r}")
-        node = Node(n, kind, target, tuple(dec(a) for a in _list(data["args"])),
+        node = Node(n, kind, call, tuple(dec(a) for a in _list(data["args"])),
                     kwargs, [dec.value(r) for r in _list(data["inputs"])], [], result_structure=structure,
                     expected=dec(data["expected"]) if kind is Kind.GUARD else None)
         for j, index in enumerate(_list(data["outputs"])):

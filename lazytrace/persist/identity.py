@@ -333,7 +333,14 @@ def environment(backend) -> dict:
     """The parts of the key that describe the running software."""
     return {"format": FORMAT_VERSION, "python": sys.implementation.cache_tag + " " + sys.version,
             "lazytrace": package_fingerprint("lazytrace"),
-            "framework": [backend.name, _version(backend.distribution)]}
+            "framework": [backend.name, *framework_versions(backend.distribution)]}
+
+
+def framework_versions(distribution) -> list:
+    """The version of a backend's distribution, or 'name version' of each of several."""
+    if isinstance(distribution, str):
+        return [_version(distribution)]
+    return [f"{name} {_version(name)}" for name in distribution]
 
 
 @lru_cache(maxsize=None)
@@ -429,7 +436,10 @@ def _write(obj, backend, out):
     elif isinstance(obj, backend.static_types):
         out.append(f"{_type_name(tp)}:{obj!r}")
     else:
-        raise NotStorable(f"the call's key holds a {_type_name(tp)}, which has no stable text form")
+        text = backend.key_text(obj)
+        if text is None:
+            raise NotStorable(f"the call's key holds a {_type_name(tp)}, which has no stable text form")
+        out.append(f"{_type_name(tp)}:{text}")
 
 
 def _type_name(tp: type) -> str:
