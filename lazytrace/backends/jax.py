@@ -537,6 +537,8 @@ class JaxBackend(Backend):
             return ["type", np.dtype(obj).name]
         if isinstance(obj, np.generic) and obj.dtype.kind in "biuf":
             return ["scalar", obj.dtype.name, repr(obj.item())]
+        if type(obj) is prng_impls.PRNGImpl and prng_impls.prngs.get(obj.name) is obj:
+            return ["prng", obj.name]
         if isinstance(obj, enum.Enum) and type(obj).__module__.startswith("jax."):
             return ["enum", type(obj).__module__, type(obj).__qualname__, obj.name]
         return None
@@ -549,6 +551,8 @@ class JaxBackend(Backend):
             if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
                 raise ValueError(f"not a stored jax enum: {data!r:.80}")
             return cls[member]
+        if kind == "prng":
+            return _prng(rest[0])
         dtype = _dtype(rest[0])
         if kind == "dtype":
             return dtype

@@ -61,6 +61,7 @@ process: not done.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import operator
 import re
@@ -456,7 +457,10 @@ class TensorflowBackend(Backend):
         if ref is None:
             return None
         module, _, name = ref.partition(":")
-        found = getattr(sys.modules.get(module), name, None) if "." not in name else func
+        try:
+            found = getattr(importlib.import_module(module), name, None) if "." not in name else func
+        except ImportError:
+            return None
         for depth in range(_MAX_UNWRAP + 1):
             if found is func:
                 return ref, (("unwrap", depth) if depth else None)

@@ -63,7 +63,10 @@ def resolve(backend, ref):
     names = path.split(".")
     if not 1 <= len(names) <= 3 or not all(n.isidentifier() for n in names):
         raise CorruptEntry(f"malformed call name {ref!r}")
-    obj = importlib.import_module(root)
+    try:
+        obj = importlib.import_module(root)
+    except ImportError:
+        raise CorruptEntry(f"call {ref!r} names no {backend.name} module") from None
     for name in names:
         obj = getattr(obj, name, None)
         if obj is None or isinstance(obj, ModuleType):
