@@ -13,8 +13,11 @@ process that has imported torch and kornia:
 Each fresh process runs --repeat times (modes interleaved); a time is the median over them.
 The ratios are per function (first call / cached call of the same process), then the median
 and max over the functions; every function counts, the first of a process included.
+With --framework jax or tensorflow, the same for a small library of five functions of that
+framework (written to the temporary directory; 1x3x32x32 float32 inputs) instead of kornia.
 
-    python benchmarks/bench_persist.py [--only NAME ...] [--repeat N] [--json PATH]
+    python benchmarks/bench_persist.py [--framework kornia|jax|tensorflow] [--only NAME ...] [--repeat N]
+                                       [--json PATH]
 """
 import argparse
 import json
@@ -28,15 +31,13 @@ HERE = Path(__file__).resolve()
 CHILD = r"""
 import functools, json, statistics, sys, time, warnings
 start = time.perf_counter()
-import torch, kornia, lazytrace
-torch.set_num_threads(1)
-sys.path.insert(0, {tests!r})
-from kornia_cases import CASES
+import lazytrace
+{setup}
 imported = time.perf_counter() - start
 warnings.simplefilter("ignore")
 mode, cache, only = sys.argv[1], sys.argv[2], set(sys.argv[3:])
 start = time.perf_counter()
-traced = lazytrace.trace_graph(kornia, cache=cache if mode != "trace" else False, prewarm=mode == "prewarm")
+traced = lazytrace.trace_graph(library, cache=cache if mode != "trace" else False, prewarm=mode == "prewarm")
 made = time.perf_counter() - start
 out, calls = {{}}, []
 for name, _, make in CASES:
@@ -65,11 +66,80 @@ if mode in ("preload", "prewarm"):
         out[name].update(hits=lazy.stats.hits, calls=lazy.stats.calls)
 print(json.dumps({{"import_ms": imported * 1e3, "proxy_ms": made * 1e3, "functions": out}}))
 """
+KORNIA = """
+import torch, kornia
+torch.set_num_threads(1)
+sys.path.insert(0, {tests!r})
+from kornia_cases import CASES
+library = kornia
+"""
+#: --framework jax / tensorflow: a library of small functions, and how to make their inputs
+LIBRARIES = {
+    "jax": ("""
+import jax
+import jax.numpy as jnp
+
+def normalize(x):
+    return (x - x.mean(axis=(-1, -2), keepdims=True)) / (x.std(axis=(-1, -2), keepdims=True) + 1e-5)
+
+def swish(x):
+    return x * jax.nn.sigmoid(x)
+
+def softmax(x):
+    return jax.nn.softmax(x, axis=-1)
+
+def gray(x):
+    return 0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]
+
+def chain(x):
+    for _ in range(8):
+        x = jnp.tanh(x) * 1.1 + 0.1
+    return x
+""", "jax.numpy.asarray(np.random.default_rng(0).random((n, 3, 32, 32), dtype=np.float32))"),
+    "tensorflow": ("""
+import tensorflow as tf
+
+def normalize(x):
+    mean, variance = tf.nn.moments(x, axes=[2, 3], keepdims=True)
+    return (x - mean) / (tf.sqrt(variance) + 1e-5)
+
+def swish(x):
+    return x * tf.sigmoid(x)
+
+def softmax(x):
+    return tf.nn.softmax(x, axis=-1)
+
+def gray(x):
+    return 0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]
+
+def chain(x):
+    for _ in range(8):
+        x = tf.tanh(x) * 1.1 + 0.1
+    return x
+""", "tf.constant(np.random.default_rng(0).random((n, 3, 32, 32), dtype=np.float32))"),
+}
+FRAMEWORK = """
+import numpy as np
+import {module}{alias}
+sys.path.insert(0, {folder!r})
+import bench_persist_{framework} as library
+CASES = [(name, None, lambda n: ({make},)) for name in ("normalize", "swish", "softmax", "gray", "chain")]
+"""
 MODES = ("preload", "prewarm", "trace")
 
 
-def run(mode, cache, only):
-    code = CHILD.format(tests=str(HERE.parents[1] / "tests"))
+def child_code(framework: str, folder: str) -> str:
+    """The fresh process's script; for jax/tensorflow, their library is written to `folder`."""
+    if framework == "kornia":
+        return CHILD.format(setup=KORNIA.format(tests=str(HERE.parents[1] / "tests")))
+    source, make = LIBRARIES[framework]
+    Path(folder, f"bench_persist_{framework}.py").write_text(source)
+    alias = " as tf" if framework == "tensorflow" else ""
+    return CHILD.format(setup=FRAMEWORK.format(module=framework, alias=alias, folder=folder,
+                                               framework=framework, make=make))
+
+
+def run(code, mode, cache, only):
     done = subprocess.run([sys.executable, "-c", code, mode, cache, *only], capture_output=True, text=True)
     if done.returncode:
         sys.exit(done.stderr)
@@ -88,6 +158,8 @@ def medians(runs: list) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", choices=["kornia", *LIBRARIES], default="kornia",
+                        help="kornia's test cases (default), or a small library of jax or tensorflow functions")
     parser.add_argument("--only", nargs="*", default=[], help="case names (e.g. filters.gaussian_blur2d)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="fresh processes per mode; each time is the median over them (default 3)")
@@ -95,12 +167,13 @@ def main():
     ns = parser.parse_args()
     if ns.repeat < 1:
         parser.error("--repeat must be at least 1")
-    with tempfile.TemporaryDirectory() as cache:
-        warm = run("warm", cache, ns.only)
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as folder:
+        code = child_code(ns.framework, folder)
+        warm = run(code, "warm", cache, ns.only)
         runs = {mode: [] for mode in MODES}
         for _ in range(ns.repeat):            # modes interleaved: a busy moment touches all alike
             for mode, done in runs.items():
-                done.append(run(mode, cache, ns.only))
+                done.append(run(code, mode, cache, ns.only))
         result = {mode: medians(runs[mode]) for mode in MODES}
     pre, warmed, traced = (result[m]["functions"] for m in MODES)
     names = [n for n in pre if n in warmed and n in traced and all(
@@ -124,8 +197,9 @@ def main():
     prewarmed = sum(r["prewarmed"] for r in warmed.values())
     print(f"\n{len(names)} functions replayed from the cache ({stored} graphs stored by the warm-up, "
           f"{prewarmed} prewarmed)")
-    print(f"fresh process: import torch+kornia {result['preload']['import_ms']:.0f} ms; "
-          f"trace_graph(kornia, cache=DIR) (preload of {stored} graphs) {result['preload']['proxy_ms']:.1f} ms; "
+    print(f"fresh process: import {'torch+kornia' if ns.framework == 'kornia' else ns.framework} "
+          f"{result['preload']['import_ms']:.0f} ms; "
+          f"trace_graph(library, cache=DIR) (preload of {stored} graphs) {result['preload']['proxy_ms']:.1f} ms; "
           f"with prewarm=True {result['prewarm']['proxy_ms']:.1f} ms; "
           f"cache off {result['trace']['proxy_ms']:.2f} ms")
     if ratios:

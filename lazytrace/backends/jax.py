@@ -594,14 +594,19 @@ class JaxBackend(Backend):
         return self._put(np.full(shape, fill, dtype), where, start_devices, weak)
 
     def _put(self, value, where, start_devices, weak=False):
-        """`value` on the device `where` ([platform, id, memory kind]), weak-typed if `weak`."""
-        platform, device_id, memory = where
+        """`value` on the device `where` ([platform, id, memory kind, committed]), weak-typed if
+        `weak`. Committed to it as the array was (jit compiles committed and uncommitted
+        arguments apart: a prewarm on committed copies of uncommitted inputs would warm nothing)."""
+        platform, device_id, memory, committed = where
         if not (start_devices or xla_bridge.backends_are_initialized() or _cpu_only(platform)):
             raise RuntimeError(f"an array on {platform} would start JAX's runtimes (prewarm=True allows it)")
         device = next((d for d in jax.devices(platform) if d.id == device_id), None)
         if device is None:
             raise ValueError(f"no {platform} device {device_id} in this process")
-        out = jax.device_put(value, jax.sharding.SingleDeviceSharding(device, memory_kind=memory))
+        sharding = jax.sharding.SingleDeviceSharding(device, memory_kind=memory)
+        out = jax.device_put(value)
+        if committed is not False or out.sharding != sharding:
+            out = jax.device_put(value, sharding)
         return lax_internal._convert_element_type(out, out.dtype, weak_type=True) if weak else out
 
     def save_arrays(self, arrays, metadata):
@@ -901,11 +906,11 @@ def _prng(name):
 
 
 def _placement(a):
-    """[platform, device id, memory kind] of a concrete array on one device, else None."""
+    """[platform, device id, memory kind, committed] of a concrete array on one device, else None."""
     if not isinstance(a, _ARRAYS) or type(a.sharding) is not jax.sharding.SingleDeviceSharding:
         return None
     device = next(iter(a.sharding.device_set))
-    return [device.platform, device.id, a.sharding.memory_kind]
+    return [device.platform, device.id, a.sharding.memory_kind, bool(getattr(a, "_committed", True))]
 
 
 def _cpu_only(platform) -> bool:

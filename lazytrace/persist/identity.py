@@ -377,8 +377,15 @@ def distribution_versions(package: str) -> list:
     if dist is not None and _provides(dist, package):
         metadata = dist.metadata          # parsed once (a long description makes it slow)
         return [[metadata["Name"], metadata["Version"]]]
-    names = importlib_metadata.packages_distributions().get(package, [])
+    names = _providers().get(package, [])
     return sorted([name, _version(name)] for name in set(names))
+
+
+@lru_cache(maxsize=1)
+def _providers() -> dict:
+    """{top-level package: distributions}, read once per process (it reads every distribution's
+    file list: ~0.3 s here; a library and its framework, e.g. tensorflow-cpu, both ask)."""
+    return importlib_metadata.packages_distributions()
 
 
 def _provides(dist, package: str) -> bool:
@@ -401,6 +408,7 @@ def clear_caches() -> None:
     """Forget fingerprints and versions taken in this process (after files changed)."""
     package_fingerprint.cache_clear()
     distribution_versions.cache_clear()
+    _providers.cache_clear()
     _version.cache_clear()
     _data_memo.clear()
     _digests.clear()
