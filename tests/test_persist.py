@@ -13,6 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load as st_load, save as st_save
 
+from conftest import run_fresh_python
+
 import lazytrace
 from lazytrace.persist import CacheWarning, CorruptEntry, GraphStore, codec, identity, read_description
 
@@ -67,10 +69,7 @@ def run_fresh(lib, cache_dir, code: str) -> dict:
         import {lib.__name__} as lib
         cache = {str(cache_dir)!r}
     """
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(code)],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_fresh_python(prelude, code)
 
 
 def stored_files(cache_dir):

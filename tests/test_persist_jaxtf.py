@@ -3,12 +3,10 @@ without tracing (weak-typed and bfloat16 constants, PRNG keys, tf.Variables read
 framework version change misses, files naming calls outside the framework are refused."""
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
+from conftest import run_fresh_python
 from safetensors.numpy import load as st_load, save as st_save
 
 import lazytrace
@@ -77,10 +75,7 @@ def run_fresh(lib, cache, code: str) -> dict:
         cache = {str(cache)!r}
         warnings.simplefilter("error", lazytrace.persist.CacheWarning)
     """
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(code)],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_fresh_python(prelude, code)
 
 
 def stored_files(cache):
