@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 def mix(x):
     y = jnp.sin(x) * 2 + jnp.sum(x, axis=0) + jax.nn.relu(x) - x[0]
-    return y + jnp.exp(x).mean(), jax.lax.exp(x)
+    return y + jnp.exp(x).mean() + x ** 2 + abs(x) ** 0.5, jax.lax.exp(x)
 
 def weak(x):
     return x * (jnp.exp(0.5) * 2)          # a weak-typed constant (of Python numbers): x's dtype wins

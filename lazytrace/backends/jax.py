@@ -206,6 +206,8 @@ def _fast_operator(name, call, reflected):
 _FAST_OPERANDS = frozenset({int, float, ArrayImpl})
 for _name, (_call, _reflected) in _operator_calls().items():
     setattr(JaxTracer, f"__{_name}__", _fast_operator(_name, _call, _reflected))
+#: the jax.numpy functions the operators record that are not jitted themselves (power)
+_OPERATOR_TARGETS = frozenset(call for call, _ in _operator_calls().values() if not hasattr(call, "_jit_info"))
 
 
 class LazyTrace(core.Trace):
@@ -483,6 +485,8 @@ class JaxBackend(Backend):
             return f"{__name__}:_method_callable", ("method", func.__name__)
         if _readback_builtin(func):
             return f"{'builtins' if isinstance(func, type) else 'operator'}:{func.__name__}", None
+        if func in _OPERATOR_TARGETS:       # `x ** y`: jax.numpy.power, a plain function
+            return _function_ref(func), None
         return None
 
     def loaded_call(self, obj, params):
@@ -514,7 +518,7 @@ class JaxBackend(Backend):
             return True
         if isinstance(obj, core.Primitive):
             return obj is not pjit.jit_p and not any(word in obj.name for word in ("callback", "feed"))
-        return obj is _method_callable or _readback_builtin(obj)
+        return obj is _method_callable or _readback_builtin(obj) or obj in _OPERATOR_TARGETS
 
     def _primitive_ref(self, primitive) -> str | None:
         """'module:name_p' of JAX's module that holds a primitive (jax.lax first)."""

@@ -315,6 +315,9 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
         if module is not None:
             constants.append({"g": module})
             continue
+        if not v.foldable and not isinstance(backend.unwrap(v.obj), backend.array_types):
+            raise NotStorable(f"the graph checks a {type(v.obj).__qualname__} the traced code reached by itself "
+                              f"(a closure cell, an object's attribute): it has no stored form")
         if not v.foldable:          # (a foldable EXTERNAL one is a NumPy array made by calls it did not see)
             raise NotStorable("the function reads an array it reached by itself (a global, a closure "
                               "variable, a module parameter): a stored copy would not follow its changes")
