@@ -3,6 +3,7 @@ without tracing (weak-typed and bfloat16 constants, PRNG keys, tf.Variables read
 framework version change misses, files naming calls outside the framework are refused."""
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -288,3 +289,25 @@ def test_cache_ls_and_info_show_the_entries(framework, temp_library, tmp_path, c
     assert f"  {fn.__module__}  mix  " in listing and "1 files" in listing
     assert cli.main(["cache", "--cache-dir", str(cache), "info"]) == 0
     assert f"{fn.__module__}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("params", [
+    {"t": ["primitive", {"d": [["start_indices", {"t": ["a", "b"]}]]}]},      # parameters it never had
+    {"t": ["primitive", {"d": [["f", {"p": "80049500"}]]}]},                 # a tag no literal has
+    {"t": ["custom"]},                                                       # another kind of call
+    {"t": ["method", "__reduce__"]}])
+def test_tampered_jax_call_parameters_never_fail_the_call(jlib, tmp_path, params):
+    cache = tmp_path / "cache"
+    x = jnp.asarray(np.random.rand(3, 4).astype(np.float32))
+    lazytrace.trace_graph(jlib.mix, cache=cache)(x)
+    (path,) = stored_files(cache)
+    data = path.read_bytes()
+    content, metadata = read_description(data)
+    node = next(n for n in content["graphs"][0]["nodes"] if n["call"] == "jax.lax:slice_p")
+    node["params"] = params
+    path.write_bytes(st_save(st_load(data), metadata={**metadata, "lazytrace": json.dumps(content)}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CacheWarning)     # refused at load, or the graph raises at its call
+        fresh = lazytrace.trace_graph(jlib.mix, cache=cache)
+        y = jnp.asarray(np.random.rand(3, 4).astype(np.float32))
+        assert _equal(fresh(y), jlib.mix(y))
