@@ -40,6 +40,11 @@ def branchy(x):
         return x * 2
     return x - 1
 
+def clipped(x):
+    if (x > -1).all().item():         # x.item(): a guard on the value read back (True)
+        return x * 2
+    return x
+
 def looped(x):
     return jax.lax.fori_loop(0, 3, lambda i, v: v * 2 + i, x)
 '''
@@ -94,7 +99,7 @@ def _jax_calls():
     x = jnp.asarray(np.random.rand(3, 4).astype(np.float32))
     b = jnp.asarray(np.random.rand(3).astype(np.float32), dtype=jnp.bfloat16)
     return [("mix", (x,)), ("weak", (b,)), ("bf16", (b,)), ("noise", (jax.random.key(1), x)),
-            ("noise", (jax.random.PRNGKey(1), x)), ("branchy", (x,))]
+            ("noise", (jax.random.PRNGKey(1), x)), ("branchy", (x,)), ("clipped", (x,))]
 
 
 def test_jax_graphs_replay_in_a_fresh_process_without_tracing(jlib, tmp_path):
@@ -109,7 +114,7 @@ def test_jax_graphs_replay_in_a_fresh_process_without_tracing(jlib, tmp_path):
         x = jnp.asarray(rng.random((3, 4), dtype=np.float32))              # new inputs
         b = jnp.asarray(rng.random(3, dtype=np.float32), dtype=jnp.bfloat16)
         calls = [("mix", (x,)), ("weak", (b,)), ("bf16", (b,)), ("noise", (jax.random.key(7), x)),
-                 ("noise", (jax.random.PRNGKey(7), x)), ("branchy", (x,)), ("branchy", (-x,))]
+                 ("noise", (jax.random.PRNGKey(7), x)), ("branchy", (x,)), ("branchy", (-x,)), ("clipped", (x,))]
         graphs = {name: lazytrace.trace_graph(getattr(lib, name), cache=cache, prewarm=True)
                   for name in dict(calls)}
         preloaded = {name: g.stats.loaded for name, g in graphs.items()}
@@ -124,7 +129,7 @@ def test_jax_graphs_replay_in_a_fresh_process_without_tracing(jlib, tmp_path):
     """)
     assert all(ok for _, ok in result["same"]), result["same"]
     # both key kinds of `noise` preloaded; branchy's stored guard holds for x, fails for -x: traced
-    assert result["preloaded"] == {"mix": 1, "weak": 1, "bf16": 1, "noise": 2, "branchy": 1}
+    assert result["preloaded"] == {"mix": 1, "weak": 1, "bf16": 1, "noise": 2, "branchy": 1, "clipped": 1}
     for name, stats in result["stats"].items():
         assert stats["traces"] == (1 if name == "branchy" else 0), (name, stats)
         assert stats["hits"] == (1 if name == "branchy" else stats["calls"]), (name, stats)

@@ -126,6 +126,10 @@ def _method_callable(name):
     return fn
 
 
+#: `x.item()`, `x.tolist()` of a tracer: guards (named so in a stored graph)
+READ_ITEM, READ_TOLIST = _method_callable("item"), _method_callable("tolist")
+
+
 def _escape(self, *args, **kwargs):
     return self._lt_session.on_call(np.asarray, (self,), {})
 
@@ -481,8 +485,8 @@ class JaxBackend(Backend):
         if tp is _CustomCall:
             ref = _function_ref(getattr(func.fn, "fun", None))
             return None if ref is None else (ref, ("custom",))
-        if tp is type(_method_callable) and _METHOD_CALLABLES.get(getattr(func, "__name__", None)) is func:
-            return f"{__name__}:_method_callable", ("method", func.__name__)
+        if func is READ_ITEM or func is READ_TOLIST:
+            return f"{__name__}:READ_{func.__name__.upper()}", None
         if _readback_builtin(func):
             return f"{'builtins' if isinstance(func, type) else 'operator'}:{func.__name__}", None
         if func in _OPERATOR_TARGETS:       # `x ** y`: jax.numpy.power, a plain function
@@ -499,8 +503,6 @@ class JaxBackend(Backend):
             return call
         if kind == "primitive" and isinstance(obj, core.Primitive) and len(rest) == 1 and type(rest[0]) is dict:
             return self.primitive_callable(obj, rest[0])
-        if kind == "method" and obj is _method_callable and rest in (["item"], ["tolist"]):
-            return _method_callable(rest[0])
         raise ValueError(f"not a stored jax call: {params!r:.80}")
 
     def same_call(self, found, func):
@@ -518,7 +520,7 @@ class JaxBackend(Backend):
             return True
         if isinstance(obj, core.Primitive):
             return obj is not pjit.jit_p and not any(word in obj.name for word in ("callback", "feed"))
-        return obj is _method_callable or _readback_builtin(obj) or obj in _OPERATOR_TARGETS
+        return obj is READ_ITEM or obj is READ_TOLIST or _readback_builtin(obj) or obj in _OPERATOR_TARGETS
 
     def _primitive_ref(self, primitive) -> str | None:
         """'module:name_p' of JAX's module that holds a primitive (jax.lax first)."""
