@@ -837,41 +837,20 @@ def test_the_sign_of_a_zero_held_in_a_container_or_attribute_is_guarded(holder):
         SIGNED[0] = SIGNED_CONFIG.gain = 0.0
 
 
-DEPTH_GAIN = 2.0
-
-
-def _gain_5():
-    return DEPTH_GAIN + 1.0          # pure Python, five calls below the traced function
-
-
-def _gain_4():
-    return _gain_5()
-
-
-def _gain_3():
-    return _gain_4()
-
-
-def _gain_2():
-    return _gain_3()
-
-
-def _gain_1():
-    return _gain_2()
-
 
 def through_a_chain_of_helpers(x):
-    return x * _gain_1()            # the framework call comes after the chain returned
+    return x * _level1()            # FACTOR is read four pure-Python calls below, before the framework call
 
 
-def test_a_global_read_five_pure_python_calls_below_is_checked(fw):
-    global DEPTH_GAIN
+def test_a_global_read_four_pure_python_calls_below_is_checked(fw):
+    global FACTOR
+    before = FACTOR
     lazy = lazytrace.trace_graph(through_a_chain_of_helpers)
     try:
-        for gain in (2.0, 2.0, 4.0, 4.0):
-            DEPTH_GAIN = gain
+        for factor in (before, before, before + 2.0, before + 2.0):
+            FACTOR = factor
             x = fw.rand(3)
             assert fw.equal(lazy(x), through_a_chain_of_helpers(x))
         assert lazy.stats.traces == 2 and lazy.stats.hits == 2
     finally:
-        DEPTH_GAIN = 2.0
+        FACTOR = before
