@@ -9,7 +9,9 @@ process that has imported torch and kornia:
   function called once (the first call, timed) and again for its cached call (median);
 - "prewarm": the same with `prewarm=True` (the proxy also runs each graph once on
   constant-filled inputs);
-- "trace": `trace_graph(kornia, cache=False)`: each function's first call traces there.
+- "trace": `trace_graph(kornia, cache=False)`: each function's first call traces there;
+- "eager": kornia itself, for reference: its own first call in a fresh process vs its cached call
+  (what cold caches and the framework's first-use costs give without lazytrace).
 Each fresh process runs --repeat times (modes interleaved); a time is the median over them.
 The ratios are per function (first call / cached call of the same process), then the median
 and max over the functions; every function counts, the first of a process included.
@@ -37,7 +39,8 @@ imported = time.perf_counter() - start
 warnings.simplefilter("ignore")
 mode, cache, only = sys.argv[1], sys.argv[2], set(sys.argv[3:])
 start = time.perf_counter()
-traced = lazytrace.trace_graph(library, cache=cache if mode != "trace" else False, prewarm=mode == "prewarm")
+traced = library if mode == "eager" else \
+    lazytrace.trace_graph(library, cache=cache if mode != "trace" else False, prewarm=mode == "prewarm")
 made = time.perf_counter() - start
 out, calls = {{}}, []
 for name, _, make in CASES:
@@ -49,9 +52,9 @@ for name, _, make in CASES:
     lazy(*args)
     first = (time.perf_counter_ns() - start) / 1000
     out[name] = {{"first_us": first, **{{k: lazy.stats.as_dict()[k] for k in ("loaded", "traces", "stored",
-                                                                            "prewarmed")}}}}
+                                                                            "prewarmed")}}}} if mode != "eager" else {{"first_us": first}}
     calls.append((name, lazy, args))
-if mode in ("preload", "prewarm"):
+if mode in ("preload", "prewarm", "eager"):
     for name, lazy, args in calls:     # each once more, in the same order: as cold as the first call
         start = time.perf_counter_ns()
         lazy(*args)
@@ -63,7 +66,8 @@ if mode in ("preload", "prewarm"):
             lazy(*args)
             samples.append(time.perf_counter_ns() - t)
         out[name]["cached_us"] = statistics.median(samples) / 1000
-        out[name].update(hits=lazy.stats.hits, calls=lazy.stats.calls)
+        if mode != "eager":
+            out[name].update(hits=lazy.stats.hits, calls=lazy.stats.calls)
 print(json.dumps({{"import_ms": imported * 1e3, "proxy_ms": made * 1e3, "functions": out}}))
 """
 KORNIA = """
@@ -125,7 +129,7 @@ sys.path.insert(0, {folder!r})
 import bench_persist_{framework} as library
 CASES = [(name, None, lambda n: ({make},)) for name in ("normalize", "swish", "softmax", "gray", "chain")]
 """
-MODES = ("preload", "prewarm", "trace")
+MODES = ("preload", "prewarm", "trace", "eager")
 
 
 def child_code(framework: str, folder: str) -> str:
@@ -175,12 +179,12 @@ def main():
             for mode, done in runs.items():
                 done.append(run(code, mode, cache, ns.only))
         result = {mode: medians(runs[mode]) for mode in MODES}
-    pre, warmed, traced = (result[m]["functions"] for m in MODES)
-    names = [n for n in pre if n in warmed and n in traced and all(
+    pre, warmed, traced, eager = (result[m]["functions"] for m in MODES)
+    names = [n for n in pre if n in warmed and n in traced and n in eager and all(
         r[n]["loaded"] and not r[n]["traces"] and r[n]["hits"] == r[n]["calls"] for r in (pre, warmed))]
     print(f"{'function':36} {'preloaded':>10} {'prewarmed':>10} {'2nd call':>9} {'cached':>8} {'ratio':>6} "
-          f"{'vs 2nd':>6} {'traced':>9}")
-    ratios, warm_ratios, second_ratios, speedups = [], [], [], []
+          f"{'vs 2nd':>6} {'traced':>9} {'eager 1st':>9} {'eager':>7} {'ratio':>6}")
+    ratios, warm_ratios, second_ratios, speedups, eager_ratios = [], [], [], [], []
     for name in names:
         first, wfirst = pre[name]["first_us"], warmed[name]["first_us"]
         second, cached, trace = warmed[name]["second_us"], warmed[name]["cached_us"], traced[name]["first_us"]
@@ -188,8 +192,10 @@ def main():
         warm_ratios.append(wfirst / cached)
         second_ratios.append(wfirst / second)
         speedups.append(trace / wfirst)
+        efirst, ecached = eager[name]["first_us"], eager[name]["cached_us"]
+        eager_ratios.append(efirst / ecached)
         print(f"{name:36} {first:8.0f}us {wfirst:8.0f}us {second:7.0f}us {cached:6.0f}us {wfirst / cached:6.2f} "
-              f"{wfirst / second:6.2f} {trace:7.0f}us")
+              f"{wfirst / second:6.2f} {trace:7.0f}us {efirst:7.0f}us {ecached:5.0f}us {efirst / ecached:6.2f}")
     skipped = sorted(set(pre) - set(names))
     if skipped:
         print(f"not replayed from the cache (traced or eager in a fresh process): {', '.join(skipped)}")
@@ -210,6 +216,8 @@ def main():
         print(f"first call / second call (made after the other functions' first calls, as cold), prewarmed: "
               f"median {statistics.median(second_ratios):.2f}x, max {max(second_ratios):.2f}x")
         print(f"first call traced / first call prewarmed: median {statistics.median(speedups):.1f}x")
+        print(f"for reference, without lazytrace: eager first call / eager cached call in a fresh process: "
+              f"median {statistics.median(eager_ratios):.2f}x, max {max(eager_ratios):.2f}x")
         for label, m, rs in (("preloaded", median, ratios), ("prewarmed", wmedian, warm_ratios)):
             print(f"target (median first call <= 2x a cached call), {label}: {'PASS' if m <= 2 else 'FAIL'} "
                   f"({sum(r > 2 for r in rs)} of {len(rs)} functions above 2x)")

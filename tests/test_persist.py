@@ -721,3 +721,24 @@ def test_the_module_data_hash_follows_changes_and_keeps_no_replaced_global_alive
     assert second != first
     lib.SCALE = 2                                          # equal, but another type
     assert identity.module_data(name) not in (first, second)
+
+
+def test_the_module_data_memo_sees_every_change_of_the_globals_and_of_sets_in_place(temp_library):
+    name, _ = temp_library("MODES = {'a', 'b'}\nGAIN = 1.5\n")
+    lib = __import__(name)
+    first = identity.module_data(name)
+    assert identity.module_data(name) == first                 # the memo: nothing changed
+    lib.MODES.add("c")                                         # in place
+    added = identity.module_data(name)
+    assert added != first
+    lib.MODES.discard("c")
+    assert identity.module_data(name) == first                 # the same data again
+    lib.GAIN = 2.5
+    assert identity.module_data(name) != first
+    lib.GAIN = 1.5
+    assert identity.module_data(name) == first
+    vars(lib)["GAIN"] = 1.5                                    # set to an equal value (another object)
+    lib.LATE = 3                                               # a new global
+    assert identity.module_data(name) != first
+    del lib.LATE
+    assert identity.module_data(name) == first
