@@ -83,7 +83,7 @@ import json
 import re
 import sys
 from contextlib import contextmanager
-from functools import partial
+from functools import lru_cache, partial
 
 import jax
 import numpy as np
@@ -926,7 +926,12 @@ def _cpu_only(platform) -> bool:
         return False
     if (jax.config.jax_platforms or "").strip() == "cpu":
         return True
-    return importlib.util.find_spec("jax_plugins") is None and importlib.util.find_spec("libtpu") is None
+    return not _accelerators_installed()
+
+
+@lru_cache(maxsize=1)
+def _accelerators_installed() -> bool:
+    return importlib.util.find_spec("jax_plugins") is not None or importlib.util.find_spec("libtpu") is not None
 
 
 BACKEND_CLASS = JaxBackend
