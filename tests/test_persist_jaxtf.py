@@ -285,6 +285,17 @@ def test_resolution_only_reaches_framework_array_calls(framework):
             codec.resolve(backend, ref)
 
 
+def test_loading_a_jax_graph_imports_nothing(monkeypatch):
+    import sys
+    from lazytrace.persist import Unavailable
+    backend = get_backend("jax")
+    for module in ("jax._src.scipy.special", "jax.example_libraries.optimizers"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        with pytest.raises(Unavailable):          # the file is kept; the call traces
+            codec.resolve(backend, f"{module}:erf")
+        assert module not in sys.modules
+
+
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
 def test_cache_ls_and_info_show_the_entries(framework, temp_library, tmp_path, capsys):
     cache = tmp_path / "cache"

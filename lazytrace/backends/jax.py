@@ -462,7 +462,23 @@ class JaxBackend(Backend):
         return self._distribution
 
     def persist_root(self, module):
-        return module in self.persist_roots or module == "jax" or module.startswith("jax.")
+        """This backend's own module, and JAX's modules already imported (the jitted functions
+        and primitives of a graph live in modules `import jax` or the library imported; loading
+        a graph imports nothing: a module not imported yet leaves the graph to a later call)."""
+        if module in self.persist_roots:
+            return True
+        if module != "jax" and not module.startswith("jax."):
+            return False
+        if module in sys.modules:
+            return True
+        if module.rpartition(".")[0] in sys.modules:      # find_spec then imports nothing
+            try:
+                if importlib.util.find_spec(module) is None:
+                    return False                          # no such module: a made-up name
+            except (ImportError, ValueError):
+                return False
+        from ..persist.codec import Unavailable
+        raise Unavailable(f"its calls are in {module}, which is not imported")
 
     def stored_call(self, func):
         """A jitted function by the name of the function it jits (`jax.numpy:sin`,

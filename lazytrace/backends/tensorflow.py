@@ -425,7 +425,14 @@ class TensorflowBackend(Backend):
         return self._distribution
 
     def persist_root(self, module):
-        return module in self.persist_roots or module == "tensorflow" or module.startswith("tensorflow.")
+        """tensorflow and its API modules (tensorflow.math ...: imported on first use, as
+        `tf.math` imports it), and TensorFlow's implementation modules that `import tensorflow`
+        imported (the classes of tensors and variables, the raw arithmetic ops)."""
+        if module in self.persist_roots or module == "tensorflow":
+            return True
+        if module.startswith("tensorflow.python."):
+            return module in sys.modules
+        return module.startswith("tensorflow.")
 
     def target_ref(self, func):
         """An operator or method by its class ('tensorflow:Tensor.__mul__'), a raw arithmetic op
