@@ -83,7 +83,7 @@ from functools import partial
 
 import jax
 import numpy as np
-from jax._src import config as jax_config, core, dispatch, pjit, tree_util
+from jax._src import callback, config as jax_config, core, debugging, dispatch, pjit, tree_util
 from jax._src.array import ArrayImpl
 from jax._src.interpreters import pxla
 from jax._src.lax import slicing
@@ -212,6 +212,12 @@ class LazyTrace(core.Trace):
         self.backend = session.backend
 
     def process_primitive(self, primitive, tracers, params):
+        if _has_effects(primitive, params):
+            # jax.debug.callback / print, io_callback: a Python callback run for its effect (a call
+            # with no array argument would be folded into a constant, one whose result is unused
+            # pruned), as jax.jit runs it at every call
+            self.session.fail(f"{primitive.name} runs a Python callback for its effects (jax.debug.callback, "
+                              f"jax.debug.print, io_callback): a graph would not run it at every call")
         if primitive is pjit.jit_p:
             if any(params["donated_invars"]):
                 # a constant of the graph given to a jit that donates it would be deleted by the first
@@ -569,6 +575,23 @@ class _CustomCall:
         if first is not None:
             return first.call_wrapped(*tree_util.tree_leaves(args))
         return tree_util.tree_leaves(self.fn(*args))
+
+
+_CALLBACKS = frozenset(p for p in (getattr(debugging, "debug_callback_p", None),
+                                   getattr(debugging, "debug_print_p", None),
+                                   getattr(callback, "io_callback_p", None)) if p is not None)
+
+
+def _has_effects(primitive, params) -> bool:
+    """Whether binding `primitive` has effects: a callback primitive, or one running a jaxpr
+    (jit, cond, while, scan ...) that has effects."""
+    if primitive in _CALLBACKS:
+        return True
+    for value in params.values():
+        for jaxpr in value if type(value) is tuple else (value,):
+            if isinstance(jaxpr, (core.Jaxpr, core.ClosedJaxpr)) and jaxpr.effects:
+                return True
+    return False
 
 
 def _fun_name(fun) -> str:
