@@ -117,10 +117,11 @@ class Backend:
         return nullcontext()
 
     # --- tracing ---------------------------------------------------------
-    def caused_by_tracing(self, exc: BaseException) -> bool:
-        """True for an exception the trace itself caused where an eager call would not (JAX
-        asking a tracer for a concrete value, a library refusing a tracer type it does not
-        know, e.g. "Tensor type unknown ... NumpyTracer"): the call then runs eagerly instead."""
+    def caused_by_tracing(self, exc: BaseException) -> bool | str:
+        """True (or the reason, as text) for an exception the trace itself caused where an eager
+        call would not (JAX asking a tracer for a concrete value, a library refusing a tracer type
+        it does not know, e.g. "Tensor type unknown ... NumpyTracer"): the call then runs eagerly
+        instead."""
         names = [tp.__name__ for tp in self.tracked_types if tp not in self.array_types]
         return any(name in str(exc) for name in names)
 
@@ -371,6 +372,10 @@ def operator_syntax(name: str):
     return None
 
 
+#: modules whose code answers isinstance() for ABCs and runtime-checkable Protocols (the caller
+#: is the code that asked)
+_ISINSTANCE_MODULES = frozenset({"abc", "typing", "typing_extensions"})
+
 #: the Python conversions ReadbackMixin reports
 READBACK_BUILTINS = frozenset({bool, int, float, complex, operator.index})
 
@@ -415,7 +420,7 @@ class ReadbackMixin:
         answers as it does for the array, so the function takes eager's path (`type(x)` cannot
         be answered so). The framework's own code, and lazytrace's, see the tracer."""
         frame = sys._getframe(1)
-        while frame.f_globals.get("__name__") == "abc":     # isinstance(x, SomeABC): who asks
+        while frame.f_globals.get("__name__") in _ISINSTANCE_MODULES:   # isinstance(x, SomeABC): who asks
             frame = frame.f_back
         if frame.f_globals.get("__name__", "").startswith(self._lt_session.backend.internal_modules):
             return type(self)

@@ -158,6 +158,17 @@ for _name in _METHOD_OPS.values():
     setattr(TfTracer, _name, _operator(_name))
 
 
+def _getitem(self, index):
+    """`x[i]`; a variable's own slicing for a tf.Variable, as eager slices it: its result offers
+    `.assign` (`v[0].assign(y)`, which then runs eagerly: the slice's assign is not dispatched)."""
+    array = self._lt_array
+    method = type(array).__getitem__ if isinstance(array, tf.Variable) else tf.Tensor.__getitem__
+    return self._lt_call(method, (self, index))
+
+
+TfTracer.__getitem__ = _getitem
+
+
 def _call_method(tracer, method, *args, **kwargs):
     return tracer._lt_call(method, (tracer,) + args, kwargs)
 
@@ -285,6 +296,25 @@ class TensorflowBackend(Backend):
             yield
         finally:
             ctx.remove_op_callback(watch)
+
+    def caused_by_tracing(self, exc):
+        """Also: TensorFlow code that takes no dispatch (`GradientTape.gradient` inside the
+        function, a `tf.function` called with a tracer) failing on a tracer it holds, where it
+        held a tensor in eager code. An error raised by an op run on the real tensors (its frames
+        pass through `run`) is the function's own."""
+        if super().caused_by_tracing(exc):
+            return True
+        held = False
+        tb = exc.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if frame.f_code is _RUN_CODE:
+                return False
+            if not held and frame.f_globals.get("__name__", "").startswith("tensorflow."):
+                held = any(type(v) is TfTracer for v in frame.f_locals.values())
+            tb = tb.tb_next
+        return held and ("TensorFlow code that takes no dispatch (GradientTape.gradient, a tf.function ...) "
+                         "was given a tracer")
 
     def classify(self, func, args, kwargs) -> CallKind:
         try:
@@ -448,5 +478,7 @@ class TensorflowBackend(Backend):
             return fn
         return tf.function(fn, autograph=False, **options)
 
+
+_RUN_CODE = TensorflowBackend.run.__code__
 
 BACKEND_CLASS = TensorflowBackend

@@ -787,9 +787,11 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         try:
             result = fn(*targs, **tkwargs)
         except Exception as exc:
-            if not backend.caused_by_tracing(exc):
+            cause = backend.caused_by_tracing(exc)
+            if not cause:
                 raise
-            raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
+            raise NotTraceable(cause if isinstance(cause, str) else
+                               f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     session.reads.settle()
     if backend.tracer_class is not None:
         # a global or an object the function filled holds arrays, not tracers
