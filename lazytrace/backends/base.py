@@ -208,6 +208,16 @@ class Backend:
     def clone(self, array):
         raise NotImplementedError
 
+    def snapshot(self, array) -> Callable[[], None] | None:
+        """Before a trace writes into `array` (an input, or an array the function reached): a
+        callable that puts its contents back, or None where the framework's arrays are immutable
+        or a rerun is never needed."""
+        return None
+
+    def snapshot_rng(self) -> Callable[[], None] | None:
+        """A callable that puts the framework's global RNG back in its present state, or None."""
+        return None
+
     def to_numpy(self, array):
         """A NumPy copy or view of an array of this framework (for to= conversion)."""
         import numpy as np

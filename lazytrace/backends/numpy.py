@@ -187,7 +187,6 @@ class NumpyBackend(Backend):
         session = next((x._lt_session if type(x) is NumpyTracer else x._self_session
                         for x in _tracers(args, kwargs)), None)
         raw_args, raw_kwargs = _unwrap(args), _unwrap(kwargs)
-        result = func(*raw_args, **raw_kwargs)
         mutated = []
         out = kwargs.get("out")
         if out is not None:
@@ -200,9 +199,15 @@ class NumpyBackend(Backend):
         if writes:
             mutated.append(args[0])
         if session is None:
-            return result, mutated
-        by_array = {id(self.unwrap(m)): m for m in mutated if isinstance(m, self.tracked_types)}
-        return self._wrap(result, session, by_array), [m for m in mutated if isinstance(m, self.tracked_types)]
+            return func(*raw_args, **raw_kwargs), mutated
+        mutated = [m for m in mutated if isinstance(m, self.tracked_types)]
+        for m in mutated:
+            session.before_write(m)
+        if args and type(args[0]) is CallRecordingProxy:       # a generator passed in draws
+            session.before_write(args[0].__wrapped__)
+        result = func(*raw_args, **raw_kwargs)
+        by_array = {id(self.unwrap(m)): m for m in mutated}
+        return self._wrap(result, session, by_array), mutated
 
     def _wrap(self, result, session, by_array):
         if isinstance(result, (np.ndarray, np.generic)):
@@ -227,6 +232,20 @@ class NumpyBackend(Backend):
 
     def clone(self, a):
         return np.copy(a)
+
+    def snapshot(self, a):
+        if isinstance(a, np.random.Generator):
+            state = a.bit_generator.state
+            return lambda: setattr(a.bit_generator, "state", state)
+        if isinstance(a, np.random.RandomState):
+            state = a.get_state(legacy=False)
+            return lambda: a.set_state(state)
+        saved = np.copy(a)
+        return lambda: np.copyto(a, saved)
+
+    def snapshot_rng(self):
+        state = np.random.get_state(legacy=False)
+        return lambda: np.random.set_state(state)
 
     def from_numpy(self, data):
         return data

@@ -67,7 +67,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import context
+from tensorflow.python.eager import context, record
 from tensorflow.python.framework import ops as tf_ops, tensor_conversion_registry
 from tensorflow.python.framework.ops import EagerTensor
 from tensorflow.python.ops import gen_math_ops
@@ -337,16 +337,18 @@ class TensorflowBackend(Backend):
         raw_args = unwrap_tree(args, TfTracer)
         if live is not None:
             raw_args = (live.__wrapped__,) + tuple(raw_args[1:])
+        mutated = []
+        if getattr(func, "__name__", "") in _MUTATING_METHODS and args:
+            mutated.append(args[0])
         if watch is not None:
             watch.depth += 1
         try:
+            if session is not None and (mutated or live is not None):
+                session.before_write(mutated[0] if mutated else live.__wrapped__)
             result = func(*raw_args, **unwrap_tree(kwargs, TfTracer))
         finally:
             if watch is not None:
                 watch.depth -= 1
-        mutated = []
-        if getattr(func, "__name__", "") in _MUTATING_METHODS and args:
-            mutated.append(args[0])
         if session is None:
             return result, mutated
         by_array = {id(self.unwrap(m)): m for m in mutated}
@@ -405,6 +407,15 @@ class TensorflowBackend(Backend):
 
     def clone(self, t):
         return t            # tensors are immutable
+
+    def snapshot(self, t):
+        if isinstance(t, tf.random.Generator):      # a generator passed in: its state variable
+            t = t.state
+        if not isinstance(t, tf.Variable):
+            return None
+        with record.stop_recording():        # not a read a GradientTape around the call sees
+            saved = tf.identity(t)
+        return lambda: t.assign(saved)
 
     def to_numpy(self, t):
         return t.numpy()

@@ -59,6 +59,8 @@ class TraceSession:
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
+        self._undo: list = []                   # callables putting back what the trace wrote (undo_writes)
+        self._saved: set = set()                # storages whose memory before the trace _undo holds
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
         self.recorded: list = []                # objects whose attribute use is recorded (stateful)
         self._unrecorded_rngs: dict = {}        # id -> (generator whose draws no call shows, its state, what)
@@ -535,6 +537,30 @@ class TraceSession:
         self.nodes.append(Node(len(self.nodes), Kind.STATE, func, args, {}, [], []))
         self._unseen = now
 
+    def before_write(self, target):
+        """Called by a backend before a call writes `target` (a tracer or an array). The memory of an
+        input or of an array the function reached by itself is saved once, so that the function can
+        run again on what the caller passed if the trace cannot finish (undo_writes)."""
+        raw = self.backend.unwrap(target)
+        storage = self.backend.storage_key(raw)
+        if storage in self._saved:
+            return
+        value = self.value_of(target)
+        if value is not None and value.source is Source.NODE and \
+                all(storage != v.storage for v in self.inputs):
+            return          # made inside the function: nobody else sees it
+        self._saved.add(storage)
+        restore = self.backend.snapshot(raw)
+        if restore is not None:
+            self._undo.append(restore)
+
+    def undo_writes(self):
+        """Put back the inputs and reached arrays the trace wrote, and the framework's global RNG,
+        before the function runs again eagerly (a failure the trace caused, lists it changed): it
+        would otherwise write them twice (`x += 1` once more) and draw other numbers than eager."""
+        while self._undo:
+            self._undo.pop()()
+
     def check_input_writes(self):
         """An input written more often than the calls recorded show (torch's `set_` reaches no
         TorchFunctionMode) cannot be replayed: this signature runs eagerly."""
@@ -549,6 +575,9 @@ class TraceSession:
     # ---- running ---------------------------------------------------------------
     @contextmanager
     def activate(self):
+        restore = self.backend.snapshot_rng()
+        if restore is not None:
+            self._undo.append(restore)
         for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
             self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
         foreign = foreign_rng_tokens(self.backend) if self.include_generators else None
@@ -790,6 +819,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             cause = backend.caused_by_tracing(exc)
             if not cause:
                 raise
+            session.undo_writes()       # the call runs again eagerly (LazyGraph._trace)
             raise NotTraceable(cause if isinstance(cause, str) else
                                f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     session.reads.settle()
@@ -800,6 +830,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
     if containers_changed(handed):
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
+        session.undo_writes()
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
             fn(*args, **kwargs)
     session.check_input_writes()
