@@ -227,3 +227,31 @@ def test_torch_rerun_after_changed_list_writes_once():
     x_eager, x_lazy = torch.zeros(2), torch.zeros(2)
     assert torch.equal(lazy(x_lazy, []), bump_and_append(x_eager, []))
     assert torch.equal(x_lazy, x_eager)
+
+
+# ---- NumPy -------------------------------------------------------------------------------------
+
+def test_numpy_object_array_items_are_the_objects():
+    """`x[0]` of an object array holding a list was handed to the function as a copy of the list:
+    `x[0].append(1)` changed the copy (the first call returned 0 for eager's 1, the input unchanged).
+    Mutable items now make the call eager; the function gets the item itself."""
+    def grow(x):
+        x[0].append(1)
+        return len(x[0])
+
+    lazy = lazytrace.trace_graph(grow)
+    for n in (0, 1, 0, 1):
+        a, b = np.empty(2, dtype=object), np.empty(2, dtype=object)
+        a[0], a[1], b[0], b[1] = [0] * n, [], [0] * n, []
+        assert lazy(b) == grow(a) == n + 1
+        assert b[0] == a[0] == [0] * n + [1]
+    assert lazy.stats.hits == 0
+
+    def numbers(x):                   # an object array of numbers still replays
+        return x * 2 + x[1]
+
+    lazy = lazytrace.trace_graph(numbers)
+    for i in range(3):
+        x = np.array([i, 2.5, 3], dtype=object)
+        assert list(lazy(x)) == list(numbers(x))
+    assert lazy.stats.hits == 2

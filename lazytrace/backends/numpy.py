@@ -17,6 +17,7 @@ NumPy's global RNG state before and after the trace.
 from __future__ import annotations
 
 import functools
+import numbers
 import pickle
 import operator
 import re
@@ -206,6 +207,12 @@ class NumpyBackend(Backend):
         if args and type(args[0]) is CallRecordingProxy:       # a generator passed in draws
             session.before_write(args[0].__wrapped__)
         result = func(*raw_args, **raw_kwargs)
+        if _holds_objects(result) or not isinstance(result, _VALUES) and _object_arrays(raw_args):
+            # an item of an object array (a list, a user's object): what the function reads from it
+            # or changes in it is no call lazytrace sees (the trace handed it a copy of a list before)
+            session.fail(f"{type(result).__name__} object from an array handed to Python code: what is "
+                         f"read from it or changed in it is not seen")
+            return result, mutated
         by_array = {id(self.unwrap(m)): m for m in mutated}
         return self._wrap(result, session, by_array), mutated
 
@@ -213,7 +220,7 @@ class NumpyBackend(Backend):
         if isinstance(result, (np.ndarray, np.generic)):
             known = by_array.get(id(result))
             return known if known is not None else NumpyTracer(result, session)
-        if type(result) in (tuple, list):
+        if type(result) in (tuple, list) and _holds_arrays(result):     # not a list from an object array
             return type(result)(self._wrap(x, session, by_array) for x in result)
         if isinstance(result, tuple) and hasattr(type(result), "_fields"):
             return type(result)(*(self._wrap(x, session, by_array) for x in result))
@@ -422,6 +429,28 @@ def _writes_first(func) -> bool:
     """Whether a call writes into its first argument (np.copyto, ndarray.sort, ufunc.at ...)."""
     return func in _MUTATING_FUNCTIONS or getattr(func, "__name__", "") in _MUTATING_METHODS \
         and getattr(func, "__objclass__", None) is np.ndarray or getattr(func, "__name__", "") == "at"
+
+
+_VALUES = (np.ndarray, np.generic, numbers.Number, str, bytes, type(None), np.dtype, slice)
+
+
+def _holds_objects(result) -> bool:
+    """Whether a call's result is or holds (in tuples and lists) an object other than arrays and
+    immutable values: an item of an object array."""
+    if isinstance(result, _VALUES):
+        return False
+    if type(result) in (tuple, list) or isinstance(result, tuple) and hasattr(type(result), "_fields"):
+        return any(_holds_objects(x) for x in result)
+    return True
+
+
+def _holds_arrays(result) -> bool:
+    return any(isinstance(x, (np.ndarray, np.generic)) or type(x) in (tuple, list) and _holds_arrays(x)
+               for x in result)
+
+
+def _object_arrays(args) -> bool:
+    return any(type(a) is np.ndarray and a.dtype.hasobject for a in args)
 
 
 def _tracers(args, kwargs):
