@@ -255,3 +255,26 @@ def test_numpy_object_array_items_are_the_objects():
         x = np.array([i, 2.5, 3], dtype=object)
         assert list(lazy(x)) == list(numbers(x))
     assert lazy.stats.hits == 2
+
+
+@pytest.mark.parametrize("method", ["scatter_mul", "scatter_div", "batch_scatter_update", "scatter_nd_max"])
+def test_tf_every_variable_write_is_replayed(method):
+    """Variable writes missing from a hand-written list (scatter_mul, scatter_div,
+    batch_scatter_update, scatter_nd_max/min) were dead code to the graph: replays left the
+    variable unchanged."""
+    tf = _tf()
+
+    def update(v, x):
+        if method.startswith("scatter_nd"):
+            getattr(v, method)([[0]], [3.0])
+        else:
+            getattr(v, method)(tf.IndexedSlices(tf.constant([3.0]), tf.constant([0])))
+        return x * 2
+
+    lazy = lazytrace.trace_graph(update)
+    for i in range(3):
+        v_eager, v_lazy = tf.Variable([1.0, 2.0]), tf.Variable([1.0, 2.0])
+        x = tf.constant([float(i)])
+        assert np.array_equal(lazy(v_lazy, x), update(v_eager, x))
+        assert np.array_equal(v_lazy.numpy(), v_eager.numpy())
+    assert lazy.stats.hits == 2

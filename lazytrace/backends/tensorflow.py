@@ -70,7 +70,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context, record
 from tensorflow.python.framework import ops as tf_ops, tensor_conversion_registry
 from tensorflow.python.framework.ops import EagerTensor
-from tensorflow.python.ops import gen_math_ops
+from tensorflow.python.ops import gen_math_ops, resource_variable_ops
 from tensorflow.python.util import dispatch, tf_export
 
 from ..graph.stateful import CallRecordingProxy
@@ -85,8 +85,12 @@ _ARITHMETIC = set(OPERATORS) | set(ROPERATORS)        # operators whose number o
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "device", "name", "trainable"}
 _ATTRGETTERS = {name: operator.attrgetter(name) for name in _METADATA_ATTRIBUTES}
 _METADATA = {len} | set(_ATTRGETTERS.values())
-_MUTATING_METHODS = {"assign", "assign_add", "assign_sub", "scatter_add", "scatter_sub", "scatter_update",
-                     "scatter_nd_update", "scatter_nd_add", "scatter_nd_sub", "scatter_max", "scatter_min"}
+#: the variable methods that write it (assign*, scatter_*, batch_scatter_update), read from the classes: a
+#: list written by hand missed scatter_mul/div, scatter_nd_max/min and batch_scatter_update, whose
+#: calls were dropped from graphs as dead code
+_MUTATING_METHODS = {name for cls in (tf.Variable, resource_variable_ops.BaseResourceVariable)
+                     for name in dir(cls)
+                     if name.startswith(("assign", "scatter_", "batch_scatter_"))}
 #: stateful random ops of the runtime (their draws advance hidden state)
 _RANDOM_OPS = {"RandomStandardNormal", "RandomUniform", "RandomUniformInt", "TruncatedNormal",
                "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
