@@ -278,3 +278,20 @@ def test_tf_every_variable_write_is_replayed(method):
         assert np.array_equal(lazy(v_lazy, x), update(v_eager, x))
         assert np.array_equal(v_lazy.numpy(), v_eager.numpy())
     assert lazy.stats.hits == 2
+
+
+def test_numpy_memory_protocols_read_by_other_code():
+    """`x.__array_interface__` (PIL's Image.fromarray, np.ctypeslib.as_ctypes read it) raised
+    AttributeError at the first call; now the array's own is handed out and the call runs eagerly."""
+    def through_ctypes(x):
+        view = np.ctypeslib.as_ctypes(x)
+        view[0] = 7.0
+        return x * 2, x.__array_interface__["typestr"]
+
+    lazy = lazytrace.trace_graph(through_ctypes)
+    for i in range(3):
+        a, b = np.full(2, float(i)), np.full(2, float(i))
+        got, expected = lazy(b), through_ctypes(a)
+        assert np.array_equal(got[0], expected[0]) and got[1] == expected[1]
+        assert np.array_equal(a, b)
+    assert lazy.stats.eager == 3

@@ -57,6 +57,7 @@ _PYTHON_TYPES_BY_NAME = {"float": float, "int": int, "bool": bool, "complex": co
 _PYTHON_TYPES = frozenset(_PYTHON_TYPES_BY_NAME.values())
 _RNG_CLASSES = ("Generator.", "RandomState.")
 _ARRAY_ATTRIBUTES = {"T", "mT", "real", "imag"}
+_MEMORY_PROTOCOLS = frozenset({"__array_interface__", "__array_struct__", "__dlpack__", "__dlpack_device__"})
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "size", "itemsize", "nbytes"}
 _ATTRGETTERS = {name: operator.attrgetter(name) for name in _ARRAY_ATTRIBUTES | _METADATA_ATTRIBUTES}
 _ATTRIBUTE_OF = {getter: name for name, getter in _ATTRGETTERS.items()}
@@ -102,8 +103,15 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
         return (self[i] for i in range(len(self._lt_array)))
 
     def __getattr__(self, name):
-        if name.startswith("__"):          # protocol probes (__array_struct__ ...): not offered
-            raise AttributeError(name)
+        if name.startswith("__"):
+            if name in _MEMORY_PROTOCOLS:
+                # x.__array_interface__, PIL's Image.fromarray, np.ctypeslib: the array's memory,
+                # handed out as eager code hands it, and the call runs eagerly (NumPy's own
+                # conversion, np.asarray, reads it too: an escape either way)
+                self._lt_session.fail(f"{name} (np.asarray, or other code reading the array's memory) hands "
+                                      f"array memory to code lazytrace cannot see")
+                return getattr(self._lt_array, name)
+            raise AttributeError(name)     # other protocol probes: not offered
         if name in _ATTRGETTERS:     # metadata goes through the session too: guarded if data-dependent
             return self._lt_call(_ATTRGETTERS[name], (self,))
         method = getattr(np.ndarray, name, None)
