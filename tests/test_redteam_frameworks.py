@@ -295,3 +295,30 @@ def test_numpy_memory_protocols_read_by_other_code():
         assert np.array_equal(got[0], expected[0]) and got[1] == expected[1]
         assert np.array_equal(a, b)
     assert lazy.stats.eager == 3
+
+
+def test_jax_settings_changed_inside_run_eagerly():
+    """x64 switched on inside the function (jax.config.update, jax.enable_x64): the recorded calls
+    replayed under the caller's settings and returned float32 where eager returns float64."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def widened(x):
+        with jax.enable_x64(True):
+            return jnp.asarray(x, jnp.float64) / 3
+
+    def updated(x):
+        jax.config.update("jax_enable_x64", True)
+        try:
+            return jnp.asarray(x, jnp.float64) / 3
+        finally:
+            jax.config.update("jax_enable_x64", False)
+
+    rng = np.random.default_rng(5)
+    for fn in (widened, updated):
+        lazy = lazytrace.trace_graph(fn)
+        for _ in range(3):
+            x = jnp.asarray(rng.random(3, dtype=np.float32))
+            got, expected = lazy(x), fn(x)
+            assert got.dtype == expected.dtype == jnp.float64 and np.array_equal(got, expected)
+        assert lazy.stats.hits == 0 and "jax.config" in next(iter(lazy.stats.reasons))

@@ -325,6 +325,13 @@ class JaxBackend(Backend):
         traced them under these settings, and replays them unchanged."""
         return (_trace_context(), jax.config.jax_default_prng_impl)
 
+    def unseen_state(self):
+        """The same settings, changed inside the function (`jax.config.update("jax_enable_x64", True)`,
+        `with jax.enable_x64(True)`, `jax.default_matmul_precision`): jax.numpy's calls under them
+        were recorded, a replay would call them under the caller's (float32 where eager gave
+        float64). A change makes the signature run eagerly."""
+        return self.global_state()
+
     def describe_global_state(self, state):
         """The settings people change by name; the rest of trace_context() as one entry."""
         context, prng = state

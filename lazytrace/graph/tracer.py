@@ -774,8 +774,8 @@ def choose_backend(backends: list, to: str | None):
 
 
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
-                 "set_default_dtype, inference_mode, torch.func transforms, np.errstate ...): a graph could not "
-                 "replay it")
+                 "set_default_dtype, inference_mode, torch.func transforms, np.errstate, jax.config settings "
+                 "such as x64 ...): a graph could not replay it")
 
 
 _UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazytrace does not see "
