@@ -16,6 +16,7 @@ NumPy's global RNG state before and after the trace.
 """
 from __future__ import annotations
 
+import datetime
 import functools
 import numbers
 import pickle
@@ -439,7 +440,8 @@ def _writes_first(func) -> bool:
         and getattr(func, "__objclass__", None) is np.ndarray or getattr(func, "__name__", "") == "at"
 
 
-_VALUES = (np.ndarray, np.generic, numbers.Number, str, bytes, type(None), np.dtype, slice)
+_VALUES = (np.ndarray, np.generic, numbers.Number, str, bytes, type(None), np.dtype, slice,
+           datetime.date, datetime.time, datetime.timedelta)      # (datetime64's .item(), .tolist())
 
 
 def _holds_objects(result) -> bool:
