@@ -1,6 +1,7 @@
 """Red-team round 5 (NumPy, JAX, TensorFlow): each test failed before its fix. Outputs are compared
 with eager calls on new inputs."""
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -322,3 +323,38 @@ def test_jax_settings_changed_inside_run_eagerly():
             got, expected = lazy(x), fn(x)
             assert got.dtype == expected.dtype == jnp.float64 and np.array_equal(got, expected)
         assert lazy.stats.hits == 0 and "jax.config" in next(iter(lazy.stats.reasons))
+
+
+# ---- every framework ----------------------------------------------------------------------------
+
+def _safe_log(x):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            return np.log(x)
+    except RuntimeWarning:            # log(0), log(-1): a fallback, as eager code decides it
+        return np.zeros_like(x)
+
+
+def test_warnings_made_errors_inside_the_function():
+    """A warning made an error inside the function (and caught as a fallback) was replayed under the
+    caller's filters: -inf and nan where eager returned the fallback zeros."""
+    lazy = lazytrace.trace_graph(_safe_log)
+    for x in ([1.0, 2.0], [3.0, 2.0], [0.0, 2.0], [-1.0, 1.0]):
+        x = np.array(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert np.array_equal(lazy(x), _safe_log(x))
+    assert lazy.stats.hits == 0 and "warnings" in next(iter(lazy.stats.reasons))
+
+    def quiet_log(x):                 # hiding warnings changes no result: still replayed
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return np.log(x) + 1
+
+    lazy = lazytrace.trace_graph(quiet_log)
+    for x in ([1.0, 2.0], [0.0, 2.0], [3.0, 4.0]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # (a replay shows the warning eager hid: no result changes)
+            assert np.array_equal(lazy(np.array(x)), quiet_log(np.array(x)))
+    assert lazy.stats.hits == 2

@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import enum
 import sys
+import warnings
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -53,6 +54,8 @@ class TraceSession:
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
+        self._filters = self._filters_seen = warnings.filters   # the warning filters (see _filters_changed)
+        self._filter_count = len(warnings.filters)
         self._displays: list = []               # text made from arrays (on_display)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
@@ -180,6 +183,8 @@ class TraceSession:
         if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
         # (a change before a metadata read is seen here, at the next call that is recorded)
+        if warnings.filters is not self._filters_seen or len(warnings.filters) != self._filter_count:
+            self._filters_changed()
         if backend.unseen_state() != self._unseen:
             self._unseen_state_changed()
         if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
@@ -560,6 +565,17 @@ class TraceSession:
         would otherwise write them twice (`x += 1` once more) and draw other numbers than eager."""
         while self._undo:
             self._undo.pop()()
+
+    def _filters_changed(self):
+        """Warnings made errors inside the function (`warnings.simplefilter("error")` in a
+        `catch_warnings` block, the RuntimeWarning of np.log(0) caught as a fallback): a graph would
+        replay the call under the caller's filters, a warning where eager raised. Filters that only
+        hide or show warnings change no result."""
+        current = warnings.filters
+        if any(f[0] == "error" and f not in self._filters for f in current):
+            self.fail("warnings are made errors inside the function (warnings.simplefilter('error')): a graph "
+                      "would replay its calls under the caller's warning filters")
+        self._filters_seen, self._filter_count = current, len(current)
 
     def check_input_writes(self):
         """An input written more often than the calls recorded show (torch's `set_` reaches no
