@@ -347,6 +347,17 @@ def test_warnings_made_errors_inside_the_function():
             assert np.array_equal(lazy(x), _safe_log(x))
     assert lazy.stats.hits == 0 and "warnings" in next(iter(lazy.stats.reasons))
 
+    def checked_log(x):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = np.log(x)
+        return np.zeros_like(x) if caught else y
+
+    lazy = lazytrace.trace_graph(checked_log)
+    for x in ([1.0, 2.0], [3.0, 2.0], [0.0, 2.0]):
+        assert np.array_equal(lazy(np.array(x)), checked_log(np.array(x)))
+    assert lazy.stats.hits == 0
+
     def quiet_log(x):                 # hiding warnings changes no result: still replayed
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

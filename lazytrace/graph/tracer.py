@@ -56,6 +56,7 @@ class TraceSession:
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
         self._filters = self._filters_seen = warnings.filters   # the warning filters (see _filters_changed)
         self._filter_count = len(warnings.filters)
+        self._shows_warnings = _warning_display()
         self._displays: list = []               # text made from arrays (on_display)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
@@ -568,13 +569,17 @@ class TraceSession:
 
     def _filters_changed(self):
         """Warnings made errors inside the function (`warnings.simplefilter("error")` in a
-        `catch_warnings` block, the RuntimeWarning of np.log(0) caught as a fallback): a graph would
-        replay the call under the caller's filters, a warning where eager raised. Filters that only
-        hide or show warnings change no result."""
+        `catch_warnings` block, the RuntimeWarning of np.log(0) caught as a fallback), or recorded
+        (`catch_warnings(record=True)`, then `if w:`): a graph would replay the call under the
+        caller's filters, a warning where eager raised or branched. Filters that only hide or show
+        warnings change no result."""
         current = warnings.filters
         if any(f[0] == "error" and f not in self._filters for f in current):
             self.fail("warnings are made errors inside the function (warnings.simplefilter('error')): a graph "
                       "would replay its calls under the caller's warning filters")
+        elif _warning_display() != self._shows_warnings:
+            self.fail("warnings are recorded inside the function (catch_warnings(record=True)): what it does "
+                      "with them depends on warnings a graph would not record")
         self._filters_seen, self._filter_count = current, len(current)
 
     def check_input_writes(self):
@@ -657,6 +662,11 @@ class TraceSession:
         structure, real = out(result)
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
         return trace, real
+
+
+def _warning_display() -> tuple:
+    """Where warnings go: catch_warnings(record=True) replaces these to collect them in a list."""
+    return warnings.showwarning, getattr(warnings, "_showwarnmsg_impl", None)
 
 
 _PLAIN = frozenset({int, float, bool, str, type(None), complex})   # arguments that are never tracked
