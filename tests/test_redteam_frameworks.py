@@ -369,3 +369,34 @@ def test_warnings_made_errors_inside_the_function():
             warnings.simplefilter("ignore")     # (a replay shows the warning eager hid: no result changes)
             assert np.array_equal(lazy(np.array(x)), quiet_log(np.array(x)))
     assert lazy.stats.hits == 2
+
+
+def test_numpy_iterating_a_data_dependent_result():
+    """`for v in np.unique(x)`: the tracer iterated len() of its array without the session, so the
+    number of items was baked: a replay returned a list of the trace's length (or raised)."""
+    def plus_one(x):
+        return [v + 1 for v in np.unique(x)]
+
+    lazy = lazytrace.trace_graph(plus_one)
+    for values in ([1, 1, 2], [1, 2, 3], [2, 2, 2], [5, 6, 5]):
+        x = np.array(values, dtype=float)
+        assert [float(v) for v in lazy(x)] == [float(v) for v in plus_one(x)]
+
+
+@pytest.mark.parametrize("framework", ["numpy", "tensorflow"])
+def test_iterating_a_scalar_raises_eagers_error(framework):
+    """Iterating a 0-d array raised TypeError('len() of unsized object') (NumPy) or "Scalar tensor has
+    no `len()`" (TensorFlow) where eager raises its own iteration error."""
+    if framework == "numpy":
+        x = np.array(1.0)
+    else:
+        x = _tf().constant(1.0)
+
+    def doubled(a):
+        return [v * 2 for v in a]
+
+    with pytest.raises(TypeError) as eager:
+        doubled(x)
+    with pytest.raises(TypeError) as lazy:
+        lazytrace.trace_graph(doubled)(x)
+    assert str(lazy.value) == str(eager.value)

@@ -101,7 +101,10 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
         return self._lt_call(len, (self,))
 
     def __iter__(self):
-        return (self[i] for i in range(len(self._lt_array)))
+        if not self._lt_array.ndim:
+            iter(self._lt_array)       # eager's TypeError ('iteration over a 0-d array')
+        # the length through the session: guarded where it depends on the data (np.unique's result)
+        return (self[i] for i in range(len(self)))
 
     def __getattr__(self, name):
         if name.startswith("__"):

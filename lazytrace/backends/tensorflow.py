@@ -122,6 +122,8 @@ class TfTracer(ArrayTracer):
         return self._lt_call(len, (self,))
 
     def __iter__(self):
+        if not self._lt_array.shape.rank:
+            iter(self._lt_array)       # eager's TypeError ('Cannot iterate over a scalar tensor.')
         return (self[i] for i in range(len(self)))
 
     def __array__(self, dtype=None, copy=None):
