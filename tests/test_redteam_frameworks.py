@@ -400,3 +400,22 @@ def test_iterating_a_scalar_raises_eagers_error(framework):
     with pytest.raises(TypeError) as lazy:
         lazytrace.trace_graph(doubled)(x)
     assert str(lazy.value) == str(eager.value)
+
+
+def test_numpy_write_through_a_sliding_window_view():
+    """A write through sliding_window_view(x, writeable=True) was not known to reach x (the view's
+    base is a DummyArray holding x): the graph dropped it as dead code, replays left x unchanged."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    def stamp(x):
+        windows = sliding_window_view(x, 2, writeable=True)
+        windows[0, 0] = 100.0
+        return x * 1
+
+    lazy = lazytrace.trace_graph(stamp)
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        data = rng.standard_normal(4)
+        a, b = data.copy(), data.copy()
+        assert np.array_equal(lazy(b), stamp(a))
+        assert np.array_equal(b, a)

@@ -244,9 +244,12 @@ class NumpyBackend(Backend):
         return tuple(np.geterr().items())
 
     def storage_key(self, a):
+        """The object at the end of the `.base` chain, through holders that are not arrays too
+        (sliding_window_view / as_strided views hang off a DummyArray whose base is the array)."""
         a = self.unwrap(a)
-        while isinstance(getattr(a, "base", None), np.ndarray):
-            a = a.base
+        base = getattr(a, "base", None)
+        while base is not None:
+            a, base = base, getattr(base, "base", None)
         return id(a)
 
     def clone(self, a):
