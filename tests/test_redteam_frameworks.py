@@ -419,3 +419,20 @@ def test_numpy_write_through_a_sliding_window_view():
         a, b = data.copy(), data.copy()
         assert np.array_equal(lazy(b), stamp(a))
         assert np.array_equal(b, a)
+
+
+@pytest.mark.xfail(strict=True, reason="a trace stopped by an error the trace caused (JAX's concretization error) "
+                                       "is followed by an eager run of the whole function: Python effects made "
+                                       "before the error (a list append, a print) happen twice at that first "
+                                       "call; only array writes and RNGs are put back")
+def test_python_effects_before_a_failed_trace_happen_once():
+    jax = pytest.importorskip("jax")
+    log = []
+    note = log.append
+
+    def positives(x):
+        note("called")
+        return jax.numpy.nonzero(x)[0]          # needs concrete values: the trace stops here
+
+    lazytrace.trace_graph(positives)(jax.numpy.ones(3))
+    assert log == ["called"]
