@@ -442,3 +442,20 @@ def test_python_effects_before_a_failed_trace_happen_once():
 
     lazytrace.trace_graph(positives)(jax.numpy.ones(3))
     assert log == ["called"]
+
+
+def test_tf_variable_written_by_an_unseen_call():
+    """`STEP.assign_add(1)` (no tracer among its arguments: not dispatched, not recorded) ran once at
+    the trace and never again: a step counter stayed at 1 over three calls."""
+    tf = _tf()
+    step = tf.Variable(0)
+
+    def counted(x):
+        step.assign_add(1)
+        return x * 2
+
+    lazy = lazytrace.trace_graph(counted)
+    for i in range(3):
+        assert np.array_equal(lazy(tf.fill([2], float(i))), [2.0 * i] * 2)
+    assert int(step.numpy()) == 3
+    assert "written" in next(iter(lazy.stats.reasons))

@@ -99,6 +99,11 @@ _RANDOM_OPS = {"RandomStandardNormal", "RandomUniform", "RandomUniformInt", "Tru
                "RngSkip", "ParameterizedTruncatedNormal"}
 
 
+#: runtime ops that write a resource variable (assign*, scatter*, optimizers' apply ops)
+_VARIABLE_WRITES = {"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceStridedSliceAssign"}
+_VARIABLE_WRITE_PREFIXES = ("ResourceScatter", "ResourceApply", "ResourceSparseApply")
+
+
 #: Tensor operators whose whole work, on two tensors of one float dtype, is one raw op
 _RAW_BINARY = {"__add__": gen_math_ops.add_v2, "__sub__": gen_math_ops.sub, "__mul__": gen_math_ops.mul,
                "__truediv__": gen_math_ops.real_div}
@@ -227,8 +232,8 @@ class _Dispatcher(dispatch.GlobalOpDispatcher):
 
 
 class _RandomWatch:
-    """Eager op callback: a stateful random op, or a variable read, run by a call the trace did
-    not record (its result would otherwise become a constant)."""
+    """Eager op callback: a stateful random op, a variable read or a variable write, run by a call
+    the trace did not record (its result would otherwise become a constant, its write be lost)."""
 
     def __init__(self, session):
         self.session = session
@@ -241,6 +246,9 @@ class _RandomWatch:
             elif op_type == "ReadVariableOp":
                 self.session.fail("a tf.Variable was read by a call lazytrace did not see (its value "
                                   "would be baked in)")
+            elif op_type in _VARIABLE_WRITES or op_type.startswith(_VARIABLE_WRITE_PREFIXES):
+                self.session.fail("a tf.Variable was written by a call lazytrace did not see "
+                                  "(COUNTER.assign_add(1): a graph would not write it again)")
         return None
 
 
