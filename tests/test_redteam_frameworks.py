@@ -459,3 +459,37 @@ def test_tf_variable_written_by_an_unseen_call():
         assert np.array_equal(lazy(tf.fill([2], float(i))), [2.0 * i] * 2)
     assert int(step.numpy()) == 3
     assert "written" in next(iter(lazy.stats.reasons))
+
+
+_TABLE = np.array([2.0, 3.0])
+_COUNT = np.zeros(1)
+
+
+def _scaled(x):
+    return x * _TABLE[0]             # an item read without a tracer: a number
+
+
+def _counted(x):
+    _COUNT[0] += 1                   # a write no call shows (no tracer in it)
+    return x * 2
+
+
+def test_numpy_arrays_the_function_reaches_are_checked_by_contents():
+    """A NumPy function's global array was checked by identity only: `x * TABLE[0]` baked the item
+    (a replay after TABLE[0] = 10 returned the old product) and `COUNT[0] += 1` ran at the trace
+    only (the counter stayed at 1)."""
+    lazy = lazytrace.trace_graph(_scaled)
+    old = _TABLE.copy()
+    try:
+        assert np.array_equal(lazy(np.ones(2)), [2.0, 2.0])
+        _TABLE[0] = 10.0
+        assert np.array_equal(lazy(np.ones(2)), _scaled(np.ones(2)))
+        assert np.array_equal(lazy(np.ones(2)), [10.0, 10.0]) and lazy.stats.hits == 1
+    finally:
+        _TABLE[:] = old
+
+    lazy = lazytrace.trace_graph(_counted)
+    _COUNT[0] = 0
+    for i in range(3):
+        assert np.array_equal(lazy(np.full(2, float(i))), [2.0 * i] * 2)
+    assert _COUNT[0] == 3

@@ -270,10 +270,11 @@ class Backend:
     def baked_contents(self, obj):
         """For an object the function reaches by itself whose contents a call could copy into a
         constant (a NumPy array given to tf.constant / torch.tensor / jnp.asarray by a function
-        of another framework): a function reading what a guard compares. None: identity is
-        enough (the object is used live). NumPy's own backend reads its arrays live."""
+        of another framework; in a NumPy function, `x * TABLE[0]`: an item read without a tracer
+        is a number baked in, `TABLE[0] += 1` a write no call shows): a function reading what a
+        guard compares. None: identity is enough (the object is used live)."""
         numpy = sys.modules.get("numpy")
-        if numpy is not None and type(obj) is numpy.ndarray and self.name != "numpy":
+        if numpy is not None and type(obj) is numpy.ndarray:
             return _host_contents
         return None
 
