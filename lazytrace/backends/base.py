@@ -117,10 +117,11 @@ class Backend:
         return nullcontext()
 
     # --- tracing ---------------------------------------------------------
-    def caused_by_tracing(self, exc: BaseException) -> bool:
-        """True for an exception the trace itself caused where an eager call would not (JAX
-        asking a tracer for a concrete value, a library refusing a tracer type it does not
-        know, e.g. "Tensor type unknown ... NumpyTracer"): the call then runs eagerly instead."""
+    def caused_by_tracing(self, exc: BaseException) -> bool | str:
+        """True (or the reason, as text) for an exception the trace itself caused where an eager
+        call would not (JAX asking a tracer for a concrete value, a library refusing a tracer type
+        it does not know, e.g. "Tensor type unknown ... NumpyTracer"): the call then runs eagerly
+        instead."""
         names = [tp.__name__ for tp in self.tracked_types if tp not in self.array_types]
         return any(name in str(exc) for name in names)
 
@@ -207,6 +208,16 @@ class Backend:
     def clone(self, array):
         raise NotImplementedError
 
+    def snapshot(self, array) -> Callable[[], None] | None:
+        """Before a trace writes into `array` (an input, or an array the function reached): a
+        callable that puts its contents back, or None where the framework's arrays are immutable
+        or a rerun is never needed."""
+        return None
+
+    def snapshot_rng(self) -> Callable[[], None] | None:
+        """A callable that puts the framework's global RNG back in its present state, or None."""
+        return None
+
     def to_numpy(self, array):
         """A NumPy copy or view of an array of this framework (for to= conversion)."""
         import numpy as np
@@ -259,10 +270,11 @@ class Backend:
     def baked_contents(self, obj):
         """For an object the function reaches by itself whose contents a call could copy into a
         constant (a NumPy array given to tf.constant / torch.tensor / jnp.asarray by a function
-        of another framework): a function reading what a guard compares. None: identity is
-        enough (the object is used live). NumPy's own backend reads its arrays live."""
+        of another framework; in a NumPy function, `x * TABLE[0]`: an item read without a tracer
+        is a number baked in, `TABLE[0] += 1` a write no call shows): a function reading what a
+        guard compares. None: identity is enough (the object is used live)."""
         numpy = sys.modules.get("numpy")
-        if numpy is not None and type(obj) is numpy.ndarray and self.name != "numpy":
+        if numpy is not None and type(obj) is numpy.ndarray:
             return _host_contents
         return None
 
@@ -398,6 +410,10 @@ def operator_syntax(name: str):
     return None
 
 
+#: modules whose code answers isinstance() for ABCs and runtime-checkable Protocols (the caller
+#: is the code that asked)
+_ISINSTANCE_MODULES = frozenset({"abc", "typing", "typing_extensions"})
+
 #: the Python conversions ReadbackMixin reports
 READBACK_BUILTINS = frozenset({bool, int, float, complex, operator.index})
 
@@ -442,7 +458,7 @@ class ReadbackMixin:
         answers as it does for the array, so the function takes eager's path (`type(x)` cannot
         be answered so). The framework's own code, and lazytrace's, see the tracer."""
         frame = sys._getframe(1)
-        while frame.f_globals.get("__name__") == "abc":     # isinstance(x, SomeABC): who asks
+        while frame.f_globals.get("__name__") in _ISINSTANCE_MODULES:   # isinstance(x, SomeABC): who asks
             frame = frame.f_back
         if frame.f_globals.get("__name__", "").startswith(self._lt_session.backend.internal_modules):
             return type(self)

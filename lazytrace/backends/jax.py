@@ -87,7 +87,7 @@ from functools import lru_cache, partial
 
 import jax
 import numpy as np
-from jax._src import config as jax_config, core, dispatch, pjit, tree_util, xla_bridge
+from jax._src import callback, config as jax_config, core, debugging, dispatch, pjit, tree_util, xla_bridge
 from jax._src.array import ArrayImpl
 from jax._src.interpreters import pxla
 from jax._src.lax import lax as lax_internal, slicing
@@ -224,6 +224,12 @@ class LazyTrace(core.Trace):
         self.backend = session.backend
 
     def process_primitive(self, primitive, tracers, params):
+        if _has_effects(primitive, params):
+            # jax.debug.callback / print, io_callback: a Python callback run for its effect (a call
+            # with no array argument would be folded into a constant, one whose result is unused
+            # pruned), as jax.jit runs it at every call
+            self.session.fail(f"{primitive.name} runs a Python callback for its effects (jax.debug.callback, "
+                              f"jax.debug.print, io_callback): a graph would not run it at every call")
         if primitive is pjit.jit_p:
             if any(params["donated_invars"]):
                 # a constant of the graph given to a jit that donates it would be deleted by the first
@@ -333,6 +339,13 @@ class JaxBackend(Backend):
         meshes ...), plus the default PRNG implementation: a graph records primitives as jax
         traced them under these settings, and replays them unchanged."""
         return (_trace_context(), jax.config.jax_default_prng_impl)
+
+    def unseen_state(self):
+        """The same settings, changed inside the function (`jax.config.update("jax_enable_x64", True)`,
+        `with jax.enable_x64(True)`, `jax.default_matmul_precision`): jax.numpy's calls under them
+        were recorded, a replay would call them under the caller's (float32 where eager gave
+        float64). A change makes the signature run eagerly."""
+        return self.global_state()
 
     def describe_global_state(self, state):
         """The settings people change by name; the rest of trace_context() as one entry."""
@@ -797,6 +810,23 @@ class _CustomCall:
         if first is not None:
             return first.call_wrapped(*tree_util.tree_leaves(args))
         return tree_util.tree_leaves(self.fn(*args))
+
+
+_CALLBACKS = frozenset(p for p in (getattr(debugging, "debug_callback_p", None),
+                                   getattr(debugging, "debug_print_p", None),
+                                   getattr(callback, "io_callback_p", None)) if p is not None)
+
+
+def _has_effects(primitive, params) -> bool:
+    """Whether binding `primitive` has effects: a callback primitive, or one running a jaxpr
+    (jit, cond, while, scan ...) that has effects."""
+    if primitive in _CALLBACKS:
+        return True
+    for value in params.values():
+        for jaxpr in value if type(value) is tuple else (value,):
+            if isinstance(jaxpr, (core.Jaxpr, core.ClosedJaxpr)) and jaxpr.effects:
+                return True
+    return False
 
 
 def _fun_name(fun) -> str:

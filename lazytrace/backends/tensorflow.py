@@ -70,10 +70,10 @@ from contextlib import contextmanager
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import context
+from tensorflow.python.eager import context, record
 from tensorflow.python.framework import ops as tf_ops, tensor_conversion_registry
 from tensorflow.python.framework.ops import EagerTensor
-from tensorflow.python.ops import gen_math_ops
+from tensorflow.python.ops import gen_math_ops, resource_variable_ops
 from tensorflow.python.util import dispatch, tf_export
 
 from ..graph.stateful import CallRecordingProxy
@@ -88,14 +88,23 @@ _ARITHMETIC = set(OPERATORS) | set(ROPERATORS)        # operators whose number o
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "device", "name", "trainable"}
 _ATTRGETTERS = {name: operator.attrgetter(name) for name in _METADATA_ATTRIBUTES}
 _METADATA = {len} | set(_ATTRGETTERS.values())
-_MUTATING_METHODS = {"assign", "assign_add", "assign_sub", "scatter_add", "scatter_sub", "scatter_update",
-                     "scatter_nd_update", "scatter_nd_add", "scatter_nd_sub", "scatter_max", "scatter_min"}
+#: the variable methods that write it (assign*, scatter_*, batch_scatter_update), read from the classes: a
+#: list written by hand missed scatter_mul/div, scatter_nd_max/min and batch_scatter_update, whose
+#: calls were dropped from graphs as dead code
+_MUTATING_METHODS = {name for cls in (tf.Variable, resource_variable_ops.BaseResourceVariable)
+                     for name in dir(cls)
+                     if name.startswith(("assign", "scatter_", "batch_scatter_"))}
 #: stateful random ops of the runtime (their draws advance hidden state)
 _RANDOM_OPS = {"RandomStandardNormal", "RandomUniform", "RandomUniformInt", "TruncatedNormal",
                "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
                "RandomCrop", "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt",
                "StatefulStandardNormalV2", "StatefulTruncatedNormal", "RngReadAndSkip",
                "RngSkip", "ParameterizedTruncatedNormal"}
+
+
+#: runtime ops that write a resource variable (assign*, scatter*, optimizers' apply ops)
+_VARIABLE_WRITES = {"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceStridedSliceAssign"}
+_VARIABLE_WRITE_PREFIXES = ("ResourceScatter", "ResourceApply", "ResourceSparseApply")
 
 
 #: Tensor operators whose whole work, on two tensors of one float dtype, is one raw op
@@ -121,6 +130,8 @@ class TfTracer(ArrayTracer):
         return self._lt_call(len, (self,))
 
     def __iter__(self):
+        if not self._lt_array.shape.rank:
+            iter(self._lt_array)       # eager's TypeError ('Cannot iterate over a scalar tensor.')
         return (self[i] for i in range(len(self)))
 
     def __array__(self, dtype=None, copy=None):
@@ -159,6 +170,17 @@ def _operator(name):
 
 for _name in _METHOD_OPS.values():
     setattr(TfTracer, _name, _operator(_name))
+
+
+def _getitem(self, index):
+    """`x[i]`; a variable's own slicing for a tf.Variable, as eager slices it: its result offers
+    `.assign` (`v[0].assign(y)`, which then runs eagerly: the slice's assign is not dispatched)."""
+    array = self._lt_array
+    method = type(array).__getitem__ if isinstance(array, tf.Variable) else tf.Tensor.__getitem__
+    return self._lt_call(method, (self, index))
+
+
+TfTracer.__getitem__ = _getitem
 
 
 def _call_method(tracer, method, *args, **kwargs):
@@ -213,8 +235,8 @@ class _Dispatcher(dispatch.GlobalOpDispatcher):
 
 
 class _RandomWatch:
-    """Eager op callback: a stateful random op, or a variable read, run by a call the trace did
-    not record (its result would otherwise become a constant)."""
+    """Eager op callback: a stateful random op, a variable read or a variable write, run by a call
+    the trace did not record (its result would otherwise become a constant, its write be lost)."""
 
     def __init__(self, session):
         self.session = session
@@ -227,6 +249,9 @@ class _RandomWatch:
             elif op_type == "ReadVariableOp":
                 self.session.fail("a tf.Variable was read by a call lazytrace did not see (its value "
                                   "would be baked in)")
+            elif op_type in _VARIABLE_WRITES or op_type.startswith(_VARIABLE_WRITE_PREFIXES):
+                self.session.fail("a tf.Variable was written by a call lazytrace did not see "
+                                  "(COUNTER.assign_add(1): a graph would not write it again)")
         return None
 
 
@@ -290,6 +315,25 @@ class TensorflowBackend(Backend):
         finally:
             ctx.remove_op_callback(watch)
 
+    def caused_by_tracing(self, exc):
+        """Also: TensorFlow code that takes no dispatch (`GradientTape.gradient` inside the
+        function, a `tf.function` called with a tracer) failing on a tracer it holds, where it
+        held a tensor in eager code. An error raised by an op run on the real tensors (its frames
+        pass through `run`) is the function's own."""
+        if super().caused_by_tracing(exc):
+            return True
+        held = False
+        tb = exc.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if frame.f_code is _RUN_CODE:
+                return False
+            if not held and frame.f_globals.get("__name__", "").startswith("tensorflow."):
+                held = any(type(v) is TfTracer for v in frame.f_locals.values())
+            tb = tb.tb_next
+        return held and ("TensorFlow code that takes no dispatch (GradientTape.gradient, a tf.function ...) "
+                         "was given a tracer")
+
     def classify(self, func, args, kwargs) -> CallKind:
         try:
             kind = _KINDS.get(func)
@@ -311,16 +355,18 @@ class TensorflowBackend(Backend):
         raw_args = unwrap_tree(args, TfTracer)
         if live is not None:
             raw_args = (live.__wrapped__,) + tuple(raw_args[1:])
+        mutated = []
+        if getattr(func, "__name__", "") in _MUTATING_METHODS and args:
+            mutated.append(args[0])
         if watch is not None:
             watch.depth += 1
         try:
+            if session is not None and (mutated or live is not None):
+                session.before_write(mutated[0] if mutated else live.__wrapped__)
             result = func(*raw_args, **unwrap_tree(kwargs, TfTracer))
         finally:
             if watch is not None:
                 watch.depth -= 1
-        mutated = []
-        if getattr(func, "__name__", "") in _MUTATING_METHODS and args:
-            mutated.append(args[0])
         if session is None:
             return result, mutated
         by_array = {id(self.unwrap(m)): m for m in mutated}
@@ -379,6 +425,15 @@ class TensorflowBackend(Backend):
 
     def clone(self, t):
         return t            # tensors are immutable
+
+    def snapshot(self, t):
+        if isinstance(t, tf.random.Generator):      # a generator passed in: its state variable
+            t = t.state
+        if not isinstance(t, tf.Variable):
+            return None
+        with record.stop_recording():        # not a read a GradientTape around the call sees
+            saved = tf.identity(t)
+        return lambda: t.assign(saved)
 
     def to_numpy(self, t):
         return t.numpy()
@@ -649,5 +704,7 @@ def _tf_dtype(name):
         raise ValueError(f"not a stored tensorflow dtype: {name!r:.40}")
     return dtype
 
+
+_RUN_CODE = TensorflowBackend.run.__code__
 
 BACKEND_CLASS = TensorflowBackend
