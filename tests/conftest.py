@@ -1,4 +1,7 @@
+import json
+import subprocess
 import sys
+import textwrap
 import uuid
 
 import numpy as np
@@ -112,3 +115,12 @@ def calls(graph) -> list:
     """A graph's nodes besides its checks of Python globals and closure variables (graph/reads.py)."""
     from lazytrace.graph.reads import READERS
     return [n for n in graph.nodes if n.target not in READERS]
+
+
+def run_fresh_python(prelude: str, code: str) -> dict:
+    """Run `prelude` then `code` (both dedented) in a new Python process; return the JSON it
+    prints last (a failure shows its stderr)."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(code)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])

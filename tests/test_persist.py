@@ -13,6 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load as st_load, save as st_save
 
+from conftest import run_fresh_python
+
 import lazytrace
 from lazytrace.persist import CacheWarning, CorruptEntry, GraphStore, codec, identity, read_description
 
@@ -75,10 +77,7 @@ def run_fresh(lib, cache_dir, code: str) -> dict:
         import {lib.__name__} as lib
         cache = {str(cache_dir)!r}
     """
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(code)],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_fresh_python(prelude, code)
 
 
 def stored_files(cache_dir):
@@ -718,7 +717,7 @@ def tf_sine(x):
 
 
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
-def test_a_framework_whose_graphs_are_not_stored_still_runs_with_the_cache_on(temp_library, tmp_path, framework):
+def test_jax_and_tensorflow_graphs_are_stored_with_the_cache_on(temp_library, tmp_path, framework):
     import numpy as np
     module = pytest.importorskip(framework)
     name, _ = temp_library(FRAMEWORK_FUNCTIONS)
@@ -729,8 +728,11 @@ def test_a_framework_whose_graphs_are_not_stored_still_runs_with_the_cache_on(te
     for _ in range(3):
         x = make(np.random.rand(3).astype(np.float32))
         assert np.array_equal(np.asarray(lazy(x)), np.asarray(fn(x)))
-    assert lazy.stats.traces == 1 and lazy.stats.hits == 2 and lazy.stats.stored == 0
-    assert list(lazy.stats.not_stored) == [f"the {framework} backend does not store graphs on disk"]
+    assert lazy.stats.traces == 1 and lazy.stats.hits == 2 and lazy.stats.stored == 1 and not lazy.stats.not_stored
+    again = lazytrace.trace_graph(fn, cache=tmp_path / "cache")
+    x = make(np.random.rand(3).astype(np.float32))
+    assert np.array_equal(np.asarray(again(x)), np.asarray(fn(x)))
+    assert again.stats.loaded == 1 and again.stats.traces == 0 and again.stats.hits == 1
 
 
 def test_the_module_data_hash_follows_changes_and_keeps_no_replaced_global_alive(temp_library):
@@ -749,3 +751,24 @@ def test_the_module_data_hash_follows_changes_and_keeps_no_replaced_global_alive
     assert second != first
     lib.SCALE = 2                                          # equal, but another type
     assert identity.module_data(name) not in (first, second)
+
+
+def test_the_module_data_memo_sees_every_change_of_the_globals_and_of_sets_in_place(temp_library):
+    name, _ = temp_library("MODES = {'a', 'b'}\nGAIN = 1.5\n")
+    lib = __import__(name)
+    first = identity.module_data(name)
+    assert identity.module_data(name) == first                 # the memo: nothing changed
+    lib.MODES.add("c")                                         # in place
+    added = identity.module_data(name)
+    assert added != first
+    lib.MODES.discard("c")
+    assert identity.module_data(name) == first                 # the same data again
+    lib.GAIN = 2.5
+    assert identity.module_data(name) != first
+    lib.GAIN = 1.5
+    assert identity.module_data(name) == first
+    vars(lib)["GAIN"] = 1.5                                    # set to an equal value (another object)
+    lib.LATE = 3                                               # a new global
+    assert identity.module_data(name) != first
+    del lib.LATE
+    assert identity.module_data(name) == first

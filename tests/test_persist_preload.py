@@ -339,18 +339,9 @@ def test_cuda_signatures_are_preloaded_only_where_prewarm_may_start_the_device(l
 
 # ---- what a preloaded graph depended on is checked again at its first call ------------------
 
-#: three calls down to _value(): deeper than the guards follow (only the module's data hash covers
-#: the globals _value reads)
-CHAIN = '''
-def _l3():
-    return _value()
-
-def _l2():
-    return _l3()
-
-def _l1():
-    return _l2()
-'''
+#: ten calls down to _value(): deeper than the guards follow (reads.py follows eight; only the
+#: module's data hash covers the globals _value reads)
+CHAIN = "".join(f"def _l{i}():\n    return _l{i + 1}()\n\n" for i in range(1, 10)) + "def _l10():\n    return _value()\n"
 
 DEEP = CHAIN + '''
 import numpy as np

@@ -848,3 +848,22 @@ def test_the_sign_of_a_zero_held_in_a_container_or_attribute_is_guarded(holder):
         assert lazy.stats.traces == 2 and lazy.stats.hits == 3      # one variant per sign
     finally:
         SIGNED[0] = SIGNED_CONFIG.gain = SIGNED_TABLE["gain"] = 0.0
+
+
+
+def through_a_chain_of_helpers(x):
+    return x * _level1()            # FACTOR is read four pure-Python calls below, before the framework call
+
+
+def test_a_global_read_four_pure_python_calls_below_is_checked(fw):
+    global FACTOR
+    before = FACTOR
+    lazy = lazytrace.trace_graph(through_a_chain_of_helpers)
+    try:
+        for factor in (before, before, before + 2.0, before + 2.0):
+            FACTOR = factor
+            x = fw.rand(3)
+            assert fw.equal(lazy(x), through_a_chain_of_helpers(x))
+        assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+    finally:
+        FACTOR = before

@@ -130,10 +130,11 @@ class Backend:
         return nullcontext()
 
     # --- tracing ---------------------------------------------------------
-    def caused_by_tracing(self, exc: BaseException) -> bool:
-        """True for an exception the trace itself caused where an eager call would not (JAX
-        asking a tracer for a concrete value, a library refusing a tracer type it does not
-        know, e.g. "Tensor type unknown ... NumpyTracer"): the call then runs eagerly instead."""
+    def caused_by_tracing(self, exc: BaseException) -> bool | str:
+        """True (or the reason, as text) for an exception the trace itself caused where an eager
+        call would not (JAX asking a tracer for a concrete value, a library refusing a tracer type
+        it does not know, e.g. "Tensor type unknown ... NumpyTracer"): the call then runs eagerly
+        instead."""
         names = [tp.__name__ for tp in self.tracked_types if tp not in self.array_types]
         return any(name in str(exc) for name in names)
 
@@ -224,6 +225,16 @@ class Backend:
     def clone(self, array):
         raise NotImplementedError
 
+    def snapshot(self, array) -> Callable[[], None] | None:
+        """Before a trace writes into `array` (an input, or an array the function reached): a
+        callable that puts its contents back, or None where the framework's arrays are immutable
+        or a rerun is never needed."""
+        return None
+
+    def snapshot_rng(self) -> Callable[[], None] | None:
+        """A callable that puts the framework's global RNG back in its present state, or None."""
+        return None
+
     def to_numpy(self, array):
         """A NumPy copy or view of an array of this framework (for to= conversion)."""
         import numpy as np
@@ -276,10 +287,11 @@ class Backend:
     def baked_contents(self, obj):
         """For an object the function reaches by itself whose contents a call could copy into a
         constant (a NumPy array given to tf.constant / torch.tensor / jnp.asarray by a function
-        of another framework): a function reading what a guard compares. None: identity is
-        enough (the object is used live). NumPy's own backend reads its arrays live."""
+        of another framework; in a NumPy function, `x * TABLE[0]`: an item read without a tracer
+        is a number baked in, `TABLE[0] += 1` a write no call shows): a function reading what a
+        guard compares. None: identity is enough (the object is used live)."""
         numpy = sys.modules.get("numpy")
-        if numpy is not None and type(obj) is numpy.ndarray and self.name != "numpy":
+        if numpy is not None and type(obj) is numpy.ndarray:
             return _host_contents
         return None
 
@@ -288,14 +300,41 @@ class Backend:
         return {f"global state [{i}]": repr(x) for i, x in enumerate(state)}
 
     # --- persistent cache (lazytrace/persist) -------------------------------
-    #: the distribution whose version is part of a stored graph's key
-    distribution: str = ""
+    #: the distribution whose version is part of a stored graph's key (or a tuple of several:
+    #: JAX's results depend on jaxlib's version too)
+    distribution: str | tuple = ""
     #: modules a stored graph's calls are named in ('module:attr' or 'module:Class.attr')
     persist_roots: tuple = ()
+
+    def persist_root(self, module: str) -> bool:
+        """Whether a stored graph's call may be named in this module (read with its attributes only)."""
+        return module in self.persist_roots
 
     def target_ref(self, func) -> str | None:
         """'module:attr.path' naming `func` inside persist_roots, or None: such a graph is not
         stored. The persist layer checks that the name resolves back to `func`."""
+        return None
+
+    def stored_call(self, func) -> tuple[str, Any] | None:
+        """(name, parameters) of a recorded call: the name as target_ref, and for a call made
+        from data (a JAX primitive and its parameters) that data as literals, else None.
+        None: not storable."""
+        ref = self.target_ref(func)
+        return None if ref is None else (ref, None)
+
+    def loaded_call(self, obj, params):
+        """The callable a stored call with parameters stands for (obj: its resolved name);
+        ValueError for parameters this backend did not write."""
+        raise ValueError(f"the {self.name} backend stores no calls with parameters")
+
+    def same_call(self, found, func) -> bool:
+        """Whether `found`, loaded from the stored name of `func`, makes the same call (`func`
+        itself may be a copy made during the trace, e.g. JAX's jitted functions)."""
+        return found == func
+
+    def key_text(self, obj) -> str | None:
+        """A stable text of a framework object in a signature key that is not one of the
+        static_types (JAX's abstract values), equal exactly when the objects are; else None."""
         return None
 
     def allowed_target(self, obj) -> bool:
@@ -388,6 +427,10 @@ def operator_syntax(name: str):
     return None
 
 
+#: modules whose code answers isinstance() for ABCs and runtime-checkable Protocols (the caller
+#: is the code that asked)
+_ISINSTANCE_MODULES = frozenset({"abc", "typing", "typing_extensions"})
+
 #: the Python conversions ReadbackMixin reports
 READBACK_BUILTINS = frozenset({bool, int, float, complex, operator.index})
 
@@ -432,7 +475,7 @@ class ReadbackMixin:
         answers as it does for the array, so the function takes eager's path (`type(x)` cannot
         be answered so). The framework's own code, and lazytrace's, see the tracer."""
         frame = sys._getframe(1)
-        while frame.f_globals.get("__name__") == "abc":     # isinstance(x, SomeABC): who asks
+        while frame.f_globals.get("__name__") in _ISINSTANCE_MODULES:   # isinstance(x, SomeABC): who asks
             frame = frame.f_back
         if frame.f_globals.get("__name__", "").startswith(self._lt_session.backend.internal_modules):
             return type(self)
@@ -481,3 +524,37 @@ def unwrap_tree(obj, tracer_type):
 def _host_contents(array) -> tuple:
     """What a guard on a NumPy array compares besides its identity: shape, dtype and bytes."""
     return array.shape, array.dtype.str, array.tobytes()
+
+
+#: dtypes safetensors' NumPy interface writes itself; others (bfloat16, float8 ...) are stored as bytes
+_SAFETENSORS_DTYPES = frozenset({"float64", "float32", "float16", "int64", "uint64", "int32", "uint32", "int16",
+                                 "uint16", "int8", "uint8", "bool", "complex64"})
+
+
+def save_numpy_arrays(arrays: dict, metadata: dict) -> bytes:
+    """A safetensors file of NumPy arrays (by name); an array of a dtype safetensors has no code
+    for is stored as its bytes, with its dtype name and shape in the metadata ('lazytrace.raw')."""
+    import json
+    import numpy as np
+    from safetensors.numpy import save
+    plain, raw = {}, {}
+    for name, a in arrays.items():
+        a = np.array(a, order="C", copy=None)      # (np.ascontiguousarray makes a 0-d array 1-d)
+        if a.dtype.name in _SAFETENSORS_DTYPES:
+            plain[name] = a
+        else:
+            raw[name] = [a.dtype.name, list(a.shape)]
+            plain[name] = a.reshape(-1).view(np.uint8)
+    return save(plain, metadata={**metadata, "lazytrace.raw": json.dumps(raw)})
+
+
+def load_numpy_arrays(data: bytes, metadata: dict, dtype_of) -> dict:
+    """The arrays of a file save_numpy_arrays wrote; `dtype_of(name)` gives a stored dtype name's
+    NumPy dtype (ValueError for a name it does not know)."""
+    import json
+    from safetensors.numpy import load
+    raw = json.loads(metadata.get("lazytrace.raw", "{}"))
+    arrays = load(data)
+    for name, (dtype, shape) in raw.items():
+        arrays[name] = arrays[name].view(dtype_of(dtype)).reshape(shape)
+    return arrays

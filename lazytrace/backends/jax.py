@@ -76,21 +76,27 @@ is a constant (JAX's random numbers are a pure function of the key).
 """
 from __future__ import annotations
 
+import enum
+import importlib.util
 import inspect
+import json
+import re
 import sys
 from contextlib import contextmanager
-from functools import partial
+from functools import lru_cache, partial
 
 import jax
 import numpy as np
-from jax._src import config as jax_config, core, dispatch, pjit, tree_util
+from jax._src import callback, config as jax_config, core, debugging, dispatch, pjit, tree_util, xla_bridge
 from jax._src.array import ArrayImpl
 from jax._src.interpreters import pxla
-from jax._src.lax import slicing
+from jax._src.lax import lax as lax_internal, slicing
 from jax._src.lib import _jax
+from jax._src.random import prng as prng_impls
 from jax._src.random.prng import PRNGKeyArray
 
-from .base import READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, unwrap_tree
+from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, load_numpy_arrays, save_numpy_arrays,
+                   unwrap_tree)
 
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
 _trace_context = jax_config.trace_context
@@ -118,6 +124,10 @@ def _method_callable(name):
         fn.__name__ = fn.__qualname__ = name
         _METHOD_CALLABLES[name] = fn
     return fn
+
+
+#: `x.item()`, `x.tolist()` of a tracer: guards (named so in a stored graph)
+READ_ITEM, READ_TOLIST = _method_callable("item"), _method_callable("tolist")
 
 
 def _escape(self, *args, **kwargs):
@@ -205,6 +215,8 @@ def _fast_operator(name, call, reflected):
 _FAST_OPERANDS = frozenset({int, float, ArrayImpl})
 for _name, (_call, _reflected) in _operator_calls().items():
     setattr(JaxTracer, f"__{_name}__", _fast_operator(_name, _call, _reflected))
+#: the jax.numpy functions the operators record that are not jitted themselves (power)
+_OPERATOR_TARGETS = frozenset(call for call, _ in _operator_calls().values() if not hasattr(call, "_jit_info"))
 
 
 class LazyTrace(core.Trace):
@@ -217,6 +229,12 @@ class LazyTrace(core.Trace):
         self.backend = session.backend
 
     def process_primitive(self, primitive, tracers, params):
+        if _has_effects(primitive, params):
+            # jax.debug.callback / print, io_callback: a Python callback run for its effect (a call
+            # with no array argument would be folded into a constant, one whose result is unused
+            # pruned), as jax.jit runs it at every call
+            self.session.fail(f"{primitive.name} runs a Python callback for its effects (jax.debug.callback, "
+                              f"jax.debug.print, io_callback): a graph would not run it at every call")
         if primitive is pjit.jit_p:
             if any(params["donated_invars"]):
                 # a constant of the graph given to a jit that donates it would be deleted by the first
@@ -299,6 +317,9 @@ class JaxBackend(Backend):
         self._jit_callables: dict = {}
         self._impl_callables: dict = {}
         self._jitted: dict = {}        # id(JAX's PjitParams) -> (them, the jitted function or None)
+        self._primitives: dict = {}    # id(primitive callable) -> (it, primitive, params): stored calls
+        self._primitive_refs: dict = {}
+        self._distribution = None
 
     # ---- signature ------------------------------------------------------------
     def describe(self, a):
@@ -323,6 +344,13 @@ class JaxBackend(Backend):
         meshes ...), plus the default PRNG implementation: a graph records primitives as jax
         traced them under these settings, and replays them unchanged."""
         return (_trace_context(), jax.config.jax_default_prng_impl)
+
+    def unseen_state(self):
+        """The same settings, changed inside the function (`jax.config.update("jax_enable_x64", True)`,
+        `with jax.enable_x64(True)`, `jax.default_matmul_precision`): jax.numpy's calls under them
+        were recorded, a replay would call them under the caller's (float32 where eager gave
+        float64). A change makes the signature run eagerly."""
+        return self.global_state()
 
     def describe_global_state(self, state):
         """The settings people change by name; the rest of trace_context() as one entry."""
@@ -382,6 +410,8 @@ class JaxBackend(Backend):
                 fn = self._impl_callables[key] = _eager_rule_callable(primitive, params)
             name = f"lax.{primitive.name}_p"
         self.name_callable(fn, name)
+        if primitive is not pjit.jit_p and id(fn) not in self._primitives:
+            self._primitives[id(fn)] = (fn, primitive, params)
         return fn
 
     def name_callable(self, fn, name):
@@ -431,6 +461,217 @@ class JaxBackend(Backend):
     def format_brief(self, brief) -> str:
         shape, dtype = brief
         return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype}"
+
+    # ---- persistent cache ----------------------------------------------------------
+    persist_roots = ("builtins", "operator", __name__)
+
+    @property
+    def distribution(self) -> tuple:
+        """jax and jaxlib (XLA, which compiles every call, is jaxlib's: its version can change
+        results), and the PJRT plugins installed (the GPU and TPU runtimes, `jax_plugins`)."""
+        if self._distribution is None:
+            plugins = ()
+            if importlib.util.find_spec("jax_plugins") is not None:
+                from ..persist.identity import distribution_versions
+                plugins = tuple(name for name, _ in distribution_versions("jax_plugins"))
+            self._distribution = ("jax", "jaxlib", *plugins)
+        return self._distribution
+
+    def persist_root(self, module):
+        """This backend's own module, and JAX's modules already imported (the jitted functions
+        and primitives of a graph live in modules `import jax` or the library imported; loading
+        a graph imports nothing: a module not imported yet leaves the graph to a later call)."""
+        if module in self.persist_roots:
+            return True
+        if module != "jax" and not module.startswith("jax."):
+            return False
+        if module in sys.modules:
+            return True
+        if module.rpartition(".")[0] in sys.modules:      # find_spec then imports nothing
+            try:
+                if importlib.util.find_spec(module) is None:
+                    return False                          # no such module: a made-up name
+            except (ImportError, ValueError):
+                return False
+        from ..persist.codec import Unavailable
+        raise Unavailable(f"its calls are in {module}, which is not imported")
+
+    def stored_call(self, func):
+        """A jitted function by the name of the function it jits (`jax.numpy:sin`,
+        `jax._src.numpy.reductions:_reduce_sum`), loaded as JAX's own jitted object there (the
+        same function and jit options: the same compiled programs); a jax.numpy ufunc's call
+        through the ufunc; a custom_jvp/custom_vjp function (jax.nn.relu) by its name; a
+        primitive by its name with its parameters as literals, rebuilt by primitive_callable.
+        A jit of a jaxpr (a closure, a jitted call given tracers in other pytree nodes) has no
+        name: its graph is not stored."""
+        tp = type(func)
+        entry = self._primitives.get(id(func))
+        if entry is not None and entry[0] is func:
+            ref = self._primitive_ref(entry[1])
+            return None if ref is None else (ref, ("primitive", entry[2]))
+        if tp is _PJIT_FUNCTION:
+            ref = _function_ref(getattr(func, "_fun", None))
+            if ref is None:
+                return None
+            return ref, (("ufunc",) if isinstance(_attribute(ref), jax.numpy.ufunc) else None)
+        if tp is _CustomCall:
+            ref = _function_ref(getattr(func.fn, "fun", None))
+            return None if ref is None else (ref, ("custom",))
+        if func is READ_ITEM or func is READ_TOLIST:
+            return f"{__name__}:READ_{func.__name__.upper()}", None
+        if _readback_builtin(func):
+            return f"{'builtins' if isinstance(func, type) else 'operator'}:{func.__name__}", None
+        if func in _OPERATOR_TARGETS:       # `x ** y`: jax.numpy.power, a plain function
+            return _function_ref(func), None
+        return None
+
+    def loaded_call(self, obj, params):
+        kind, *rest = params
+        if kind == "ufunc" and isinstance(obj, jax.numpy.ufunc) and not rest:
+            return obj._ufunc__static_props["call"]
+        if kind == "custom" and isinstance(obj, (jax.custom_jvp, jax.custom_vjp)) and not rest:
+            call = _CustomCall(obj, None)
+            self.name_callable(call, f"{type(obj).__name__}.{_fun_name(obj.fun)}")
+            return call
+        if kind == "primitive" and isinstance(obj, core.Primitive) and len(rest) == 1 and type(rest[0]) is dict:
+            return self.primitive_callable(obj, rest[0])
+        raise ValueError(f"not a stored jax call: {params!r:.80}")
+
+    def same_call(self, found, func):
+        if type(found) is _PJIT_FUNCTION and type(func) is _PJIT_FUNCTION and hasattr(func, "_fun"):
+            return getattr(found, "_fun", None) is func._fun and getattr(found, "_jit_info", None) is func._jit_info
+        if type(found) is _CustomCall and type(func) is _CustomCall:
+            return found.fn is func.fn
+        return found == func
+
+    def allowed_target(self, obj):
+        """JAX's jitted functions, ufuncs, custom-derivative functions and primitives (no
+        callback primitive: those run Python code; no infeed/outfeed), and the read-back
+        builtins of guards."""
+        if type(obj) is _PJIT_FUNCTION or isinstance(obj, (jax.numpy.ufunc, jax.custom_jvp, jax.custom_vjp)):
+            return True
+        if isinstance(obj, core.Primitive):
+            return obj is not pjit.jit_p and not any(word in obj.name for word in ("callback", "feed"))
+        return obj is READ_ITEM or obj is READ_TOLIST or _readback_builtin(obj) or obj in _OPERATOR_TARGETS
+
+    def _primitive_ref(self, primitive) -> str | None:
+        """'module:name_p' of JAX's module that holds a primitive (jax.lax first)."""
+        if primitive is pjit.jit_p:
+            return None            # its jaxpr has no form as data
+        ref = self._primitive_refs.get(primitive)
+        if ref is None:
+            name = f"{primitive.name}_p"
+            homes = ["jax.lax", *sorted(m for m in sys.modules if m.startswith("jax._src."))]
+            module = next((m for m in homes if getattr(sys.modules.get(m), name, None) is primitive), None)
+            ref = self._primitive_refs[primitive] = f"{module}:{name}" if module else ""
+        return ref or None
+
+    def encode_static(self, obj):
+        if isinstance(obj, np.dtype) and obj.names is None and obj.subdtype is None:
+            return ["dtype", obj.name]
+        if type(obj) is _SCALAR_META:
+            return ["jnp", obj.dtype.name]
+        if isinstance(obj, type) and issubclass(obj, np.generic):
+            return ["type", np.dtype(obj).name]
+        if isinstance(obj, np.generic) and obj.dtype.kind in "biuf":
+            return ["scalar", obj.dtype.name, repr(obj.item())]
+        if type(obj) is prng_impls.PRNGImpl and prng_impls.prngs.get(obj.name) is obj:
+            return ["prng", obj.name]
+        if isinstance(obj, enum.Enum) and type(obj).__module__.startswith("jax."):
+            return ["enum", type(obj).__module__, type(obj).__qualname__, obj.name]
+        return None
+
+    def decode_static(self, data):
+        kind, *rest = data
+        if kind == "enum":
+            module, qualname, member = rest
+            cls = _attribute(f"{module}:{qualname}") if module.startswith("jax.") else None
+            if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+                raise ValueError(f"not a stored jax enum: {data!r:.80}")
+            return cls[member]
+        if kind == "prng":
+            return _prng(rest[0])
+        dtype = _dtype(rest[0])
+        if kind == "dtype":
+            return dtype
+        if kind == "jnp" and type(getattr(jax.numpy, rest[0], None)) is _SCALAR_META:
+            return getattr(jax.numpy, rest[0])
+        if kind == "type":
+            return dtype.type
+        if kind == "scalar":
+            text = rest[1]
+            return dtype.type(text == "True" if dtype.kind == "b" else int(text) if dtype.kind in "iu" else float(text))
+        raise ValueError(f"not a stored jax constant: {data!r:.80}")
+
+    def key_text(self, obj):
+        if type(obj) is core.ShapedArray:
+            return repr(obj)        # shape, dtype, weak type, abstract sharding, memory space
+        if obj is getattr(core, "top_axis_env", None):
+            return "top"            # trace_context()'s axis environment outside vmap/pmap (interned)
+        return None
+
+    def array_spec(self, a):
+        """[shape, kind, dtype or key implementation, weak type, device]: arrays on one device."""
+        where = _placement(a)
+        if where is None:
+            return None
+        if type(a) is PRNGKeyArray:
+            return [list(a.shape), "key", a.dtype._impl.name, False, where]
+        return [list(a.shape), "array", self.encode_static(a.dtype), a.aval.weak_type, where]
+
+    def synthetic_array(self, spec, start_devices=False):
+        shape, kind, dtype, weak, where = spec
+        if kind not in ("array", "key") or type(shape) is not list or type(weak) is not bool or \
+                not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"malformed jax array description {spec!r:.80}")
+        if kind == "key":
+            return jax.random.wrap_key_data(self._put(np.zeros((*shape, *_prng(dtype).key_shape), np.uint32),
+                                                      where, start_devices), impl=dtype)
+        dtype = self.decode_static(dtype)
+        fill = True if dtype.kind == "b" else 0.5 if dtype.kind in "fc" else 1
+        return self._put(np.full(shape, fill, dtype), where, start_devices, weak)
+
+    def _put(self, value, where, start_devices, weak=False):
+        """`value` on the device `where` ([platform, id, memory kind, committed]), weak-typed if
+        `weak`. Committed to it as the array was (jit compiles committed and uncommitted
+        arguments apart: a prewarm on committed copies of uncommitted inputs would warm nothing)."""
+        platform, device_id, memory, committed = where
+        if not (start_devices or xla_bridge.backends_are_initialized() or _cpu_only(platform)):
+            raise RuntimeError(f"an array on {platform} would start JAX's runtimes (prewarm=True allows it)")
+        device = next((d for d in jax.devices(platform) if d.id == device_id), None)
+        if device is None:
+            raise ValueError(f"no {platform} device {device_id} in this process")
+        sharding = jax.sharding.SingleDeviceSharding(device, memory_kind=memory)
+        out = jax.device_put(value)
+        if committed is not False or out.sharding != sharding:
+            out = jax.device_put(value, sharding)
+        return lax_internal._convert_element_type(out, out.dtype, weak_type=True) if weak else out
+
+    def save_arrays(self, arrays, metadata):
+        """Each array as NumPy data (a key as its key data), with its dtype, weak type and device
+        (or key implementation) in the metadata ('jax.arrays')."""
+        described, data = {}, {}
+        for name, a in arrays.items():
+            spec = self.array_spec(a)
+            if spec is None:
+                from ..persist.codec import NotStorable
+                raise NotStorable(f"a constant of {a.sharding} (only arrays on one device are stored)")
+            described[name] = spec
+            data[name] = np.asarray(jax.random.key_data(a) if spec[1] == "key" else a)
+        return save_numpy_arrays(data, {**metadata, "jax.arrays": json.dumps(described)})
+
+    def load_arrays(self, data, metadata):
+        described = json.loads(metadata.get("jax.arrays", "{}"))
+        out = {}
+        for name, value in load_numpy_arrays(data, metadata, _dtype).items():
+            shape, kind, dtype, weak, where = described[name]
+            if kind == "key":
+                out[name] = jax.random.wrap_key_data(self._put(value, where, True), impl=dtype)
+            else:
+                if value.dtype != self.decode_static(dtype) or list(value.shape) != shape:
+                    raise ValueError(f"array {name} is not of its stored description")
+                out[name] = self._put(value, where, True, weak)
+        return out
 
     # ---- code generation ----------------------------------------------------------
     def call_syntax(self, func):
@@ -574,6 +815,23 @@ class _CustomCall:
         return tree_util.tree_leaves(self.fn(*args))
 
 
+_CALLBACKS = frozenset(p for p in (getattr(debugging, "debug_callback_p", None),
+                                   getattr(debugging, "debug_print_p", None),
+                                   getattr(callback, "io_callback_p", None)) if p is not None)
+
+
+def _has_effects(primitive, params) -> bool:
+    """Whether binding `primitive` has effects: a callback primitive, or one running a jaxpr
+    (jit, cond, while, scan ...) that has effects."""
+    if primitive in _CALLBACKS:
+        return True
+    for value in params.values():
+        for jaxpr in value if type(value) is tuple else (value,):
+            if isinstance(jaxpr, (core.Jaxpr, core.ClosedJaxpr)) and jaxpr.effects:
+                return True
+    return False
+
+
 def _fun_name(fun) -> str:
     info = getattr(fun, "debug_info", None)
     return getattr(info, "func_name", None) or "fn"
@@ -654,6 +912,75 @@ def _jit_callable(params):
         def call(*args):
             return impl(*args, **params)
         return call
+
+
+_PJIT_FUNCTION = type(jax.numpy.sin) if type(jax.numpy.sin).__name__ == "PjitFunction" else type(jax.jit(abs))
+_SCALAR_META = type(jax.numpy.float32)
+_DTYPE_NAME = re.compile(r"^[a-z][a-z0-9_]{1,24}$")
+
+
+def _function_ref(fun) -> str | None:
+    """'module:qualname' of a function defined at module level in JAX's own modules, or None."""
+    module, qualname = getattr(fun, "__module__", None), getattr(fun, "__qualname__", None)
+    if type(module) is not str or type(qualname) is not str or "<" in qualname or qualname.count(".") > 2:
+        return None
+    return f"{module}:{qualname}" if module == "jax" or module.startswith("jax.") else None
+
+
+def _attribute(ref):
+    """The object a 'module:attr.path' names in an imported module, or None."""
+    module, _, path = ref.partition(":")
+    obj = sys.modules.get(module)
+    for name in path.split("."):
+        obj = getattr(obj, name, None)
+    return obj
+
+
+def _readback_builtin(obj) -> bool:
+    try:
+        return obj in READBACK_BUILTINS
+    except TypeError:       # unhashable
+        return False
+
+
+def _dtype(name) -> np.dtype:
+    """A stored dtype name's dtype (bfloat16 and the other ml_dtypes too); ValueError otherwise."""
+    if type(name) is not str or not _DTYPE_NAME.match(name):
+        raise ValueError(f"not a stored jax dtype: {name!r:.40}")
+    dtype = jax.numpy.dtype(name)
+    if dtype.names is not None or dtype.subdtype is not None or dtype.name != name:
+        raise ValueError(f"not a stored jax dtype: {name!r:.40}")
+    return dtype
+
+
+def _prng(name):
+    impl = prng_impls.prngs.get(name) if type(name) is str else None
+    if impl is None:
+        raise ValueError(f"unknown PRNG implementation {name!r:.40}")
+    return impl
+
+
+def _placement(a):
+    """[platform, device id, memory kind, committed] of a concrete array on one device, else None."""
+    if not isinstance(a, _ARRAYS) or type(a.sharding) is not jax.sharding.SingleDeviceSharding:
+        return None
+    device = next(iter(a.sharding.device_set))
+    return [device.platform, device.id, a.sharding.memory_kind, bool(getattr(a, "_committed", True))]
+
+
+def _cpu_only(platform) -> bool:
+    """Whether making a CPU array starts no accelerator's runtime (JAX starts every installed
+    platform at once): no PJRT plugin and no libtpu installed, or JAX told to use the CPU only."""
+    if platform != "cpu":
+        return False
+    if (jax.config.jax_platforms or "").strip() == "cpu":
+        return True
+    return not _accelerators_installed()
+
+
+@lru_cache(maxsize=1)
+def _accelerators_installed() -> bool:
+    return importlib.util.find_spec("jax_plugins") is not None or importlib.util.find_spec("libtpu") is not None
 
 
 BACKEND_CLASS = JaxBackend

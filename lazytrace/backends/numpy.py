@@ -16,7 +16,9 @@ NumPy's global RNG state before and after the trace.
 """
 from __future__ import annotations
 
+import datetime
 import functools
+import numbers
 import pickle
 import operator
 import re
@@ -56,6 +58,7 @@ _PYTHON_TYPES_BY_NAME = {"float": float, "int": int, "bool": bool, "complex": co
 _PYTHON_TYPES = frozenset(_PYTHON_TYPES_BY_NAME.values())
 _RNG_CLASSES = ("Generator.", "RandomState.")
 _ARRAY_ATTRIBUTES = {"T", "mT", "real", "imag"}
+_MEMORY_PROTOCOLS = frozenset({"__array_interface__", "__array_struct__", "__dlpack__", "__dlpack_device__"})
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "size", "itemsize", "nbytes"}
 _ATTRGETTERS = {name: operator.attrgetter(name) for name in _ARRAY_ATTRIBUTES | _METADATA_ATTRIBUTES}
 _ATTRIBUTE_OF = {getter: name for name, getter in _ATTRGETTERS.items()}
@@ -98,11 +101,21 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
         return self._lt_call(len, (self,))
 
     def __iter__(self):
-        return (self[i] for i in range(len(self._lt_array)))
+        if not self._lt_array.ndim:
+            iter(self._lt_array)       # eager's TypeError ('iteration over a 0-d array')
+        # the length through the session: guarded where it depends on the data (np.unique's result)
+        return (self[i] for i in range(len(self)))
 
     def __getattr__(self, name):
-        if name.startswith("__"):          # protocol probes (__array_struct__ ...): not offered
-            raise AttributeError(name)
+        if name.startswith("__"):
+            if name in _MEMORY_PROTOCOLS:
+                # x.__array_interface__, PIL's Image.fromarray, np.ctypeslib: the array's memory,
+                # handed out as eager code hands it, and the call runs eagerly (NumPy's own
+                # conversion, np.asarray, reads it too: an escape either way)
+                self._lt_session.fail(f"{name} (np.asarray, or other code reading the array's memory) hands "
+                                      f"array memory to code lazytrace cannot see")
+                return getattr(self._lt_array, name)
+            raise AttributeError(name)     # other protocol probes: not offered
         if name in _ATTRGETTERS:     # metadata goes through the session too: guarded if data-dependent
             return self._lt_call(_ATTRGETTERS[name], (self,))
         method = getattr(np.ndarray, name, None)
@@ -206,7 +219,6 @@ class NumpyBackend(Backend):
         session = next((x._lt_session if type(x) is NumpyTracer else x._self_session
                         for x in _tracers(args, kwargs)), None)
         raw_args, raw_kwargs = _unwrap(args), _unwrap(kwargs)
-        result = func(*raw_args, **raw_kwargs)
         mutated = []
         out = kwargs.get("out")
         if out is not None:
@@ -219,9 +231,21 @@ class NumpyBackend(Backend):
         if writes:
             mutated.append(args[0])
         if session is None:
+            return func(*raw_args, **raw_kwargs), mutated
+        mutated = [m for m in mutated if isinstance(m, self.tracked_types)]
+        for m in mutated:
+            session.before_write(m)
+        if args and type(args[0]) is CallRecordingProxy:       # a generator passed in draws
+            session.before_write(args[0].__wrapped__)
+        result = func(*raw_args, **raw_kwargs)
+        if _holds_objects(result) or not isinstance(result, _VALUES) and _object_arrays(raw_args):
+            # an item of an object array (a list, a user's object): what the function reads from it
+            # or changes in it is no call lazytrace sees (the trace handed it a copy of a list before)
+            session.fail(f"{type(result).__name__} object from an array handed to Python code: what is "
+                         f"read from it or changed in it is not seen")
             return result, mutated
-        by_array = {id(self.unwrap(m)): m for m in mutated if isinstance(m, self.tracked_types)}
-        return self._wrap(result, session, by_array), [m for m in mutated if isinstance(m, self.tracked_types)]
+        by_array = {id(self.unwrap(m)): m for m in mutated}
+        return self._wrap(result, session, by_array), mutated
 
     def constant_state(self, constants):
         """np.errstate decides what a division by zero, an overflow or an invalid value does:
@@ -247,7 +271,7 @@ class NumpyBackend(Backend):
         if isinstance(result, (np.ndarray, np.generic)):
             known = by_array.get(id(result))
             return known if known is not None else NumpyTracer(result, session)
-        if type(result) in (tuple, list):
+        if type(result) in (tuple, list) and _holds_arrays(result):     # not a list from an object array
             return type(result)(self._wrap(x, session, by_array) for x in result)
         if isinstance(result, tuple) and hasattr(type(result), "_fields"):
             return type(result)(*(self._wrap(x, session, by_array) for x in result))
@@ -259,13 +283,30 @@ class NumpyBackend(Backend):
         return tuple(np.geterr().items())
 
     def storage_key(self, a):
+        """The object at the end of the `.base` chain, through holders that are not arrays too
+        (sliding_window_view / as_strided views hang off a DummyArray whose base is the array)."""
         a = self.unwrap(a)
-        while isinstance(getattr(a, "base", None), np.ndarray):
-            a = a.base
+        base = getattr(a, "base", None)
+        while base is not None:
+            a, base = base, getattr(base, "base", None)
         return id(a)
 
     def clone(self, a):
         return np.copy(a)
+
+    def snapshot(self, a):
+        if isinstance(a, np.random.Generator):
+            state = a.bit_generator.state
+            return lambda: setattr(a.bit_generator, "state", state)
+        if isinstance(a, np.random.RandomState):
+            state = a.get_state(legacy=False)
+            return lambda: a.set_state(state)
+        saved = np.copy(a)
+        return lambda: np.copyto(a, saved)
+
+    def snapshot_rng(self):
+        state = np.random.get_state(legacy=False)
+        return lambda: np.random.set_state(state)
 
     def from_numpy(self, data):
         return data
@@ -442,6 +483,29 @@ def _writes_first(func) -> bool:
     """Whether a call writes into its first argument (np.copyto, ndarray.sort, ufunc.at ...)."""
     return func in _MUTATING_FUNCTIONS or getattr(func, "__name__", "") in _MUTATING_METHODS \
         and getattr(func, "__objclass__", None) is np.ndarray or getattr(func, "__name__", "") == "at"
+
+
+_VALUES = (np.ndarray, np.generic, numbers.Number, str, bytes, type(None), np.dtype, slice,
+           datetime.date, datetime.time, datetime.timedelta)      # (datetime64's .item(), .tolist())
+
+
+def _holds_objects(result) -> bool:
+    """Whether a call's result is or holds (in tuples and lists) an object other than arrays and
+    immutable values: an item of an object array."""
+    if isinstance(result, _VALUES):
+        return False
+    if type(result) in (tuple, list) or isinstance(result, tuple) and hasattr(type(result), "_fields"):
+        return any(_holds_objects(x) for x in result)
+    return True
+
+
+def _holds_arrays(result) -> bool:
+    return any(isinstance(x, (np.ndarray, np.generic)) or type(x) in (tuple, list) and _holds_arrays(x)
+               for x in result)
+
+
+def _object_arrays(args) -> bool:
+    return any(type(a) is np.ndarray and a.dtype.hasobject for a in args)
 
 
 def _tracers(args, kwargs):

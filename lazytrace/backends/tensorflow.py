@@ -61,22 +61,25 @@ process: not done.
 from __future__ import annotations
 
 import functools
+import importlib
+import json
 import operator
+import re
 import sys
 from contextlib import contextmanager
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import context
+from tensorflow.python.eager import context, record
 from tensorflow.python.framework import ops as tf_ops, tensor_conversion_registry
 from tensorflow.python.framework.ops import EagerTensor
-from tensorflow.python.ops import gen_math_ops
+from tensorflow.python.ops import gen_math_ops, resource_variable_ops
 from tensorflow.python.util import dispatch, tf_export
 
 from ..graph.stateful import CallRecordingProxy
 
 from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer, Backend, CallKind,
-                   operator_syntax, unwrap_tree)
+                   load_numpy_arrays, operator_syntax, save_numpy_arrays, unwrap_tree)
 
 _METHOD_OPS = {getattr(tf.Tensor, name): name for name in
                list(OPERATORS) + list(ROPERATORS) + list(UNARY) + ["__getitem__"]
@@ -85,14 +88,23 @@ _ARITHMETIC = set(OPERATORS) | set(ROPERATORS)        # operators whose number o
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "device", "name", "trainable"}
 _ATTRGETTERS = {name: operator.attrgetter(name) for name in _METADATA_ATTRIBUTES}
 _METADATA = {len} | set(_ATTRGETTERS.values())
-_MUTATING_METHODS = {"assign", "assign_add", "assign_sub", "scatter_add", "scatter_sub", "scatter_update",
-                     "scatter_nd_update", "scatter_nd_add", "scatter_nd_sub", "scatter_max", "scatter_min"}
+#: the variable methods that write it (assign*, scatter_*, batch_scatter_update), read from the classes: a
+#: list written by hand missed scatter_mul/div, scatter_nd_max/min and batch_scatter_update, whose
+#: calls were dropped from graphs as dead code
+_MUTATING_METHODS = {name for cls in (tf.Variable, resource_variable_ops.BaseResourceVariable)
+                     for name in dir(cls)
+                     if name.startswith(("assign", "scatter_", "batch_scatter_"))}
 #: stateful random ops of the runtime (their draws advance hidden state)
 _RANDOM_OPS = {"RandomStandardNormal", "RandomUniform", "RandomUniformInt", "TruncatedNormal",
                "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
                "RandomCrop", "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt",
                "StatefulStandardNormalV2", "StatefulTruncatedNormal", "RngReadAndSkip",
                "RngSkip", "ParameterizedTruncatedNormal"}
+
+
+#: runtime ops that write a resource variable (assign*, scatter*, optimizers' apply ops)
+_VARIABLE_WRITES = {"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceStridedSliceAssign"}
+_VARIABLE_WRITE_PREFIXES = ("ResourceScatter", "ResourceApply", "ResourceSparseApply")
 
 
 #: Tensor operators whose whole work, on two tensors of one float dtype, is one raw op
@@ -118,6 +130,8 @@ class TfTracer(ArrayTracer):
         return self._lt_call(len, (self,))
 
     def __iter__(self):
+        if not self._lt_array.shape.rank:
+            iter(self._lt_array)       # eager's TypeError ('Cannot iterate over a scalar tensor.')
         return (self[i] for i in range(len(self)))
 
     def __array__(self, dtype=None, copy=None):
@@ -199,6 +213,17 @@ for _name in _METHOD_OPS.values():
     setattr(TfTracer, _name, _operator(_name))
 
 
+def _getitem(self, index):
+    """`x[i]`; a variable's own slicing for a tf.Variable, as eager slices it: its result offers
+    `.assign` (`v[0].assign(y)`, which then runs eagerly: the slice's assign is not dispatched)."""
+    array = self._lt_array
+    method = type(array).__getitem__ if isinstance(array, tf.Variable) else tf.Tensor.__getitem__
+    return self._lt_call(method, (self, index))
+
+
+TfTracer.__getitem__ = _getitem
+
+
 def _call_method(tracer, method, *args, **kwargs):
     return tracer._lt_call(method, (tracer,) + args, kwargs)
 
@@ -251,8 +276,8 @@ class _Dispatcher(dispatch.GlobalOpDispatcher):
 
 
 class _RandomWatch:
-    """Eager op callback: a stateful random op, or a variable read, run by a call the trace did
-    not record (its result would otherwise become a constant)."""
+    """Eager op callback: a stateful random op, a variable read or a variable write, run by a call
+    the trace did not record (its result would otherwise become a constant, its write be lost)."""
 
     def __init__(self, session):
         self.session = session
@@ -265,6 +290,9 @@ class _RandomWatch:
             elif op_type == "ReadVariableOp":
                 self.session.fail("a tf.Variable was read by a call lazytrace did not see (its value "
                                   "would be baked in)")
+            elif op_type in _VARIABLE_WRITES or op_type.startswith(_VARIABLE_WRITE_PREFIXES):
+                self.session.fail("a tf.Variable was written by a call lazytrace did not see "
+                                  "(COUNTER.assign_add(1): a graph would not write it again)")
         return None
 
 
@@ -282,6 +310,7 @@ class TensorflowBackend(Backend):
     def __init__(self):
         self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}
         self._scalars: dict = {}
+        self._distribution = None
         # asked first (it declines every call that holds no tracer at once): a dispatcher asked
         # before it (Keras' KerasOpDispatcher flattens every call's arguments) costs each traced call
         dispatcher = _Dispatcher()
@@ -327,6 +356,25 @@ class TensorflowBackend(Backend):
         finally:
             ctx.remove_op_callback(watch)
 
+    def caused_by_tracing(self, exc):
+        """Also: TensorFlow code that takes no dispatch (`GradientTape.gradient` inside the
+        function, a `tf.function` called with a tracer) failing on a tracer it holds, where it
+        held a tensor in eager code. An error raised by an op run on the real tensors (its frames
+        pass through `run`) is the function's own."""
+        if super().caused_by_tracing(exc):
+            return True
+        held = False
+        tb = exc.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if frame.f_code is _RUN_CODE:
+                return False
+            if not held and frame.f_globals.get("__name__", "").startswith("tensorflow."):
+                held = any(type(v) is TfTracer for v in frame.f_locals.values())
+            tb = tb.tb_next
+        return held and ("TensorFlow code that takes no dispatch (GradientTape.gradient, a tf.function ...) "
+                         "was given a tracer")
+
     def classify(self, func, args, kwargs) -> CallKind:
         try:
             kind = _KINDS.get(func)
@@ -348,16 +396,18 @@ class TensorflowBackend(Backend):
         raw_args = unwrap_tree(args, TfTracer)
         if live is not None:
             raw_args = (live.__wrapped__,) + tuple(raw_args[1:])
+        mutated = []
+        if getattr(func, "__name__", "") in _MUTATING_METHODS and args:
+            mutated.append(args[0])
         if watch is not None:
             watch.depth += 1
         try:
+            if session is not None and (mutated or live is not None):
+                session.before_write(mutated[0] if mutated else live.__wrapped__)
             result = func(*raw_args, **unwrap_tree(kwargs, TfTracer))
         finally:
             if watch is not None:
                 watch.depth -= 1
-        mutated = []
-        if getattr(func, "__name__", "") in _MUTATING_METHODS and args:
-            mutated.append(args[0])
         if session is None:
             return result, mutated
         by_array = {id(self.unwrap(m)): m for m in mutated}
@@ -417,6 +467,15 @@ class TensorflowBackend(Backend):
     def clone(self, t):
         return t            # tensors are immutable
 
+    def snapshot(self, t):
+        if isinstance(t, tf.random.Generator):      # a generator passed in: its state variable
+            t = t.state
+        if not isinstance(t, tf.Variable):
+            return None
+        with record.stop_recording():        # not a read a GradientTape around the call sees
+            saved = tf.identity(t)
+        return lambda: t.assign(saved)
+
     def to_numpy(self, t):
         return t.numpy()
 
@@ -448,6 +507,161 @@ class TensorflowBackend(Backend):
     def format_brief(self, brief) -> str:
         shape, dtype = brief
         return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype.name}"
+
+    # ---- persistent cache ----------------------------------------------------------
+    persist_roots = ("builtins", "operator")
+
+    @property
+    def distribution(self) -> tuple:
+        """The installed distributions that provide the `tensorflow` package (tensorflow-cpu,
+        tensorflow, tf-nightly ...), found with importlib-metadata once per process."""
+        if self._distribution is None:
+            from ..persist.identity import distribution_versions
+            self._distribution = tuple(name for name, _ in distribution_versions("tensorflow")) or ("tensorflow",)
+        return self._distribution
+
+    def persist_root(self, module):
+        """tensorflow and its API modules (tensorflow.math ...: imported on first use, as
+        `tf.math` imports it), and TensorFlow's implementation modules that `import tensorflow`
+        imported (the classes of tensors and variables, the raw arithmetic ops)."""
+        if module in self.persist_roots or module == "tensorflow":
+            return True
+        if module.startswith("tensorflow.python."):
+            return module in sys.modules
+        return module.startswith("tensorflow.")
+
+    def target_ref(self, func):
+        """An operator or method by its class ('tensorflow:Tensor.__mul__'), a raw arithmetic op
+        by its generated function, a read-back builtin, else a public TensorFlow op by its API
+        name ('tensorflow.math:sin', 'tensorflow:cast')."""
+        try:
+            name = _METHOD_OPS.get(func)
+            raw = func in _RAW_NAMES
+        except TypeError:       # unhashable callable
+            return None
+        if name is not None:
+            return f"tensorflow:Tensor.{name}"
+        if raw:
+            return f"{gen_math_ops.__name__}:{func.__name__}"
+        if func in READBACK_BUILTINS:
+            return f"{'builtins' if isinstance(func, type) else 'operator'}:{func.__name__}"
+        if _stored_method(func):
+            return f"{func.__module__}:{func.__qualname__}"
+        api = _api_name(func)
+        if api is None:
+            return None
+        namespace, _, short = api.rpartition(".")
+        return f"tensorflow{'.' if namespace else ''}{namespace}:{short}"
+
+    def stored_call(self, func):
+        """As target_ref; an op under decorators of its API function (tf.reduce_sum's deprecation
+        wrapper) as the API name and how many `__wrapped__` steps lead to it."""
+        ref = self.target_ref(func)
+        if ref is None:
+            return None
+        module, _, name = ref.partition(":")
+        try:
+            found = getattr(importlib.import_module(module), name, None) if "." not in name else func
+        except ImportError:
+            return None
+        for depth in range(_MAX_UNWRAP + 1):
+            if found is func:
+                return ref, (("unwrap", depth) if depth else None)
+            found = getattr(found, "__wrapped__", None)
+        return ref, None
+
+    def loaded_call(self, obj, params):
+        kind, depth = params
+        if kind != "unwrap" or type(depth) is not int or not 0 < depth <= _MAX_UNWRAP:
+            raise ValueError(f"not a stored tensorflow call: {params!r:.80}")
+        for _ in range(depth):
+            obj = getattr(obj, "__wrapped__", None)
+        if not self.allowed_target(obj):
+            raise ValueError(f"not a stored tensorflow call: {params!r:.80}")
+        return obj
+
+    def allowed_target(self, obj):
+        """Operators and methods of tensors and variables, the raw arithmetic ops, read-back
+        builtins, and TensorFlow's dispatchable ops (what the tracer can record) of the array
+        namespaces only: never tf.io, tf.print, tf.py_function and the like."""
+        try:
+            if obj in _METHOD_OPS or obj in _RAW_NAMES or obj in READBACK_BUILTINS:
+                return True
+        except TypeError:
+            return False
+        if _stored_method(obj):
+            return True
+        api = _api_name(obj)
+        if api is None or not hasattr(obj, dispatch.FALLBACK_DISPATCH_ATTR):
+            return False
+        namespace, _, short = api.rpartition(".")
+        return namespace in _STORED_NAMESPACES and short not in _NEVER_STORED
+
+    def encode_static(self, obj):
+        if isinstance(obj, tf.dtypes.DType):
+            return ["dtype", obj.name]
+        if type(obj) is tf.TensorShape:
+            return ["shape", None if obj.rank is None else list(obj.as_list())]
+        if isinstance(obj, np.dtype) and obj.names is None and obj.subdtype is None:
+            return ["numpy", obj.name]
+        if isinstance(obj, np.generic) and obj.dtype.kind in "biuf":
+            return ["scalar", obj.dtype.name, repr(obj.item())]
+        return None
+
+    def decode_static(self, data):
+        kind, value, *rest = data
+        if kind == "shape" and (value is None or type(value) is list and
+                                all(d is None or type(d) is int and d >= 0 for d in value)):
+            return tf.TensorShape(value)
+        dtype = _tf_dtype(value)
+        if kind == "dtype":
+            return dtype
+        if kind == "numpy":
+            return np.dtype(dtype.as_numpy_dtype)
+        if kind == "scalar" and len(rest) == 1 and type(rest[0]) is str:
+            text, number = rest[0], np.dtype(dtype.as_numpy_dtype)
+            return number.type(text == "True" if number.kind == "b" else int(text) if number.kind in "iu"
+                               else float(text))
+        raise ValueError(f"not a stored tensorflow constant: {data!r:.80}")
+
+    def array_spec(self, t):
+        """[shape, 'tensor' or 'variable', dtype, trainable, device] of an eager tensor or a
+        resource variable of a number or bool dtype."""
+        if not (t.dtype.is_floating or t.dtype.is_integer or t.dtype.is_bool or t.dtype.is_complex):
+            return None
+        if type(t) is EagerTensor:
+            return [list(t.shape), "tensor", t.dtype.name, False, t.device]
+        if isinstance(t, tf.Variable) and type(t).__name__ == "ResourceVariable":
+            return [list(t.shape), "variable", t.dtype.name, t.trainable, t.device]
+        return None
+
+    def synthetic_array(self, spec, start_devices=False):
+        shape, kind, dtype, trainable, device = spec
+        if kind not in ("tensor", "variable") or type(shape) is not list or type(trainable) is not bool or \
+                type(device) is not str or not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"malformed tensor description {spec!r:.80}")
+        dtype = _tf_dtype(dtype)
+        if not start_devices and ":CPU:" not in device:
+            raise RuntimeError(f"a tensor on {device} would start its runtime (prewarm=True allows it)")
+        fill = True if dtype.is_bool else 0.5 if dtype.is_floating or dtype.is_complex else 1
+        with tf.device(device):
+            value = tf.fill(shape, tf.constant(fill, dtype=dtype))
+            return tf.Variable(value, trainable=trainable) if kind == "variable" else value
+
+    def save_arrays(self, arrays, metadata):
+        """Each tensor as NumPy data, with its dtype and device in the metadata ('tf.arrays')."""
+        described = {name: [t.dtype.name, t.device] for name, t in arrays.items()}
+        return save_numpy_arrays({name: t.numpy() for name, t in arrays.items()},
+                                 {**metadata, "tf.arrays": json.dumps(described)})
+
+    def load_arrays(self, data, metadata):
+        described = json.loads(metadata.get("tf.arrays", "{}"))
+        out = {}
+        for name, value in load_numpy_arrays(data, metadata, lambda n: np.dtype(_tf_dtype(n).as_numpy_dtype)).items():
+            dtype, device = described[name]
+            with tf.device(device):
+                out[name] = tf.constant(value, dtype=_tf_dtype(dtype))
+        return out
 
     # ---- code generation ----------------------------------------------------------
     def call_syntax(self, func):
@@ -489,5 +703,49 @@ class TensorflowBackend(Backend):
             return fn
         return tf.function(fn, autograph=False, **options)
 
+
+#: the API namespaces (tf.NAMESPACE.op) whose ops a stored graph may call: array computation only
+_STORED_NAMESPACES = frozenset({"", "math", "nn", "image", "linalg", "signal", "random", "bitwise", "dtypes",
+                                "experimental.numpy"})
+#: dispatchable top-level ops that run Python code or write output: never called by a stored graph
+_NEVER_STORED = frozenset({"print", "py_function", "numpy_function", "load_op_library", "load_library",
+                           "ensure_shape_py_function"})
+_METHOD_CLASSES = ("Tensor.", "_EagerTensorBase.", "Variable.", "BaseResourceVariable.", "ResourceVariable.")
+_DTYPE_NAME = re.compile(r"^[a-z][a-z0-9_]{1,24}$")
+_MAX_UNWRAP = 4             # decorators between an API function and the op TensorFlow dispatches
+_API_NAMES: dict = {}       # id(function) -> (function, its canonical TensorFlow API name or None)
+
+
+def _api_name(func) -> str | None:
+    """TensorFlow's canonical API name of a function ('math.sin'), or None."""
+    entry = _API_NAMES.get(id(func))
+    if entry is None or entry[0] is not func:
+        try:
+            name = tf_export.get_canonical_name_for_symbol(func)
+        except Exception:       # noqa: BLE001 - not every object is a TensorFlow symbol
+            name = None
+        entry = _API_NAMES[id(func)] = (func, name)
+    return entry[1]
+
+
+def _stored_method(func) -> bool:
+    """A public method of TensorFlow's tensor and variable classes (`v.assign`, `x.set_shape`)."""
+    qualname, module = getattr(func, "__qualname__", ""), getattr(func, "__module__", "")
+    name = qualname.rpartition(".")[2]
+    return type(qualname) is str and qualname.startswith(_METHOD_CLASSES) and qualname.count(".") == 1 and \
+        type(module) is str and module.startswith("tensorflow.") and not name.startswith("_") and \
+        name not in ("numpy", "experimental_ref", "ref")
+
+
+def _tf_dtype(name):
+    if type(name) is not str or not _DTYPE_NAME.match(name):
+        raise ValueError(f"not a stored tensorflow dtype: {name!r:.40}")
+    dtype = tf.as_dtype(name)
+    if dtype.name != name:
+        raise ValueError(f"not a stored tensorflow dtype: {name!r:.40}")
+    return dtype
+
+
+_RUN_CODE = TensorflowBackend.run.__code__
 
 BACKEND_CLASS = TensorflowBackend

@@ -141,11 +141,18 @@ def _func_name(func) -> str:
     return getattr(func, "__name__", "")
 
 
+#: Tensor dunders that write into self (`x += 1`, `x[0] = v`)
+_WRITING_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+                              "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__",
+                              "__irshift__", "__imatmul__"})
+
+
 class _Info:
     """What the backend needs to know of one callable, worked out on its first call (the tracer
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
-    __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand")
+    __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand",
+                 "writes")
 
     def __init__(self, func, kind):
         name = self.name = _func_name(func)
@@ -155,6 +162,7 @@ class _Info:
         self.metadata = 1 if name in _METADATA_FIRST else 2 if name in _METADATA_SECOND else 0
         self.caller_owned = name == "grad"          # the property x.grad
         self.underscore = name.endswith("_")        # in place, or changes self (requires_grad_)
+        self.writes = self.underscore and not name.startswith("__") or name in _WRITING_DUNDERS
         self.scalar_operand = name in _SCALAR_OPERAND_OPS
 
 
@@ -164,7 +172,13 @@ class _Mode(TorchFunctionMode):
         self.session = session
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        return self.session.on_call(func, args, kwargs or {})
+        kwargs = kwargs or {}
+        backend = self.session.backend
+        if kwargs.get("out") is not None or args and (backend._infos.get(func) or backend._info(func)).writes:
+            target = kwargs.get("out") if kwargs.get("out") is not None else args[0]
+            if isinstance(target, torch.Tensor):
+                self.session.before_write(target)       # put back if the function must run again
+        return self.session.on_call(func, args, kwargs)
 
 
 class TorchBackend(Backend):
@@ -419,6 +433,17 @@ class TorchBackend(Backend):
 
     def write_count(self, t) -> int | None:
         return None if t.is_inference() else t._version      # inference tensors count nothing
+
+    def snapshot(self, t):
+        """Not for a tensor autograd follows: copying its old data back would not undo its history."""
+        if t.requires_grad or t.is_inference():
+            return None
+        saved = t.detach().clone()
+
+        def restore():
+            with torch._C.DisableTorchFunction(), torch.no_grad():
+                t.copy_(saved)
+        return restore
 
     def clone(self, t):
         """A copy with `t`'s strides: eager's result may be a view of a constant (`c[:, 1:]`), or

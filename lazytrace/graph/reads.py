@@ -5,7 +5,7 @@ A graph bakes the Python values its calls were given. Arguments are keyed (signa
 rebound or a closure variable reach the calls without passing through the arguments.
 `PythonReads` notes the globals a function's code loads or stores (LOAD_GLOBAL / STORE_GLOBAL /
 DELETE_GLOBAL, and `config.SCALE` read through a module, found once per code object in its bytecode): before the function runs, for its own code,
-its closure and the Python functions its globals hold (a few levels deep); and at each framework
+its closure and the Python functions its globals hold (eight calls deep); and at each framework
 call, for every function on the stack between the traced one and the call (methods, code reached
 through attributes). A `sys.settrace` hook would see every function run, but it slows every line of
 Python while it is set (a trace took twice as long), so it is not used. Those holding
@@ -62,7 +62,9 @@ _NAMESPACES = (types.SimpleNamespace, argparse.Namespace, threading.local)
 _ENVIRONMENT_NAMES = ("environ", "environb", "getenv", "getenvb")
 _ENVIRONMENT = tuple(getattr(os, name) for name in _ENVIRONMENT_NAMES if hasattr(os, name))
 _ENVIRONMENT_IDS = frozenset(map(id, _ENVIRONMENT))     # objects living as long as the process
-_DEPTH = 3        # how many calls deep `start` follows functions held by globals
+_CALLS = 8        # how many calls deep `start` follows functions held by globals (the whole chain of
+                  # helpers a library function calls, typically 1 to 5; each code object is read once)
+_DEPTH = 3        # how many levels of objects held by objects are guarded (CONFIG.model.scale)
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
     dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
@@ -399,7 +401,7 @@ class PythonReads:
     # ---- before and while the trace runs ------------------------------------------------
     def start(self, fn):
         """Note what `fn` can read before it runs: its closure, the globals of its code and of
-        the Python functions those globals hold, a few levels deep (a counter the function
+        the Python functions those globals hold, eight calls deep (a counter the function
         bumps before its first framework call is then seen as changed)."""
         fn = getattr(fn, "__func__", fn)
         self._stop = sys._getframe(1)       # the trace's own frame: stack walks end there at the latest
@@ -419,7 +421,7 @@ class PythonReads:
             if fn.keywords or _changeable(fn.args):
                 self._defaults(fn)
             fn = getattr(fn.func, "__func__", fn.func)
-        if depth is not None and depth < _DEPTH and _followable(fn):
+        if depth is not None and depth < _CALLS and _followable(fn):
             self._function(fn, depth + 1)
         return fn
 
@@ -441,7 +443,7 @@ class PythonReads:
             if code is root:
                 break
             if id(code) not in codes:
-                self._code(code, frame.f_globals, depth=_DEPTH)
+                self._code(code, frame.f_globals, depth=_CALLS)
             # the function's own frames (a generator's frame is resumed by other callers; the
             # interceptor's and the framework's frames are new at every call)
             if id(code) in watched and not code.co_flags & _RESUMABLE:
@@ -462,7 +464,7 @@ class PythonReads:
             expected = self._expect(value)
             if expected is not self._nothing:
                 self.cells.append((cell, name, value, expected))
-            elif depth < _DEPTH and _followable(value):
+            elif depth < _CALLS and _followable(value):
                 self._function(value, depth + 1)
         self._code(code, fn.__globals__, depth)
 
@@ -560,7 +562,7 @@ class PythonReads:
             self.code_globals.add((namespace["__name__"], name))
         if isinstance(value, functools.partial) and not any(fn is value for fn, _ in self.defaults):
             self._partial(value, depth)     # `SCALED = partial(f, scale=2.0)`: its keywords change in place
-        elif depth < _DEPTH and _followable(value):
+        elif depth < _CALLS and _followable(value):
             self._function(value, depth + 1)
 
     def _class_attribute(self, cls, name, depth):

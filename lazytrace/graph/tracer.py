@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import enum
 import sys
+import warnings
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -56,12 +57,17 @@ class TraceSession:
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
+        self._filters = self._filters_seen = warnings.filters   # the warning filters (see _filters_changed)
+        self._filter_count = len(warnings.filters)
+        self._shows_warnings = _warning_display()
         self._displays: list = []               # text made from arrays (on_display)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self._written: dict = {}                # (id(stateful object), attribute) -> value set
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
+        self._undo: list = []                   # callables putting back what the trace wrote (undo_writes)
+        self._saved: set = set()                # storages whose memory before the trace _undo holds
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
         self.recorded: list = []                # objects whose attribute use is recorded (stateful)
         self._unrecorded_rngs: dict = {}        # id -> (generator whose draws no call shows, its state, what)
@@ -186,6 +192,8 @@ class TraceSession:
         if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
             return backend.run(func, args, kwargs)[0]     # covered by the signature key
         # (a change before a metadata read is seen here, at the next call that is recorded)
+        if warnings.filters is not self._filters_seen or len(warnings.filters) != self._filter_count:
+            self._filters_changed()
         if backend.unseen_state() != self._unseen:
             self._unseen_state_changed()
         if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
@@ -544,6 +552,45 @@ class TraceSession:
         self.nodes.append(Node(len(self.nodes), Kind.STATE, func, args, {}, [], []))
         self._unseen = now
 
+    def before_write(self, target):
+        """Called by a backend before a call writes `target` (a tracer or an array). The memory of an
+        input or of an array the function reached by itself is saved once, so that the function can
+        run again on what the caller passed if the trace cannot finish (undo_writes)."""
+        raw = self.backend.unwrap(target)
+        storage = self.backend.storage_key(raw)
+        if storage in self._saved:
+            return
+        value = self.value_of(target)
+        if value is not None and value.source is Source.NODE and \
+                all(storage != v.storage for v in self.inputs):
+            return          # made inside the function: nobody else sees it
+        self._saved.add(storage)
+        restore = self.backend.snapshot(raw)
+        if restore is not None:
+            self._undo.append(restore)
+
+    def undo_writes(self):
+        """Put back the inputs and reached arrays the trace wrote, and the framework's global RNG,
+        before the function runs again eagerly (a failure the trace caused, lists it changed): it
+        would otherwise write them twice (`x += 1` once more) and draw other numbers than eager."""
+        while self._undo:
+            self._undo.pop()()
+
+    def _filters_changed(self):
+        """Warnings made errors inside the function (`warnings.simplefilter("error")` in a
+        `catch_warnings` block, the RuntimeWarning of np.log(0) caught as a fallback), or recorded
+        (`catch_warnings(record=True)`, then `if w:`): a graph would replay the call under the
+        caller's filters, a warning where eager raised or branched. Filters that only hide or show
+        warnings change no result."""
+        current = warnings.filters
+        if any(f[0] == "error" and f not in self._filters for f in current):
+            self.fail("warnings are made errors inside the function (warnings.simplefilter('error')): a graph "
+                      "would replay its calls under the caller's warning filters")
+        elif _warning_display() != self._shows_warnings:
+            self.fail("warnings are recorded inside the function (catch_warnings(record=True)): what it does "
+                      "with them depends on warnings a graph would not record")
+        self._filters_seen, self._filter_count = current, len(current)
+
     def check_input_writes(self):
         """An input written more often than the calls recorded show (torch's `set_` reaches no
         TorchFunctionMode) cannot be replayed: this signature runs eagerly."""
@@ -571,6 +618,9 @@ class TraceSession:
     # ---- running ---------------------------------------------------------------
     @contextmanager
     def activate(self):
+        restore = self.backend.snapshot_rng()
+        if restore is not None:
+            self._undo.append(restore)
         for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
             self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
         foreign = foreign_rng_tokens(self.backend) if self.include_generators else None
@@ -636,6 +686,11 @@ class TraceSession:
         self.check_unseen_arrays()
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
         return trace, real
+
+
+def _warning_display() -> tuple:
+    """Where warnings go: catch_warnings(record=True) replaces these to collect them in a list."""
+    return warnings.showwarning, getattr(warnings, "_showwarnmsg_impl", None)
 
 
 _PLAIN = frozenset({int, float, bool, str, type(None), complex})   # arguments that are never tracked
@@ -769,8 +824,8 @@ def choose_backend(backends: list, to: str | None):
 
 
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
-                 "set_default_dtype, set_flush_denormal, inference_mode, torch.func transforms, np.errstate ...): a graph could not "
-                 "replay it")
+                 "set_default_dtype, set_flush_denormal, inference_mode, torch.func transforms, np.errstate, "
+                 "jax.config settings such as x64 ...): a graph could not replay it")
 
 
 _UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazytrace does not see "
@@ -811,9 +866,12 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         try:
             result = fn(*targs, **tkwargs)
         except Exception as exc:
-            if not backend.caused_by_tracing(exc):
+            cause = backend.caused_by_tracing(exc)
+            if not cause:
                 raise
-            raise NotTraceable(f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
+            session.undo_writes()       # the call runs again eagerly (LazyGraph._trace)
+            raise NotTraceable(cause if isinstance(cause, str) else
+                               f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     session.reads.settle()
     if backend.tracer_class is not None:
         # a global or an object the function filled holds arrays, not tracers
@@ -822,6 +880,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
     if containers_changed(handed):
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
+        session.undo_writes()
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
             fn(*args, **kwargs)
     session.check_input_writes()

@@ -17,6 +17,7 @@ stateful objects, namedtuples, enums ...) is not stored: `NotStorable` says why.
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import sys
 from types import ModuleType, SimpleNamespace
@@ -59,12 +60,15 @@ def resolve(backend, ref):
     if ref in _GUARDS:
         return _GUARDS[ref]
     root, path = ref.split(":")
-    if root not in backend.persist_roots:
+    if not backend.persist_root(root):
         raise CorruptEntry(f"call {ref!r} is outside the {backend.name} modules a stored graph may use")
     names = path.split(".")
     if not 1 <= len(names) <= 3 or not all(n.isidentifier() for n in names):
         raise CorruptEntry(f"malformed call name {ref!r}")
-    obj = importlib.import_module(root)
+    try:
+        obj = importlib.import_module(root)
+    except ImportError:
+        raise CorruptEntry(f"call {ref!r} names no {backend.name} module") from None
     for name in names:
         obj = getattr(obj, name, None)
         if obj is None or isinstance(obj, ModuleType):
@@ -74,19 +78,34 @@ def resolve(backend, ref):
     return obj
 
 
-def _ref(backend, func) -> str:
+def _ref(backend, func, enc) -> tuple[str, object]:
+    """(name, encoded parameters) of a call; checked to load back as the same call."""
     if func is read_global or func is read_unbound:
-        return _GUARD_NAMES[func]
-    ref = backend.target_ref(func)
-    if ref is None:
+        return _GUARD_NAMES[func], None
+    stored = backend.stored_call(func)
+    if stored is None:
         raise NotStorable(f"the call {_name(func)} has no name in {backend.name}'s own modules")
+    ref, params = stored
+    encoded = None if params is None else enc(params)
     try:
-        found = resolve(backend, ref)
-    except CorruptEntry:
+        found = target(backend, ref, None if params is None else _Decoder(backend, {}, {})(encoded))
+    except (CorruptEntry, Unavailable):
         found = None
-    if found is not func and found != func:
+    if found is not func and not backend.same_call(found, func):
         raise NotStorable(f"the call {_name(func)} cannot be found again by its name {ref!r}")
-    return ref
+    return ref, encoded
+
+
+def target(backend, ref, params):
+    """The callable of a stored call: its name resolved, made by the backend from its decoded
+    parameters if it has any (a JAX primitive and its parameters)."""
+    obj = resolve(backend, ref)
+    if params is None:
+        return obj
+    try:
+        return backend.loaded_call(obj, params)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CorruptEntry(f"call {ref!r} with malformed parameters: {exc}") from None
 
 
 def _module_of(obj) -> str | None:
@@ -312,6 +331,9 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
         if module is not None:
             constants.append({"g": module})
             continue
+        if not v.foldable and not isinstance(backend.unwrap(v.obj), backend.array_types):
+            raise NotStorable(f"the graph checks a {type(v.obj).__qualname__} the traced code reached by itself "
+                              f"(a closure cell, an object's attribute): it has no stored form")
         if not v.foldable:          # (a foldable EXTERNAL one is a NumPy array made by calls it did not see)
             raise NotStorable("the function reads an array it reached by itself (a global, a closure "
                               "variable, a module parameter): a stored copy would not follow its changes")
@@ -323,7 +345,8 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
             raise NotStorable(f"the graph reads or writes attributes of stateful objects ({node.kind.value})")
         for j, out in enumerate(node.outputs):
             refs[id(out)] = ["n", n, j]
-        nodes.append({"kind": node.kind.value, "call": _ref(backend, node.target),
+        call, params = _ref(backend, node.target, enc)
+        nodes.append({"kind": node.kind.value, "call": call, **({"params": params} if params is not None else {}),
                       "args": [enc(a) for a in node.args],
                       "kwargs": [[k, enc(v)] for k, v in node.kwargs.items()],
                       "inputs": [enc.value(v) for v in node.inputs],
@@ -370,10 +393,13 @@ def _decode(backend, doc, arrays):
         kind = _KIND_OF.get(data["kind"])
         if kind is None:
             raise CorruptEntry(f"node kind {data['kind']!r} is never stored")
-        ref = data["call"]
-        target = targets.get(ref) if type(ref) is str else None
-        if target is None:
-            target = targets[ref] = resolve(backend, ref)
+        ref, params = data["call"], data.get("params")
+        name = (ref, json.dumps(params, sort_keys=True)) if type(ref) is str else None
+        call = targets.get(name) if name is not None else None
+        if call is None:
+            call = target(backend, ref, None if params is None else dec(params))
+            if name is not None:
+                targets[name] = call
         kwargs = {}
         for name, value in _list(data["kwargs"]):
             if not isinstance(name, str) or not name.isidentifier():
@@ -383,9 +409,9 @@ def _decode(backend, doc, arrays):
         if structure not in (None, "single") and (type(structure) is not int or structure < 0):
             raise CorruptEntry(f"malformed result structure {structure!r}")
         args = tuple(dec(a) for a in _list(data["args"]))
-        if target is read_unbound:
+        if call is read_unbound:
             args = _unbound_check(*args)
-        node = Node(n, kind, target, args,
+        node = Node(n, kind, call, args,
                     kwargs, [dec.value(r) for r in _list(data["inputs"])], [], result_structure=structure,
                     expected=dec(data["expected"]) if kind is Kind.GUARD else None)
         for j, index in enumerate(_list(data["outputs"])):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import ctypes
 import enum
 import hashlib
 import inspect
@@ -20,6 +21,7 @@ import linecache
 import operator
 import os
 import sys
+import sysconfig
 import weakref
 from functools import lru_cache
 
@@ -167,10 +169,29 @@ def module_data(module_name: str) -> str | None:
 
 
 #: module name -> (its globals' names, their ids, _holders, [(key, value, check)] of its data that can change in
-#: place, hash): a module whose globals are the same objects, with that data unchanged, has the
-#: same hash (a preloaded graph's first call checks its modules again: see LazyGraph._confirm)
+#: place, hash, the version of its dict then): a module whose globals are the same objects, with that data
+#: unchanged, has the same hash (a preloaded graph's first call checks its modules again: see LazyGraph._confirm)
 _data_memo: dict = {}
 _FROZEN = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+
+def _version_reader():
+    """A function giving a dict's version (PEP 509: CPython 3.11-3.13 give every dict a number from one
+    counter, taken anew at each change of any of its entries; dynamo's DICT_VERSION guard reads the same
+    field), or None where that field is not there (3.14+, free-threaded builds, other Pythons): the
+    memo then compares the globals one by one."""
+    if sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13) \
+            or sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return None
+    offset = object.__basicsize__ + ctypes.sizeof(ctypes.c_ssize_t)
+    field = ctypes.c_uint64.from_address
+
+    def version(d: dict) -> int:        # PyDictObject: PyObject_HEAD, ma_used, ma_version_tag
+        return field(id(d) + offset).value
+    return version
+
+
+_dict_version = _version_reader()
 
 
 def _module_data(module_name: str) -> str | None:
@@ -178,12 +199,19 @@ def _module_data(module_name: str) -> str | None:
     if module is None:
         return None
     package = module_name.partition(".")[0]
-    namespace = vars(module).copy()
     memo = _data_memo.get(module_name)
-    if memo is not None and len(namespace) == len(memo[0]) and all(map(operator.is_, namespace, memo[0])) \
-            and tuple(map(id, namespace.values())) == memo[1] \
-            and all(_unchanged(value, check, package) for _, value, check in memo[3]):
+    live = vars(module)
+    version = _dict_version(live) if _dict_version is not None else None
+    if memo is not None and (version is None or version != memo[5]):
+        namespace = live.copy()
+        if len(namespace) != len(memo[0]) or not all(map(operator.is_, namespace, memo[0])) \
+                or tuple(map(id, namespace.values())) != memo[1]:
+            memo = None
+        elif version is not None:                   # set again to the same objects: the same data
+            _data_memo[module_name] = memo = (*memo[:5], version)
+    if memo is not None and (not memo[3] or all(_unchanged(value, check, package) for _, value, check in memo[3])):
         return memo[4]
+    namespace = live.copy()
     digest, mutable = hashlib.sha256(), []
     for key, value in sorted(namespace.items()):
         if key.startswith("__"):
@@ -198,7 +226,8 @@ def _module_data(module_name: str) -> str | None:
             mutable.append((key, value, _shallow(value, package) or text))
         digest.update(f"{key}\0{text}\n".encode("utf-8", "surrogatepass"))
     _data_memo[module_name] = (tuple(namespace), tuple(map(id, namespace.values())),
-                               _holders(module_name, namespace.values()), mutable, digest.hexdigest())
+                               _holders(module_name, namespace.values()), mutable, digest.hexdigest(),
+                               version if _dict_version is None or version == _dict_version(live) else None)
     return digest.hexdigest()
 
 
@@ -230,10 +259,10 @@ def _mutable_data(value, package: str) -> bool:
 
 
 def _shallow(value, package):
-    """A list or dict of immutable data (a table of tuples): its items, which stay the same
-    objects exactly while its text stays the same (compared by identity, without the text)."""
+    """A list, dict or set of immutable data (a table of tuples, valid names): its items, which stay
+    the same objects exactly while its text stays the same (compared by identity, without the text)."""
     tp = type(value)
-    parts = _parts(value) if tp is dict or tp is list else None
+    parts = _parts(value) if tp is dict or tp is list or tp is set else None
     if parts is None or any(_mutable_data(x, package) for x in parts):
         return None
     return ("same", parts)
@@ -272,7 +301,7 @@ def _unchanged(value, check, package) -> bool:
         return False
     if check[0] == "same":
         parts = _parts(value)
-        return len(parts) == len(check[1]) and all(a is b for a, b in zip(parts, check[1]))
+        return len(parts) == len(check[1]) and all(map(operator.is_, parts, check[1]))
     _, where, element = check
     try:
         return value[where] is element
@@ -333,7 +362,14 @@ def environment(backend) -> dict:
     """The parts of the key that describe the running software."""
     return {"format": FORMAT_VERSION, "python": sys.implementation.cache_tag + " " + sys.version,
             "lazytrace": package_fingerprint("lazytrace"),
-            "framework": [backend.name, _version(backend.distribution)]}
+            "framework": [backend.name, *framework_versions(backend.distribution)]}
+
+
+def framework_versions(distribution) -> list:
+    """The version of a backend's distribution, or 'name version' of each of several."""
+    if isinstance(distribution, str):
+        return [_version(distribution)]
+    return [f"{name} {_version(name)}" for name in distribution]
 
 
 @lru_cache(maxsize=None)
@@ -370,8 +406,15 @@ def distribution_versions(package: str) -> list:
     if dist is not None and _provides(dist, package):
         metadata = dist.metadata          # parsed once (a long description makes it slow)
         return [[metadata["Name"], metadata["Version"]]]
-    names = importlib_metadata.packages_distributions().get(package, [])
+    names = _providers().get(package, [])
     return sorted([name, _version(name)] for name in set(names))
+
+
+@lru_cache(maxsize=1)
+def _providers() -> dict:
+    """{top-level package: distributions}, read once per process (it reads every distribution's
+    file list: ~0.3 s here; a library and its framework, e.g. tensorflow-cpu, both ask)."""
+    return importlib_metadata.packages_distributions()
 
 
 def _provides(dist, package: str) -> bool:
@@ -394,6 +437,7 @@ def clear_caches() -> None:
     """Forget fingerprints and versions taken in this process (after files changed)."""
     package_fingerprint.cache_clear()
     distribution_versions.cache_clear()
+    _providers.cache_clear()
     _version.cache_clear()
     _data_memo.clear()
     _digests.clear()
@@ -429,7 +473,10 @@ def _write(obj, backend, out):
     elif isinstance(obj, backend.static_types):
         out.append(f"{_type_name(tp)}:{obj!r}")
     else:
-        raise NotStorable(f"the call's key holds a {_type_name(tp)}, which has no stable text form")
+        text = backend.key_text(obj)
+        if text is None:
+            raise NotStorable(f"the call's key holds a {_type_name(tp)}, which has no stable text form")
+        out.append(f"{_type_name(tp)}:{text}")
 
 
 def _type_name(tp: type) -> str:
