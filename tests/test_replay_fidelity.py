@@ -283,6 +283,44 @@ def test_torch_func_grad_of_a_lazy_graph():
     assert lazy.stats.hits == 2
 
 
+def _doubled_unless_transformed(x):
+    # kornia's morphology and ssim choose their path this way
+    return x * (3 if torch._C._are_functorch_transforms_active() else 2)
+
+
+def test_vmap_of_a_lazy_graph_after_a_plain_call_of_the_per_sample_shape():
+    # vmap hands per-sample tensors of the plain call's shape: the key matched and the plain graph replayed
+    lazy = lazytrace.trace_graph(_doubled_unless_transformed)
+    lazy(torch.randn(3))
+    for _ in range(3):
+        x = torch.randn(4, 3)
+        assert torch.equal(torch.func.vmap(lazy)(x), x * 3)
+        y = torch.randn(3)
+        assert torch.equal(lazy(y), y * 2)
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 5
+
+
+def _tangent_kept_only_when_dual(x):
+    if torch.autograd.forward_ad.unpack_dual(x).tangent is None:
+        return x.detach() * 2
+    return x * 2
+
+
+def test_forward_ad_tangents_are_part_of_the_key():
+    # a dual tensor was keyed as a plain one: the plain call's graph replayed, dropping the tangent
+    import torch.autograd.forward_ad as fwad
+    lazy = lazytrace.trace_graph(_tangent_kept_only_when_dual)
+    for _ in range(3):
+        x, tangent = torch.randn(3), torch.randn(3)
+        assert torch.equal(lazy(x), x * 2)
+        with fwad.dual_level():
+            out = fwad.unpack_dual(lazy(fwad.make_dual(x, tangent)))
+            assert torch.equal(out.primal, x * 2) and torch.equal(out.tangent, tangent * 2)
+            # a plain tensor inside the dual level is its own signature again
+            assert fwad.unpack_dual(lazy(x)).tangent is None
+    assert lazy.stats.traces == 3 and lazy.stats.hits == 6
+
+
 def test_a_hook_registered_inside_is_registered_once_per_call():
     seen = []
 

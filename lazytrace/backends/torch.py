@@ -19,6 +19,7 @@ import json
 from contextlib import contextmanager
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
@@ -207,7 +208,12 @@ class TorchBackend(Backend):
         # requires_grad: False, or True for a leaf and "non-leaf" for a result of autograd
         # (`x.is_leaf`, `x.grad_fn is None` are read from the key); inference tensors apart
         grad = t.requires_grad and (t.is_leaf or "non-leaf")
-        return (type(t), t.shape, t.stride(), t.dtype, t.device, grad, t.is_inference())
+        if _forward_ad._current_level < 0:
+            return (type(t), t.shape, t.stride(), t.dtype, t.device, grad, t.is_inference())
+        # inside `forward_ad.dual_level()`: whether it carries a tangent (code branches on it, as
+        # kornia's morphology does; a graph traced without one would drop it)
+        return (type(t), t.shape, t.stride(), t.dtype, t.device, grad, t.is_inference(),
+                _forward_ad.unpack_dual(t).tangent is not None)
 
     def guard_conditions(self, expr, t, const):
         return [f"{expr}.shape == {const(t.shape)}", f"{expr}.stride() == {const(t.stride())}",
@@ -231,13 +237,18 @@ class TorchBackend(Backend):
         return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const, covered=frozenset()):
-        grad, (dtype, inference, autocast, modes) = state
-        conditions = [f"{const(torch.is_grad_enabled)}() is {grad}",
+        grad, (dtype, inference, autocast, modes, transform, dual) = state
+        if dual:
+            return ["False"]        # tangents are keyed by describe only: the general path
+        conditions = [f"{const(_forward_ad)}._current_level < 0",
+                      f"{const(torch.is_grad_enabled)}() is {grad}",
                       f"{const(torch.get_default_dtype)}() is {const(dtype)}",
                       f"{const(_function_modes)}() == {const(modes)}" if modes else
                       f"{const(torch._C._len_torch_function_stack)}() == 0"]
         if not (inference is False and "inference" in covered):
             conditions.append(f"{const(torch.is_inference_mode_enabled)}() is {inference}")
+        if "transform" not in covered:
+            conditions.append(f"({const(_transform_level)}() is not None) is {transform}")
         if autocast is False:
             if "autocast" in covered:
                 return conditions
@@ -246,18 +257,25 @@ class TorchBackend(Backend):
 
     def state_covered(self, tensors, plan):
         """dynamo's TensorGuards compares each tensor's dispatch keys under the thread's included
-        and excluded key sets, which inference mode (autograd keys) and CPU autocast (AutocastCPU)
-        change: with CPU tensors that are not inference tensors, and a graph whose every array is
-        on the CPU (another device's autocast cannot reach it), those two need no check of their own
-        (about 0.35 us of a cache hit)."""
-        if tensors and all(t.device.type == "cpu" and not t.is_inference() for t in tensors) \
-                and _cpu_only(plan):
-            return frozenset({"inference", "autocast"})
-        return frozenset()
+        and excluded key sets, which a torch.func transform (functorch's dynamic layer keys),
+        inference mode (autograd keys) and CPU autocast (AutocastCPU) change: with tensors, the
+        first needs no check of its own; with CPU tensors that are not inference tensors, and a
+        graph whose every array is on the CPU (another device's autocast cannot reach it), neither
+        do the other two (about 0.35 us of a cache hit)."""
+        if not tensors:
+            return frozenset()
+        if all(t.device.type == "cpu" and not t.is_inference() for t in tensors) and _cpu_only(plan):
+            return frozenset({"transform", "inference", "autocast"})
+        return frozenset({"transform"})
 
     def global_state(self):
+        """Grad mode, then default dtype, inference mode, autocast, function modes, whether a
+        torch.func transform runs (`vmap(lazy)` after a plain call: code may branch on it, as
+        kornia's morphology and ssim do, and the per-sample shapes matched the plain call's) and
+        whether a forward-AD dual level is open (then describe keys each tensor's tangent)."""
         return torch.is_grad_enabled(), (torch.get_default_dtype(), torch.is_inference_mode_enabled(),
-                                         _autocast_state(), _function_modes())
+                                         _autocast_state(), _function_modes(), _transform_level() is not None,
+                                         _forward_ad._current_level >= 0)
 
     def unseen_state(self):
         """Default dtype, inference mode, autocast, and the torch.func transform level:
@@ -502,12 +520,14 @@ class TorchBackend(Backend):
         return torch.randint(0, 10, shape, generator=g, dtype=dt)
 
     def describe_global_state(self, state):
-        grad, (dtype, inference, autocast, modes) = state
+        grad, (dtype, inference, autocast, modes, transform, dual) = state
         autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \
             if autocast else "off"
         return {"torch.is_grad_enabled()": repr(grad), "torch.get_default_dtype()": repr(dtype),
                 "torch.is_inference_mode_enabled()": repr(inference), "autocast": autocast} | \
-            ({"torch function modes": ", ".join(map(str, modes))} if modes else {})
+            ({"torch function modes": ", ".join(map(str, modes))} if modes else {}) | \
+            ({"torch.func transform": "active"} if transform else {}) | \
+            ({"forward-mode AD": "dual level open"} if dual else {})
 
     # ---- persistent cache ----------------------------------------------------------
     distribution = "torch"
