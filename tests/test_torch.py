@@ -1,4 +1,5 @@
 """PyTorch specifics: autograd, global state, nn.Module, torch.compile."""
+import contextlib
 import pytest
 import torch
 
@@ -579,3 +580,70 @@ def test_tensor_type_with_a_dtype_is_a_recorded_conversion():
         doubled, name, half = lazy(x)
         assert torch.equal(doubled, x.double() * 2) and name == "torch.FloatTensor" and torch.equal(half, x.half())
     assert lazy.stats.hits == 2
+
+
+def _by_deterministic(x):
+    return x * (2 if torch.are_deterministic_algorithms_enabled() else 3)
+
+
+def _by_mkldnn(x):        # kornia's ssim chooses its path so
+    return x * (2 if torch.backends.mkldnn.enabled else 3)
+
+
+def _by_threads(x):
+    return x * torch.get_num_threads()
+
+
+def _by_imported_reader(x):
+    from torch import is_anomaly_enabled
+    return x * (2 if is_anomaly_enabled() else 3)
+
+
+@contextlib.contextmanager
+def _deterministic():
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@contextlib.contextmanager
+def _one_more_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(before + 1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("fn, switched", [
+    (_by_deterministic, _deterministic), (_by_mkldnn, lambda: torch.backends.mkldnn.flags(enabled=False)),
+    (_by_threads, _one_more_thread), (_by_imported_reader, lambda: torch.autograd.set_detect_anomaly(True))])
+def test_framework_state_read_in_python_is_checked(fn, switched):
+    # no call shows these reads to a TorchFunctionMode: the trace's branch was replayed
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(2):
+        x = torch.rand(3)
+        assert torch.equal(lazy(x), fn(x))
+        with switched():
+            assert torch.equal(lazy(x), fn(x))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2
+
+
+def test_a_function_setting_the_framework_state_it_reads_runs_eagerly():
+    def toggles(x):
+        before = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(not before)
+        return x * (2 if before else 3)
+
+    lazy = lazytrace.trace_graph(toggles)
+    try:
+        for _ in range(4):
+            x = torch.rand(3)
+            expected = x * (2 if torch.are_deterministic_algorithms_enabled() else 3)
+            assert torch.equal(lazy(x), expected)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert lazy.stats.hits == 0

@@ -159,6 +159,14 @@ class Backend:
         inside the function makes the signature run eagerly."""
         return None
 
+    def state_reads(self) -> dict:
+        """Framework state that Python code reads without a call the interceptor sees
+        (`torch.are_deterministic_algorithms_enabled()`, `torch.backends.mkldnn.enabled`):
+        {(module name, attribute): reader}, the reader a function of no arguments giving the
+        value (None where the attribute is itself that function). A trace whose code reads one
+        checks it like a global (graph/reads.py)."""
+        return {}
+
     def returned_its_input(self, func, args, result, mutated) -> bool:
         """True when this call returned its first argument itself and did nothing else, decided by
         what the signature key fixes (dtype, device, strides): the graph then skips the call.

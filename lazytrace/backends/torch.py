@@ -78,6 +78,28 @@ _default_dtype, _inference_mode, _any_autocast, _transform_level = (
     torch._C._functorch.maybe_current_level)
 
 
+#: framework state code reads in Python (kornia's ssim: `torch.backends.mkldnn.enabled`), no call showing
+#: it: checked where the traced code reads it (Backend.state_reads); None: the attribute is the reader
+_STATE_READS = {
+    ("torch", "are_deterministic_algorithms_enabled"): None,
+    ("torch", "is_deterministic_algorithms_warn_only_enabled"): None,
+    ("torch", "get_deterministic_debug_mode"): None,
+    ("torch", "get_num_threads"): None,
+    ("torch", "get_num_interop_threads"): None,
+    ("torch", "get_float32_matmul_precision"): None,
+    ("torch", "is_anomaly_enabled"): None,
+    ("torch", "is_anomaly_check_nan_enabled"): None,
+    ("torch", "is_warn_always_enabled"): None,
+    ("torch", "initial_seed"): None,
+    ("torch.random", "initial_seed"): None,
+    ("torch.backends.mkldnn", "enabled"): torch._C._get_mkldnn_enabled,
+    ("torch.backends.cudnn", "enabled"): torch._C._get_cudnn_enabled,
+    ("torch.backends.cudnn", "benchmark"): torch._C._get_cudnn_benchmark,
+    ("torch.backends.cudnn", "deterministic"): torch._C._get_cudnn_deterministic,
+    ("torch.backends.cudnn", "allow_tf32"): torch._C._get_cudnn_allow_tf32,
+}
+
+
 def _autocast_state():
     """False, or the autocast dtype of each device type it is enabled for."""
     if not torch._C._is_any_autocast_enabled():
@@ -276,6 +298,9 @@ class TorchBackend(Backend):
         return torch.is_grad_enabled(), (torch.get_default_dtype(), torch.is_inference_mode_enabled(),
                                          _autocast_state(), _function_modes(), _transform_level() is not None,
                                          _forward_ad._current_level >= 0)
+
+    def state_reads(self):
+        return _STATE_READS
 
     def unseen_state(self):
         """Default dtype, inference mode, autocast, and the torch.func transform level:

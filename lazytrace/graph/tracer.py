@@ -65,7 +65,8 @@ class TraceSession:
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
                                  known=lambda obj: self.value_of(obj) is not None, record=self._record_reached,
-                                 generator_state=lambda obj: generator_state(backend, obj))
+                                 generator_state=lambda obj: generator_state(backend, obj),
+                                 state_reads=backend.state_reads())
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:

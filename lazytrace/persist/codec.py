@@ -23,9 +23,10 @@ from types import ModuleType, SimpleNamespace
 
 from ..graph.ir import Kind, Node, Source, Value
 from ..graph.passes import Plan
-from ..graph.reads import read_global
+from ..graph.reads import read_global, read_state
 
-_GLOBAL_GUARD = "lazytrace:read_global"       # the one call a stored graph may make outside the framework
+_GLOBAL_GUARD = "lazytrace:read_global"       # the calls a stored graph may make outside the framework
+_STATE_GUARD = "lazytrace:read_state"
 _TYPES = {tp.__name__: tp for tp in (bool, int, float, complex, str, bytes, type(None), tuple, list, dict,
                                      set, frozenset)}     # the types a guard on a global compares
 
@@ -56,6 +57,8 @@ def resolve(backend, ref):
         raise CorruptEntry(f"malformed call name {ref!r}")
     if ref == _GLOBAL_GUARD:
         return read_global
+    if ref == _STATE_GUARD:
+        return read_state
     root, path = ref.split(":")
     if root not in backend.persist_roots:
         raise CorruptEntry(f"call {ref!r} is outside the {backend.name} modules a stored graph may use")
@@ -75,6 +78,8 @@ def resolve(backend, ref):
 def _ref(backend, func) -> str:
     if func is read_global:
         return _GLOBAL_GUARD
+    if func is read_state:
+        return _STATE_GUARD
     ref = backend.target_ref(func)
     if ref is None:
         raise NotStorable(f"the call {_name(func)} has no name in {backend.name}'s own modules")
@@ -92,6 +97,24 @@ def _module_of(obj) -> str | None:
     name = obj.get("__name__") if type(obj) is dict else None
     module = sys.modules.get(name) if type(name) is str else None
     return name if module is not None and getattr(module, "__dict__", None) is obj else None
+
+
+def _state_name(backend, obj) -> list | None:
+    """[module, attribute] of the framework state `obj` reads (Backend.state_reads), if it is such a reader."""
+    for (module, attribute), reader in backend.state_reads().items():
+        if obj is (reader or getattr(sys.modules.get(module), attribute, None)):
+            return [module, attribute]
+    return None
+
+
+def _state_reader(backend, name):
+    """The reader of a stored [module, attribute] of framework state."""
+    if type(name) is not list or len(name) != 2 or tuple(name) not in backend.state_reads():
+        raise CorruptEntry(f"not framework state a graph may read: {name!r:.80}")
+    reader = backend.state_reads()[tuple(name)] or getattr(sys.modules.get(name[0]), name[1], None)
+    if not callable(reader):
+        raise Unavailable(f"a guard reads {name[0]}.{name[1]}, which is not imported")
+    return reader
 
 
 def _namespace(name):
@@ -296,6 +319,10 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
         if module is not None:
             constants.append({"g": module})
             continue
+        state = _state_name(backend, v.obj) if v.source is Source.EXTERNAL else None
+        if state is not None:
+            constants.append({"s": state})
+            continue
         if not v.foldable:          # (a foldable EXTERNAL one is a NumPy array made by calls it did not see)
             raise NotStorable("the function reads an array it reached by itself (a global, a closure "
                               "variable, a module parameter): a stored copy would not follow its changes")
@@ -341,7 +368,9 @@ def _decode(backend, doc, arrays):
     values = {("i", i): v for i, v in enumerate(inputs)}
     constants = []
     for i, name in enumerate(_list(doc["constants"])):
-        if type(name) is dict:          # {"g": module}: the namespace a guard on a global reads
+        if type(name) is dict and "s" in name:   # {"s": [module, attribute]}: framework state a guard reads
+            v = Value(Source.EXTERNAL, obj=_state_reader(backend, name["s"]), meta=".".join(map(str, name["s"])))
+        elif type(name) is dict:        # {"g": module}: the namespace a guard on a global reads
             v = Value(Source.EXTERNAL, obj=_namespace(name["g"]))
         else:
             v = Value(Source.NODE, foldable=True, obj=arrays[name])
