@@ -647,3 +647,49 @@ def test_a_function_setting_the_framework_state_it_reads_runs_eagerly():
     finally:
         torch.use_deterministic_algorithms(False)
     assert lazy.stats.hits == 0
+
+
+class _Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 10 * x
+
+
+def test_a_custom_autograd_function_keeps_its_backward():
+    # its forward runs with grad mode off, which no call shows: the graph replayed the forward's calls
+    # under autograd, and backward differentiated them (2 * x instead of the Function's 10 * x)
+    def fn(x):
+        return _Scaled.apply(x * 2) + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.rand(3, requires_grad=True)
+        lazy(x).sum().backward()
+        assert torch.equal(x.grad, 10 * (x.detach() * 2) * 2)
+    assert lazy.stats.hits == 0 and any("autograd.Function" in reason for reason in lazy.stats.reasons)
+    with torch.no_grad():       # no grad mode switch to see: traced and replayed
+        for _ in range(3):
+            x = torch.rand(3)
+            assert torch.equal(lazy(x), (x * 2) ** 2 + 1)
+    assert lazy.stats.hits == 2
+
+
+def test_a_constant_set_as_an_inputs_grad_is_a_new_tensor_at_every_call():
+    # `x.grad = torch.ones(3)` handed the graph's one cached constant to every caller: backward
+    # accumulated into it, so later calls started from the earlier calls' sums
+    def fn(x):
+        x.grad = torch.ones(3)
+        return x * 2
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.rand(3, requires_grad=True)
+        lazy(x).sum().backward()
+        assert torch.equal(x.grad, torch.full((3,), 3.0))
+    assert lazy.stats.hits == 2

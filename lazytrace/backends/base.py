@@ -206,6 +206,11 @@ class Backend:
         a view of one (torch's `x.grad`): a write into it is an effect to replay."""
         return False
 
+    def stores_arguments(self, func) -> bool:
+        """Whether this call keeps its arguments where the caller finds them later (torch's
+        `x.grad = g`, `x.data = d`): a cached constant among them is copied at every call."""
+        return False
+
     def write_count(self, array) -> int | None:
         """How many in-place writes `array` has had (torch: its version counter), if the framework
         counts them: an input written more often than the trace saw was written by a call the

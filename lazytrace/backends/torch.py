@@ -42,6 +42,8 @@ _STATE = {"_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype", "au
           "autocast_decrement_nesting", "set_autocast_cache_enabled", "clear_autocast_cache",
           "_enter_autocast", "_exit_autocast", "_set_fwd_grad_enabled"}
 #: random functions without an aten op of their own name (Python-level compositions)
+#: a Tensor property set or deleted (`x.grad = g`): the mode sees the descriptor's own method
+_SETTERS = {"__set__", "__delete__"}
 _GENERATOR_EXTRA = {"dropout1d", "dropout2d", "dropout3d", "feature_alpha_dropout", "alpha_dropout",
                     "rrelu", "rrelu_", "gumbel_softmax", "feature_dropout"}
 _DETERMINISTIC_INIT = {"constant_", "ones_", "zeros_", "eye_", "dirac_", "calculate_gain"}
@@ -73,9 +75,9 @@ _NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "tor
 
 
 # what unseen_state reads before every call of a trace, looked up once
-_default_dtype, _inference_mode, _any_autocast, _transform_level = (
+_default_dtype, _inference_mode, _any_autocast, _transform_level, _grad_enabled = (
     torch.get_default_dtype, torch.is_inference_mode_enabled, torch._C._is_any_autocast_enabled,
-    torch._C._functorch.maybe_current_level)
+    torch._C._functorch.maybe_current_level, torch.is_grad_enabled)
 
 
 #: framework state code reads in Python (kornia's ssim: `torch.backends.mkldnn.enabled`), no call showing
@@ -156,7 +158,8 @@ class _Info:
     """What the backend needs to know of one callable, worked out on its first call (the tracer
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
-    __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand")
+    __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand",
+                 "setter")
 
     def __init__(self, func, kind):
         name = self.name = _func_name(func)
@@ -165,6 +168,7 @@ class _Info:
         self.shape_check = kind is CallKind.OP and name in ("__getitem__", "where", "one_hot") or name == "type"
         self.metadata = 1 if name in _METADATA_FIRST else 2 if name in _METADATA_SECOND else 0
         self.caller_owned = name == "grad"          # the property x.grad
+        self.setter = name in _SETTERS              # x.grad = g, x.data = d: a change of its first argument
         self.underscore = name.endswith("_")        # in place, or changes self (requires_grad_)
         self.scalar_operand = name in _SCALAR_OPERAND_OPS
 
@@ -303,13 +307,16 @@ class TorchBackend(Backend):
         return _STATE_READS
 
     def unseen_state(self):
-        """Default dtype, inference mode, autocast, and the torch.func transform level:
+        """Default dtype, inference mode, autocast, the torch.func transform level and grad mode:
         `torch.autocast`, `set_default_dtype` and `torch.func.grad(f)(x)` inside a function do not
-        reach a TorchFunctionMode (a transform's result is unwrapped where no call shows it), so
-        the tracer compares this before every call (autocast switches are replayed, see
-        state_change; the others make the signature eager). A graph replays under an outer
-        transform as eager code does, so the level is not in the key."""
-        return (_default_dtype(), _inference_mode(), _any_autocast() and _autocast_state(), _transform_level())
+        reach a TorchFunctionMode (a transform's result is unwrapped where no call shows it), nor
+        does the grad mode a custom `torch.autograd.Function` switches off around its forward (a
+        graph would replay the forward's calls under autograd: other gradients), so the tracer
+        compares this before every call (autocast switches are replayed, see state_change; the
+        others make the signature eager; grad mode switched by calls it sees, `torch.no_grad()`,
+        is recorded)."""
+        return (_default_dtype(), _inference_mode(), _any_autocast() and _autocast_state(), _transform_level(),
+                _grad_enabled())
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])
@@ -362,6 +369,8 @@ class TorchBackend(Backend):
             return CallKind.METADATA
         if name in _STATE:
             return CallKind.STATE
+        if name in _SETTERS:
+            return CallKind.OP
         module = getattr(func, "__module__", "") or ""
         if module == "torch.nn.init":
             return CallKind.OP if name in _DETERMINISTIC_INIT else CallKind.GENERATOR
@@ -396,6 +405,8 @@ class TorchBackend(Backend):
             return func(*args, **kwargs), ()
         # an in-place call that changed `self` without a data write (`requires_grad_()`) is an
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
+        if info.setter:
+            return func(*args, **kwargs), tensors[:1]
         if len(tensors) == 1 and not tensors[0].is_inference():    # the common case, without the lists
             t = tensors[0]
             before = t._version
@@ -443,6 +454,9 @@ class TorchBackend(Backend):
 
     def caller_owned(self, func) -> bool:
         return (self._infos.get(func) or self._info(func)).caller_owned
+
+    def stores_arguments(self, func) -> bool:
+        return (self._infos.get(func) or self._info(func)).setter
 
     def write_count(self, t) -> int | None:
         return None if t.is_inference() else t._version      # inference tensors count nothing

@@ -189,6 +189,8 @@ class TraceSession:
         inputs: list[Value] = []
         largs = self._lift(args, inputs)
         lkwargs = self._lift(kwargs, inputs) if kwargs else {}
+        if kind is CallKind.OP and inputs and backend.stores_arguments(func):
+            largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
         written = self._versions.get
         versions = [written(v.storage, 0) for v in inputs]
         rngs = backend.rng_sources(func, args, kwargs) if kind is CallKind.GENERATOR else ()
@@ -214,6 +216,8 @@ class TraceSession:
             self._guard(func, largs, lkwargs, inputs, versions, result)
             return result
         self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args)
+        if kind is CallKind.STATE:
+            self._unseen = backend.unseen_state()       # a change this call shows, recorded
         return result
 
     def on_display(self, text, func=None, args=(), kwargs=None):
@@ -746,8 +750,8 @@ def choose_backend(backends: list, to: str | None):
 
 
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
-                 "set_default_dtype, inference_mode, torch.func transforms, np.errstate ...): a graph could not "
-                 "replay it")
+                 "set_default_dtype, inference_mode, torch.func transforms, grad mode switched off by a custom "
+                 "torch.autograd.Function's forward, np.errstate ...): a graph could not replay it")
 
 
 _UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazytrace does not see "
