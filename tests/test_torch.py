@@ -550,11 +550,9 @@ def test_arrays_in_a_module_dict_are_read_live_and_rebinding_is_noticed():
     assert torch.equal(traced(img), normalize(img, norm.flags["mean"], norm.flags["std"]))
 
 
-@pytest.mark.xfail(strict=True, reason="torch calls made by another thread (a thread pool inside the function) "
-                   "do not reach the tracing thread's TorchFunctionMode: their result is taken for an "
-                   "external tensor and baked as a constant. Fix: fail a trace that uses an external tensor "
-                   "no read reached (risks making cached-kernel code eager; not done)")
 def test_work_handed_to_another_thread_is_not_baked():
+    # torch calls made by another thread (a thread pool inside the function) do not reach the tracing
+    # thread's TorchFunctionMode: their result, a tensor nothing reached, makes the signature eager
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1) as pool:

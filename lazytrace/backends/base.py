@@ -46,6 +46,11 @@ class Backend:
     #: whether array creation (zeros, arange...) is intercepted; if not, an unseen array may
     #: have been made inside the function, so writing into one cannot be replayed safely
     sees_creation: bool = True
+    #: whether every array a function makes comes from a call the interceptor sees (torch: its
+    #: creation functions are overridable; JAX binds no primitive for `jnp.array(constant)`): then
+    #: an array that is neither made by a seen call nor reached through a global, a closure or an
+    #: attribute was made by an unseen call (`x.as_subclass(...)`, `nn.Parameter(x)`, another thread)
+    sees_every_array: bool = False
     #: whether the backend knows every call whose output shape depends on array values
     #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
     knows_dynamic_shapes: bool = True

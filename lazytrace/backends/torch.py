@@ -188,6 +188,7 @@ class TorchBackend(Backend):
     tracked_types = (torch.Tensor,)
     static_types = (torch.dtype, torch.device, torch.layout, torch.memory_format)
     live_types = (torch.Generator,)
+    sees_every_array = True
 
     def __init__(self):
         self._scalars: dict = {}

@@ -603,7 +603,7 @@ class PythonReads:
         return type(value), expected, _zero_sign(value)
 
     def _reach_items(self, expected):
-        for obj in self._held(expected):
+        for obj in self.held(expected):
             self._note_object(obj, depth=1)
 
     def _note_object(self, obj, depth):
@@ -674,15 +674,15 @@ class PythonReads:
         """ids of the objects guarded by identity (arrays held by globals, closures, containers)."""
         snapshots = [e[-1] for e in self.globals.values()] + [e[-1] for e in self.cells] + \
             [e[-1] for e in self.objects.values()] + [e[-1] for e in self.defaults]
-        return {id(obj) for expected in snapshots for obj in self._held(expected)}
+        return {id(obj) for expected in snapshots for obj in self.held(expected)}
 
-    def _held(self, expected):
+    def held(self, expected):
         """The objects a snapshot checks by identity."""
         if isinstance(expected, self._same):
             yield expected.obj
         elif isinstance(expected, (tuple, list, dict)):
             for x in expected.values() if isinstance(expected, dict) else expected:
-                yield from self._held(x)
+                yield from self.held(x)
 
     def guards(self):
         """(reader, arguments, expected, what the object read is) for each guard, objects'

@@ -51,6 +51,7 @@ class TraceSession:
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
+        self._externals: list = []              # arrays used that no recorded call made (add_external)
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
         self._displays: list = []               # text made from arrays (on_display)
@@ -113,6 +114,7 @@ class TraceSession:
                       obj=obj)
         self._values[id(obj)] = (obj, value)
         self._unkeyed_metadata = True
+        self._externals.append(obj)
         return value
 
     def value_of(self, obj) -> Value | None:
@@ -509,6 +511,12 @@ class TraceSession:
             # a graph would go on drawing from the one this trace made
             self.fail("draws from a random generator made inside the function (not passed in, not a "
                       "global): a graph could not replay that")
+        held = self._held_arrays(reads, reached) if self.backend.sees_every_array and \
+            any(id(obj) not in reached for obj in self._externals) else None
+        if held is not None and any(id(obj) not in held for obj in self._externals):
+            self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
+                      f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, work of another "
+                      f"thread ...) or held where it does not look: a graph would bake it")
         for reader, (obj, *rest), expected, what in reads.guards():
             value = self.value_of(obj)
             if value is None:
@@ -516,6 +524,33 @@ class TraceSession:
                 value.meta = what
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, reader, (value, *rest), {}, [value],
                                    [self.version(value)], expected=expected))
+
+    def _held_arrays(self, reads, reached) -> set | None:
+        """ids of what the trace checks by identity or records, with what those hold a few levels
+        down (attributes, container items): arrays in containers read from stateful objects (a
+        module's `flags` dict), arrays held by objects such a one holds (kornia's samplers' `low`,
+        in the `sampler_dict` of a parameter generator, a submodule: read by torch.distributions'
+        code, which records nothing). None if there is too much to look through."""
+        held = set(reached)
+        objects = [obj for node in self.nodes if node.kind is Kind.GUARD for obj in reads.held(node.expected)]
+        objects += self.recorded
+        for _ in range(_HELD_DEPTH):
+            found = []
+            for obj in objects:
+                held.add(id(obj))
+                if isinstance(obj, (list, tuple)):
+                    children = obj
+                elif isinstance(obj, dict):
+                    children = obj.values()
+                else:
+                    attributes = getattr(obj, "__dict__", None)
+                    children = attributes.values() if isinstance(attributes, dict) and not isinstance(obj, type) else ()
+                found.extend(c for c in children if id(c) not in held and not isinstance(c, _LEAVES))
+            if len(held) + len(found) > _HELD_MAX:
+                return None
+            objects = found
+        held.update(map(id, objects))
+        return held
 
     def _record_reached(self, obj) -> tuple:
         """A model the function reaches by itself (a global, a closure variable): its attributes
@@ -748,6 +783,9 @@ def choose_backend(backends: list, to: str | None):
                         f"pass to= to choose one")
     return backends[0]
 
+
+_HELD_DEPTH, _HELD_MAX = 5, 20000     # how far _held_arrays looks, and at how many objects at most
+_LEAVES = (str, bytes, int, float, complex, bool, type(None))
 
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
                  "set_default_dtype, inference_mode, torch.func transforms, grad mode switched off by a custom "
