@@ -102,6 +102,11 @@ _STATE_READS = {
 }
 
 
+def _shape(t):
+    """t.shape, or "nested" for a nested tensor (it has no single shape: reading one raises)."""
+    return "nested" if t.is_nested else t.shape
+
+
 def _autocast_state():
     """False, or the autocast dtype of each device type it is enabled for."""
     if not torch._C._is_any_autocast_enabled():
@@ -448,7 +453,7 @@ class TorchBackend(Backend):
         except (RuntimeError, NotImplementedError):
             storage = ("opaque", id(t))
         grad = t.requires_grad
-        return (t.shape, t.dtype, t.device, grad), storage, grad
+        return (_shape(t), t.dtype, t.device, grad), storage, grad
 
     def requires_grad(self, t) -> bool:
         return t.requires_grad
@@ -537,7 +542,7 @@ class TorchBackend(Backend):
 
     @staticmethod
     def brief(t) -> tuple:
-        return (t.shape, t.dtype, t.device, t.requires_grad)
+        return (_shape(t), t.dtype, t.device, t.requires_grad)
 
     def format_brief(self, brief) -> str:
         shape, dtype, device, grad = brief

@@ -511,12 +511,6 @@ class TraceSession:
             # a graph would go on drawing from the one this trace made
             self.fail("draws from a random generator made inside the function (not passed in, not a "
                       "global): a graph could not replay that")
-        held = self._held_arrays(reads, reached) if self.backend.sees_every_array and \
-            any(id(obj) not in reached for obj in self._externals) else None
-        if held is not None and any(id(obj) not in held for obj in self._externals):
-            self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
-                      f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, work of another "
-                      f"thread ...) or held where it does not look: a graph would bake it")
         for reader, (obj, *rest), expected, what in reads.guards():
             value = self.value_of(obj)
             if value is None:
@@ -650,8 +644,20 @@ class TraceSession:
             return obj, obj
 
         structure, real = out(result)
+        if backend.sees_every_array:
+            self._check_externals()
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
         return trace, real
+
+    def _check_externals(self):
+        """Arrays used or returned that no seen call made must be held where the trace watches them."""
+        reached = self.reads.reached() if self._externals else ()
+        if any(id(obj) not in reached for obj in self._externals):
+            held = self._held_arrays(self.reads, reached)
+            if held is not None and any(id(obj) not in held for obj in self._externals):
+                self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
+                          f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, nested tensors, "
+                          f"work of another thread ...) or held where it does not look: a graph would bake it")
 
 
 _PLAIN = frozenset({int, float, bool, str, type(None), complex})   # arguments that are never tracked
