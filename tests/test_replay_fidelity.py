@@ -589,3 +589,18 @@ def test_nested_tensors_made_inside(fn):
             assert all(torch.equal(a, b) for a, b in zip(got.unbind(), expected.unbind()))
         else:
             assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("made", [lambda x: torch.empty(0), lambda x: x * 3])
+def test_a_set_into_an_array_made_inside_makes_the_signature_eager(made):
+    # `set_` reaches no TorchFunctionMode: the array it filled was replayed as what made it (a constant)
+    def fn(x):
+        t = made(x)
+        t.set_(x * 2)
+        return t + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.rand(3)
+        assert torch.equal(lazy(x), x * 2 + 1)
+    assert lazy.stats.hits == 0

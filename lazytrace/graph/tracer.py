@@ -52,6 +52,7 @@ class TraceSession:
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
+        self._made: list = []                   # (array, Value, its write count, writes recorded) of call outputs
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
         self._displays: list = []               # text made from arrays (on_display)
@@ -325,6 +326,7 @@ class TraceSession:
             self._unkeyed_metadata = self._unkeyed_metadata or dynamic
             node.outputs.append(value)
             self._values[id(obj)] = (obj, value)
+            self._made.append((obj, value, backend.write_count(backend.unwrap(obj)), self._versions.get(storage, 0)))
 
     # ---- stateful objects --------------------------------------------------------
     def on_setattr(self, obj, name: str, value):
@@ -571,10 +573,17 @@ class TraceSession:
 
     def check_input_writes(self):
         """An input written more often than the calls recorded show (torch's `set_` reaches no
-        TorchFunctionMode) cannot be replayed: this signature runs eagerly."""
+        TorchFunctionMode), or an array a call made written with none recorded, cannot be
+        replayed: this signature runs eagerly."""
         for obj, value, before in self._input_writes:
             if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
                 self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
+        # an array a call made, written since with no recorded write (a call may write several times)
+        for obj, value, before, recorded in self._made:
+            if before is not None and self._versions.get(value.storage, 0) == recorded and \
+                    self.backend.write_count(self.backend.unwrap(obj)) != before:
+                self.fail("an array made inside was written by a call lazytrace does not see (e.g. set_)")
+                return
 
     def fail(self, reason: str):
         if self.untraceable is None:
