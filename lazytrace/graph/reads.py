@@ -17,7 +17,10 @@ data become guards at the start of the graph:
   writes into it are seen; rebinding the name is seen here); a model (an `nn.Module`) and its
   submodules also have their attributes recorded, as `stateful=[...]` objects do (`.eval()`);
 - other objects with attributes (a config object, `argparse.Namespace`, a dataclass, a callable
-  transform): by identity, and their attributes (data by value, objects by identity).
+  transform): by identity, and their attributes (data by value, objects by identity);
+- framework state the code reads in Python, which no framework call shows
+  (`torch.backends.mkldnn.enabled`, `torch.are_deterministic_algorithms_enabled()`: the backend's
+  `state_reads`): by value, read again by `read_state`.
 
 A failed check traces the signature again, as a failed guard does. A value the function itself
 changes during the trace (a counter, a cache it fills) is traced once more and then makes the
