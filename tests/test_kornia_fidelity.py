@@ -103,3 +103,19 @@ def test_a_replaced_submodule_of_a_traced_model_is_used():
 
     lazy = _augment_twice_then(change, Model, lambda: lazytrace.trace_graph(Model()))
     assert lazy.forward.stats.hits == 2
+
+
+def test_focal_loss_on_large_cpu_logits_has_eager_gradients(traced):
+    # past 2**19 logits kornia computes it in a custom autograd.Function, whose forward runs with grad
+    # mode off: replayed as plain calls, backward went through them (an in-place error, or other gradients)
+    focal = traced.losses.focal_loss
+    for seed in range(3):
+        logits = _rand(2, 5, 256, 256, seed=seed) * 4 - 2
+        target = (_rand(2, 256, 256, seed=seed + 10) * 5).long()
+        grads = []
+        for fn in (kornia.losses.focal_loss, focal):
+            x = logits.clone().requires_grad_(True)
+            loss = fn(x, target, alpha=0.5, reduction="mean")
+            loss.backward()
+            grads.append((loss.detach(), x.grad))
+        assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])

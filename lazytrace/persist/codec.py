@@ -24,9 +24,10 @@ from types import ModuleType, SimpleNamespace
 
 from ..graph.ir import Kind, Node, Source, Value
 from ..graph.passes import Plan
-from ..graph.reads import read_global
+from ..graph.reads import read_global, read_state
 
-_GLOBAL_GUARD = "lazytrace:read_global"       # the one call a stored graph may make outside the framework
+_GLOBAL_GUARD = "lazytrace:read_global"       # the calls a stored graph may make outside the framework
+_STATE_GUARD = "lazytrace:read_state"
 _TYPES = {tp.__name__: tp for tp in (bool, int, float, complex, str, bytes, type(None), tuple, list, dict,
                                      set, frozenset)}     # the types a guard on a global compares
 
@@ -57,6 +58,8 @@ def resolve(backend, ref):
         raise CorruptEntry(f"malformed call name {ref!r}")
     if ref == _GLOBAL_GUARD:
         return read_global
+    if ref == _STATE_GUARD:
+        return read_state
     root, path = ref.split(":")
     if not backend.persist_root(root):
         raise CorruptEntry(f"call {ref!r} is outside the {backend.name} modules a stored graph may use")
@@ -80,6 +83,8 @@ def _ref(backend, func, enc) -> tuple[str, object]:
     """(name, encoded parameters) of a call; checked to load back as the same call."""
     if func is read_global:
         return _GLOBAL_GUARD, None
+    if func is read_state:
+        return _STATE_GUARD, None
     stored = backend.stored_call(func)
     if stored is None:
         raise NotStorable(f"the call {_name(func)} has no name in {backend.name}'s own modules")
@@ -111,6 +116,24 @@ def _module_of(obj) -> str | None:
     name = obj.get("__name__") if type(obj) is dict else None
     module = sys.modules.get(name) if type(name) is str else None
     return name if module is not None and getattr(module, "__dict__", None) is obj else None
+
+
+def _state_name(backend, obj) -> list | None:
+    """[module, attribute] of the framework state `obj` reads (Backend.state_reads), if it is such a reader."""
+    for (module, attribute), reader in backend.state_reads().items():
+        if obj is (reader or getattr(sys.modules.get(module), attribute, None)):
+            return [module, attribute]
+    return None
+
+
+def _state_reader(backend, name):
+    """The reader of a stored [module, attribute] of framework state."""
+    if type(name) is not list or len(name) != 2 or tuple(name) not in backend.state_reads():
+        raise CorruptEntry(f"not framework state a graph may read: {name!r:.80}")
+    reader = backend.state_reads()[tuple(name)] or getattr(sys.modules.get(name[0]), name[1], None)
+    if not callable(reader):
+        raise Unavailable(f"a guard reads {name[0]}.{name[1]}, which is not imported")
+    return reader
 
 
 def _namespace(name):
@@ -315,6 +338,10 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
         if module is not None:
             constants.append({"g": module})
             continue
+        state = _state_name(backend, v.obj) if v.source is Source.EXTERNAL else None
+        if state is not None:
+            constants.append({"s": state})
+            continue
         if not v.foldable and not isinstance(backend.unwrap(v.obj), backend.array_types):
             raise NotStorable(f"the graph checks a {type(v.obj).__qualname__} the traced code reached by itself "
                               f"(a closure cell, an object's attribute): it has no stored form")
@@ -364,7 +391,9 @@ def _decode(backend, doc, arrays):
     values = {("i", i): v for i, v in enumerate(inputs)}
     constants = []
     for i, name in enumerate(_list(doc["constants"])):
-        if type(name) is dict:          # {"g": module}: the namespace a guard on a global reads
+        if type(name) is dict and "s" in name:   # {"s": [module, attribute]}: framework state a guard reads
+            v = Value(Source.EXTERNAL, obj=_state_reader(backend, name["s"]), meta=".".join(map(str, name["s"])))
+        elif type(name) is dict:        # {"g": module}: the namespace a guard on a global reads
             v = Value(Source.EXTERNAL, obj=_namespace(name["g"]))
         else:
             v = Value(Source.NODE, foldable=True, obj=arrays[name])
