@@ -104,6 +104,36 @@ def test_a_classmethod_sees_changes_of_its_class():
         _Scaler.C = 3.0
 
 
+class _ClassScaled(torch.nn.Module):
+    scale = 2.0
+
+    def forward(self, x):
+        return x * self.scale
+
+
+class _PlainClassScaled:
+    scale = 2.0
+
+    def run(self, x):
+        return x * self.scale
+
+
+@pytest.mark.parametrize("bind", ["module", "method"])
+def test_a_class_attribute_read_through_self_is_checked(bind):
+    # `self.scale` found on the class: only instance attributes and methods were recorded, so the
+    # class's value was baked (a user's subclass of a kornia augmentation with a class-level setting)
+    cls = type("Scaled", (_ClassScaled if bind == "module" else _PlainClassScaled,), {})
+    obj = cls()
+    call = trace_graph(obj) if bind == "module" else trace_graph(obj.run)
+    for change in (None, None, "class", "class", "instance", "instance"):
+        if change == "class":
+            cls.scale = 3.0
+        elif change == "instance":
+            obj.scale = 5.0
+        x = torch.rand(3)
+        assert torch.equal(call(x), x * obj.scale)
+
+
 def test_a_models_bound_forward_sees_eval():
     model = torch.nn.Sequential(torch.nn.Dropout(0.5))
     lz = trace_graph(model.forward)

@@ -247,3 +247,14 @@ def test_a_patched_library_function_is_what_the_proxy_hands_out(traced, torch_fw
         assert torch.equal(traced.ops.double(x), x * 7) and torch.equal(traced.double(x), x * 9)
     assert traced.ops.double is lazy and traced.double is lazy      # the same LazyGraph again
     assert torch.equal(traced.double(x + 1), (x + 1) * 2) and lazy.stats.hits >= 1
+
+
+@pytest.mark.parametrize("op", [pickle.dumps, copy.copy, copy.deepcopy])
+def test_a_proxy_module_copies_and_pickles_as_the_module_does(traced, op):
+    # wrapt's proxy raised NotImplementedError where the module raises TypeError (code copying an
+    # object that holds a module catches the module's error)
+    with pytest.raises(TypeError) as real:
+        op(fakelib.ops)
+    with pytest.raises(TypeError) as proxied:
+        op(traced.ops)
+    assert str(proxied.value) == str(real.value)

@@ -772,3 +772,31 @@ def test_the_module_data_memo_sees_every_change_of_the_globals_and_of_sets_in_pl
     assert identity.module_data(name) != first
     del lib.LATE
     assert identity.module_data(name) == first
+
+
+STATE_LIBRARY = """
+import torch
+
+
+def by_mkldnn(x):
+    return x * (2.0 if torch.backends.mkldnn.enabled else 3.0)
+"""
+
+
+def test_a_graph_reading_framework_state_is_stored_with_its_check(temp_library, tmp_path):
+    # torch.backends.mkldnn.enabled (kornia's ssim reads it) is checked by the stored graph too
+    name, _ = temp_library(STATE_LIBRARY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    g = lazytrace.trace_graph(lib.by_mkldnn, cache=cache)
+    x = torch.rand(3)
+    assert torch.equal(g(x), x * 2.0) and g.stats.stored == 1
+    result = run_fresh(lib, cache, """
+        g = lazytrace.trace_graph(lib.by_mkldnn, cache=cache)
+        x = torch.rand(3)
+        same = torch.equal(g(x), x * 2.0)
+        with torch.backends.mkldnn.flags(enabled=False):
+            same = same and torch.equal(g(x), x * 3.0)
+        print(json.dumps({"same": same, **g.stats.as_dict()}))
+    """)
+    assert result["same"] and result["loaded"] == 1 and result["traces"] == 1

@@ -283,6 +283,44 @@ def test_torch_func_grad_of_a_lazy_graph():
     assert lazy.stats.hits == 2
 
 
+def _doubled_unless_transformed(x):
+    # kornia's morphology and ssim choose their path this way
+    return x * (3 if torch._C._are_functorch_transforms_active() else 2)
+
+
+def test_vmap_of_a_lazy_graph_after_a_plain_call_of_the_per_sample_shape():
+    # vmap hands per-sample tensors of the plain call's shape: the key matched and the plain graph replayed
+    lazy = lazytrace.trace_graph(_doubled_unless_transformed)
+    lazy(torch.randn(3))
+    for _ in range(3):
+        x = torch.randn(4, 3)
+        assert torch.equal(torch.func.vmap(lazy)(x), x * 3)
+        y = torch.randn(3)
+        assert torch.equal(lazy(y), y * 2)
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 5
+
+
+def _tangent_kept_only_when_dual(x):
+    if torch.autograd.forward_ad.unpack_dual(x).tangent is None:
+        return x.detach() * 2
+    return x * 2
+
+
+def test_forward_ad_tangents_are_part_of_the_key():
+    # a dual tensor was keyed as a plain one: the plain call's graph replayed, dropping the tangent
+    import torch.autograd.forward_ad as fwad
+    lazy = lazytrace.trace_graph(_tangent_kept_only_when_dual)
+    for _ in range(3):
+        x, tangent = torch.randn(3), torch.randn(3)
+        assert torch.equal(lazy(x), x * 2)
+        with fwad.dual_level():
+            out = fwad.unpack_dual(lazy(fwad.make_dual(x, tangent)))
+            assert torch.equal(out.primal, x * 2) and torch.equal(out.tangent, tangent * 2)
+            # a plain tensor inside the dual level is its own signature again
+            assert fwad.unpack_dual(lazy(x)).tangent is None
+    assert lazy.stats.traces == 3 and lazy.stats.hits == 6
+
+
 def test_a_hook_registered_inside_is_registered_once_per_call():
     seen = []
 
@@ -517,3 +555,52 @@ def test_a_write_into_an_inputs_grad_is_replayed():
         lazy(x)
         assert torch.equal(x.grad, torch.zeros(3))
     assert lazy.stats.hits == 2
+
+
+@pytest.mark.parametrize("make", [
+    lambda y: y.as_subclass(torch.Tensor),
+    lambda y: torch.nn.Parameter(y, requires_grad=False),       # Tensor._make_subclass
+    lambda y: torch.Tensor(y),
+    lambda y: torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(y))])
+def test_a_tensor_made_by_a_call_no_mode_sees_is_not_baked(make):
+    # no TorchFunctionMode call shows these: the tensor they return was taken for an external one
+    # (a global's, read live) and its trace-time values replayed
+    def fn(x):
+        return make(x * 2) + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.rand(3)
+        assert torch.equal(lazy(x), x * 2 + 1)
+    assert lazy.stats.hits == 0 and lazy.stats.eager == 3
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.nested.as_nested_tensor([x * 2, x[:2]]).to_padded_tensor(0.0) + 1,     # recorded calls
+    lambda x: torch.nested.nested_tensor([x * 2, x[:2]])])                                 # made unseen
+def test_nested_tensors_made_inside(fn):
+    # a nested tensor has no single shape: describing the call's output raised at the first call,
+    # where eager returns a result
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.rand(3)
+        got, expected = lazy(x), fn(x)
+        if expected.is_nested:
+            assert all(torch.equal(a, b) for a, b in zip(got.unbind(), expected.unbind()))
+        else:
+            assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("made", [lambda x: torch.empty(0), lambda x: x * 3])
+def test_a_set_into_an_array_made_inside_makes_the_signature_eager(made):
+    # `set_` reaches no TorchFunctionMode: the array it filled was replayed as what made it (a constant)
+    def fn(x):
+        t = made(x)
+        t.set_(x * 2)
+        return t + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.rand(3)
+        assert torch.equal(lazy(x), x * 2 + 1)
+    assert lazy.stats.hits == 0

@@ -46,10 +46,11 @@ class Backend:
     #: whether array creation (zeros, arange...) is intercepted; if not, an unseen array may
     #: have been made inside the function, so writing into one cannot be replayed safely
     sees_creation: bool = True
-    #: whether this thread's calls are all that can make an array: one the function uses that no
-    #: recorded call made and no input, global or object it reads holds was made where the
-    #: interceptor does not look (another thread's work: torch's TorchFunctionMode is per thread)
-    sees_all_arrays: bool = False
+    #: whether every array a function makes comes from a call the interceptor sees (torch: its
+    #: creation functions are overridable; JAX binds no primitive for `jnp.array(constant)`): then
+    #: an array that is neither made by a seen call nor reached through a global, a closure or an
+    #: attribute was made by an unseen call (`x.as_subclass(...)`, `nn.Parameter(x)`, another thread)
+    sees_every_array: bool = False
     #: whether the backend knows every call whose output shape depends on array values
     #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
     knows_dynamic_shapes: bool = True
@@ -177,6 +178,14 @@ class Backend:
         inside the function makes the signature run eagerly."""
         return None
 
+    def state_reads(self) -> dict:
+        """Framework state that Python code reads without a call the interceptor sees
+        (`torch.are_deterministic_algorithms_enabled()`, `torch.backends.mkldnn.enabled`):
+        {(module name, attribute): reader}, the reader a function of no arguments giving the
+        value (None where the attribute is itself that function). A trace whose code reads one
+        checks it like a global (graph/reads.py)."""
+        return {}
+
     def returned_its_input(self, func, args, result, mutated) -> bool:
         """True when this call returned its first argument itself and did nothing else, decided by
         what the signature key fixes (dtype, device, strides): the graph then skips the call.
@@ -214,6 +223,11 @@ class Backend:
     def caller_owned(self, func) -> bool:
         """Whether this call returns an array the caller can reach besides the inputs, without being
         a view of one (torch's `x.grad`): a write into it is an effect to replay."""
+        return False
+
+    def stores_arguments(self, func) -> bool:
+        """Whether this call keeps its arguments where the caller finds them later (torch's
+        `x.grad = g`, `x.data = d`): a cached constant among them is copied at every call."""
         return False
 
     def write_count(self, array) -> int | None:

@@ -84,6 +84,7 @@ from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer,
 _METHOD_OPS = {getattr(tf.Tensor, name): name for name in
                list(OPERATORS) + list(ROPERATORS) + list(UNARY) + ["__getitem__"]
                if hasattr(tf.Tensor, name)}
+_VARIABLE_GETITEM = tf.Variable.__getitem__          # a variable's own slicing (its result offers .assign)
 _ARITHMETIC = set(OPERATORS) | set(ROPERATORS)        # operators whose number operand may be cached
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "device", "name", "trainable"}
 _ATTRGETTERS = {name: operator.attrgetter(name) for name in _METADATA_ATTRIBUTES}
@@ -217,7 +218,7 @@ def _getitem(self, index):
     """`x[i]`; a variable's own slicing for a tf.Variable, as eager slices it: its result offers
     `.assign` (`v[0].assign(y)`, which then runs eagerly: the slice's assign is not dispatched)."""
     array = self._lt_array
-    method = type(array).__getitem__ if isinstance(array, tf.Variable) else tf.Tensor.__getitem__
+    method = _VARIABLE_GETITEM if isinstance(array, tf.Variable) else tf.Tensor.__getitem__
     return self._lt_call(method, (self, index))
 
 
@@ -541,6 +542,8 @@ class TensorflowBackend(Backend):
             return None
         if name is not None:
             return f"tensorflow:Tensor.{name}"
+        if func is _VARIABLE_GETITEM:
+            return "tensorflow:Variable.__getitem__"
         if raw:
             return f"{gen_math_ops.__name__}:{func.__name__}"
         if func in READBACK_BUILTINS:
@@ -585,7 +588,7 @@ class TensorflowBackend(Backend):
         builtins, and TensorFlow's dispatchable ops (what the tracer can record) of the array
         namespaces only: never tf.io, tf.print, tf.py_function and the like."""
         try:
-            if obj in _METHOD_OPS or obj in _RAW_NAMES or obj in READBACK_BUILTINS:
+            if obj in _METHOD_OPS or obj in _RAW_NAMES or obj in READBACK_BUILTINS or obj is _VARIABLE_GETITEM:
                 return True
         except TypeError:
             return False

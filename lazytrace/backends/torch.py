@@ -20,6 +20,7 @@ import sys
 from contextlib import contextmanager
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
@@ -42,6 +43,8 @@ _STATE = {"_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype", "au
           "autocast_decrement_nesting", "set_autocast_cache_enabled", "clear_autocast_cache",
           "_enter_autocast", "_exit_autocast", "_set_fwd_grad_enabled"}
 #: random functions without an aten op of their own name (Python-level compositions)
+#: a Tensor property set or deleted (`x.grad = g`): the mode sees the descriptor's own method
+_SETTERS = {"__set__", "__delete__"}
 _GENERATOR_EXTRA = {"dropout1d", "dropout2d", "dropout3d", "feature_alpha_dropout", "alpha_dropout",
                     "rrelu", "rrelu_", "gumbel_softmax", "feature_dropout"}
 _DETERMINISTIC_INIT = {"constant_", "ones_", "zeros_", "eye_", "dirac_", "calculate_gain"}
@@ -73,9 +76,36 @@ _NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "tor
 
 
 # what unseen_state reads before every call of a trace, looked up once
-_default_dtype, _inference_mode, _any_autocast, _transform_level = (
+_default_dtype, _inference_mode, _any_autocast, _transform_level, _grad_enabled = (
     torch.get_default_dtype, torch.is_inference_mode_enabled, torch._C._is_any_autocast_enabled,
-    torch._C._functorch.maybe_current_level)
+    torch._C._functorch.maybe_current_level, torch.is_grad_enabled)
+
+
+#: framework state code reads in Python (kornia's ssim: `torch.backends.mkldnn.enabled`), no call showing
+#: it: checked where the traced code reads it (Backend.state_reads); None: the attribute is the reader
+_STATE_READS = {
+    ("torch", "are_deterministic_algorithms_enabled"): None,
+    ("torch", "is_deterministic_algorithms_warn_only_enabled"): None,
+    ("torch", "get_deterministic_debug_mode"): None,
+    ("torch", "get_num_threads"): None,
+    ("torch", "get_num_interop_threads"): None,
+    ("torch", "get_float32_matmul_precision"): None,
+    ("torch", "is_anomaly_enabled"): None,
+    ("torch", "is_anomaly_check_nan_enabled"): None,
+    ("torch", "is_warn_always_enabled"): None,
+    ("torch", "initial_seed"): None,
+    ("torch.random", "initial_seed"): None,
+    ("torch.backends.mkldnn", "enabled"): torch._C._get_mkldnn_enabled,
+    ("torch.backends.cudnn", "enabled"): torch._C._get_cudnn_enabled,
+    ("torch.backends.cudnn", "benchmark"): torch._C._get_cudnn_benchmark,
+    ("torch.backends.cudnn", "deterministic"): torch._C._get_cudnn_deterministic,
+    ("torch.backends.cudnn", "allow_tf32"): torch._C._get_cudnn_allow_tf32,
+}
+
+
+def _shape(t):
+    """t.shape, or "nested" for a nested tensor (it has no single shape: reading one raises)."""
+    return "nested" if t.is_nested else t.shape
 
 
 _MIN_NORMAL = sys.float_info.min
@@ -152,7 +182,7 @@ class _Info:
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
     __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand",
-                 "writes")
+                 "writes", "setter")
 
     def __init__(self, func, kind):
         name = self.name = _func_name(func)
@@ -161,6 +191,7 @@ class _Info:
         self.shape_check = kind is CallKind.OP and name in ("__getitem__", "where", "one_hot") or name == "type"
         self.metadata = 1 if name in _METADATA_FIRST else 2 if name in _METADATA_SECOND else 0
         self.caller_owned = name == "grad"          # the property x.grad
+        self.setter = name in _SETTERS              # x.grad = g, x.data = d: a change of its first argument
         self.underscore = name.endswith("_")        # in place, or changes self (requires_grad_)
         self.writes = self.underscore and not name.startswith("__") or name in _WRITING_DUNDERS
         self.scalar_operand = name in _SCALAR_OPERAND_OPS
@@ -183,11 +214,11 @@ class _Mode(TorchFunctionMode):
 
 class TorchBackend(Backend):
     name = "torch"
-    sees_all_arrays = True      # TorchFunctionMode sees every torch call of this thread
     array_types = (torch.Tensor,)
     tracked_types = (torch.Tensor,)
     static_types = (torch.dtype, torch.device, torch.layout, torch.memory_format)
     live_types = (torch.Generator,)
+    sees_every_array = True
 
     def __init__(self):
         self._scalars: dict = {}
@@ -234,7 +265,12 @@ class TorchBackend(Backend):
         # requires_grad: False, or True for a leaf and "non-leaf" for a result of autograd
         # (`x.is_leaf`, `x.grad_fn is None` are read from the key); inference tensors apart
         grad = t.requires_grad and (t.is_leaf or "non-leaf")
-        return (type(t), t.shape, t.stride(), t.dtype, t.device, grad, t.is_inference())
+        if _forward_ad._current_level < 0:
+            return (type(t), t.shape, t.stride(), t.dtype, t.device, grad, t.is_inference())
+        # inside `forward_ad.dual_level()`: whether it carries a tangent (code branches on it, as
+        # kornia's morphology does; a graph traced without one would drop it)
+        return (type(t), t.shape, t.stride(), t.dtype, t.device, grad, t.is_inference(),
+                _forward_ad.unpack_dual(t).tangent is not None)
 
     def guard_conditions(self, expr, t, const):
         return [f"{expr}.shape == {const(t.shape)}", f"{expr}.stride() == {const(t.stride())}",
@@ -258,14 +294,19 @@ class TorchBackend(Backend):
         return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const, covered=frozenset()):
-        grad, (dtype, inference, autocast, modes, flushed) = state
-        conditions = [f"{const(torch.is_grad_enabled)}() is {grad}",
+        grad, (dtype, inference, autocast, modes, transform, dual, flushed) = state
+        if dual:
+            return ["False"]        # tangents are keyed by describe only: the general path
+        conditions = [f"{const(_forward_ad)}._current_level < 0",
+                      f"{const(torch.is_grad_enabled)}() is {grad}",
                       f"{const(torch.get_default_dtype)}() is {const(dtype)}",
                       f"({const(_MIN_NORMAL)} * 0.5 == 0.0) is {flushed}",      # _denormals_flushed() inline
                       f"{const(_function_modes)}() == {const(modes)}" if modes else
                       f"{const(torch._C._len_torch_function_stack)}() == 0"]
         if not (inference is False and "inference" in covered):
             conditions.append(f"{const(torch.is_inference_mode_enabled)}() is {inference}")
+        if "transform" not in covered:
+            conditions.append(f"({const(_transform_level)}() is not None) is {transform}")
         if autocast is False:
             if "autocast" in covered:
                 return conditions
@@ -274,29 +315,40 @@ class TorchBackend(Backend):
 
     def state_covered(self, tensors, plan):
         """dynamo's TensorGuards compares each tensor's dispatch keys under the thread's included
-        and excluded key sets, which inference mode (autograd keys) and CPU autocast (AutocastCPU)
-        change: with CPU tensors that are not inference tensors, and a graph whose every array is
-        on the CPU (another device's autocast cannot reach it), those two need no check of their own
-        (about 0.35 us of a cache hit)."""
-        if tensors and all(t.device.type == "cpu" and not t.is_inference() for t in tensors) \
-                and _cpu_only(plan):
-            return frozenset({"inference", "autocast"})
-        return frozenset()
+        and excluded key sets, which a torch.func transform (functorch's dynamic layer keys),
+        inference mode (autograd keys) and CPU autocast (AutocastCPU) change: with tensors, the
+        first needs no check of its own; with CPU tensors that are not inference tensors, and a
+        graph whose every array is on the CPU (another device's autocast cannot reach it), neither
+        do the other two (about 0.35 us of a cache hit)."""
+        if not tensors:
+            return frozenset()
+        if all(t.device.type == "cpu" and not t.is_inference() for t in tensors) and _cpu_only(plan):
+            return frozenset({"transform", "inference", "autocast"})
+        return frozenset({"transform"})
 
     def global_state(self):
+        """Grad mode, then default dtype, inference mode, autocast, function modes, whether a
+        torch.func transform runs (`vmap(lazy)` after a plain call: code may branch on it, as
+        kornia's morphology and ssim do, and the per-sample shapes matched the plain call's) and
+        whether a forward-AD dual level is open (then describe keys each tensor's tangent)."""
         return torch.is_grad_enabled(), (torch.get_default_dtype(), torch.is_inference_mode_enabled(),
-                                         _autocast_state(), _function_modes(), _denormals_flushed())
+                                         _autocast_state(), _function_modes(), _transform_level() is not None,
+                                         _forward_ad._current_level >= 0, _denormals_flushed())
+
+    def state_reads(self):
+        return _STATE_READS
 
     def unseen_state(self):
-        """Default dtype, inference mode, autocast, the torch.func transform level and
-        flush-denormal: `torch.autocast`, `set_default_dtype`, `torch.set_flush_denormal` and
-        `torch.func.grad(f)(x)` inside a function do not
-        reach a TorchFunctionMode (a transform's result is unwrapped where no call shows it), so
-        the tracer compares this before every call (autocast switches are replayed, see
-        state_change; the others make the signature eager). A graph replays under an outer
-        transform as eager code does, so the level is not in the key."""
+        """Default dtype, inference mode, autocast, the torch.func transform level and grad mode:
+        `torch.autocast`, `set_default_dtype` and `torch.func.grad(f)(x)` inside a function do not
+        reach a TorchFunctionMode (a transform's result is unwrapped where no call shows it), nor
+        does the grad mode a custom `torch.autograd.Function` switches off around its forward (a
+        graph would replay the forward's calls under autograd: other gradients), so the tracer
+        compares this before every call (autocast switches are replayed, see state_change; the
+        others make the signature eager; grad mode switched by calls it sees, `torch.no_grad()`,
+        is recorded), and flush-denormal (`torch.set_flush_denormal`)."""
         return (_default_dtype(), _inference_mode(), _any_autocast() and _autocast_state(), _transform_level(),
-                _denormals_flushed())
+                _grad_enabled(), _denormals_flushed())
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])
@@ -349,6 +401,8 @@ class TorchBackend(Backend):
             return CallKind.METADATA
         if name in _STATE:
             return CallKind.STATE
+        if name in _SETTERS:
+            return CallKind.OP
         module = getattr(func, "__module__", "") or ""
         if module == "torch.nn.init":
             return CallKind.OP if name in _DETERMINISTIC_INIT else CallKind.GENERATOR
@@ -383,6 +437,8 @@ class TorchBackend(Backend):
             return func(*args, **kwargs), ()
         # an in-place call that changed `self` without a data write (`requires_grad_()`) is an
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
+        if info.setter:
+            return func(*args, **kwargs), tensors[:1]
         if len(tensors) == 1 and not tensors[0].is_inference():    # the common case, without the lists
             t = tensors[0]
             before = t._version
@@ -423,13 +479,16 @@ class TorchBackend(Backend):
         except (RuntimeError, NotImplementedError):
             storage = ("opaque", id(t))
         grad = t.requires_grad
-        return (t.shape, t.dtype, t.device, grad), storage, grad
+        return (_shape(t), t.dtype, t.device, grad), storage, grad
 
     def requires_grad(self, t) -> bool:
         return t.requires_grad
 
     def caller_owned(self, func) -> bool:
         return (self._infos.get(func) or self._info(func)).caller_owned
+
+    def stores_arguments(self, func) -> bool:
+        return (self._infos.get(func) or self._info(func)).setter
 
     def write_count(self, t) -> int | None:
         return None if t.is_inference() else t._version      # inference tensors count nothing
@@ -520,7 +579,7 @@ class TorchBackend(Backend):
 
     @staticmethod
     def brief(t) -> tuple:
-        return (t.shape, t.dtype, t.device, t.requires_grad)
+        return (_shape(t), t.dtype, t.device, t.requires_grad)
 
     def format_brief(self, brief) -> str:
         shape, dtype, device, grad = brief
@@ -543,13 +602,15 @@ class TorchBackend(Backend):
         return torch.randint(0, 10, shape, generator=g, dtype=dt)
 
     def describe_global_state(self, state):
-        grad, (dtype, inference, autocast, modes, flushed) = state
+        grad, (dtype, inference, autocast, modes, transform, dual, flushed) = state
         autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \
             if autocast else "off"
         return {"torch.is_grad_enabled()": repr(grad), "torch.get_default_dtype()": repr(dtype),
-                "torch.is_inference_mode_enabled()": repr(inference), "autocast": autocast,
-                "torch.set_flush_denormal": repr(flushed)} | \
-            ({"torch function modes": ", ".join(map(str, modes))} if modes else {})
+                "torch.is_inference_mode_enabled()": repr(inference), "autocast": autocast} | \
+            ({"torch function modes": ", ".join(map(str, modes))} if modes else {}) | \
+            ({"torch.func transform": "active"} if transform else {}) | \
+            ({"forward-mode AD": "dual level open"} if dual else {}) | \
+            {"torch.set_flush_denormal": repr(flushed)}
 
     # ---- persistent cache ----------------------------------------------------------
     distribution = "torch"

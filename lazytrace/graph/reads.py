@@ -17,7 +17,10 @@ data become guards at the start of the graph:
   writes into it are seen; rebinding the name is seen here); a model (an `nn.Module`) and its
   submodules also have their attributes recorded, as `stateful=[...]` objects do (`.eval()`);
 - other objects with attributes (a config object, `argparse.Namespace`, a dataclass, a callable
-  transform): by identity, and their attributes (data by value, objects by identity).
+  transform): by identity, and their attributes (data by value, objects by identity);
+- framework state the code reads in Python, which no framework call shows
+  (`torch.backends.mkldnn.enabled`, `torch.are_deterministic_algorithms_enabled()`: the backend's
+  `state_reads`): by value, read again by `read_state`.
 
 A failed check traces the signature again, as a failed guard does. A value the function itself
 changes during the trace (a counter, a cache it fills) is traced once more and then makes the
@@ -158,6 +161,13 @@ def read_unbound(namespace, names: frozenset) -> bool:
     return namespace.keys().isdisjoint(names)
 
 
+def read_state(reader):
+    """What a guard compares for framework state code reads in Python (`torch.get_num_threads()`,
+    `torch.backends.mkldnn.enabled`): its type and value, read by `reader()`."""
+    value = reader()
+    return type(value), value, None
+
+
 def read_attributes(obj) -> dict:
     """The attributes of a plain object holding data, as a guard compares them."""
     return _attributes(obj)
@@ -171,7 +181,7 @@ def read_defaults(fn) -> tuple:
     return tuple(fn.__defaults__ or ()), tuple((fn.__kwdefaults__ or {}).items())
 
 
-READERS = (read_global, read_cell, read_attributes, read_defaults, read_unbound)
+READERS = (read_global, read_cell, read_attributes, read_defaults, read_state, read_unbound)
 
 # how views name each check, and how an explanation of a retrace says what failed
 read_global.label = lambda node: f"global {node.args[1]}"
@@ -183,9 +193,22 @@ read_attributes.describe = lambda node: "an attribute of an object the function 
 read_unbound.label = lambda node: f"unset globals {', '.join(sorted(node.args[1]))}"
 read_unbound.describe = lambda node: ("a global the function read while it did not exist (a builtin's name, "
                                       "a global set later) was set")
+read_state.label = lambda node: "framework state"
+read_state.describe = lambda node: f"the framework state {node.args[0].meta} changed"
 read_defaults.label = lambda node: "default values"
 read_defaults.describe = lambda node: ("a default value of the function changed (a list or dict default, or "
                                        "__defaults__), or an argument of a functools.partial")
+
+
+def _readers(state_reads: dict) -> dict:
+    """{(module, attribute): the function} for the entries whose attribute is a reader itself, in
+    the modules imported so far."""
+    found = {}
+    for (module, attribute), reader in state_reads.items():
+        fn = getattr(sys.modules.get(module), attribute, None) if reader is None else None
+        if callable(fn):
+            found[module, attribute] = fn
+    return found
 
 
 def _callable_name(fn) -> str:
@@ -356,8 +379,10 @@ class PythonReads:
     marker for arrays and objects) or `nothing` when the value holds something it cannot check.
     """
 
-    def __init__(self, snapshot, nothing, same, known, record, generator_state=lambda obj: None):
+    def __init__(self, snapshot, nothing, same, known, record, generator_state=lambda obj: None, state_reads=None):
         self._snapshot = snapshot
+        self._state_reads = state_reads or {}   # (module, attribute) -> reader: see Backend.state_reads
+        self._state_readers = {id(r): (r, f"{m}.{a}()") for (m, a), r in _readers(self._state_reads).items()}
         self._generator_state = generator_state     # the state of a random generator it does not record
         self._known = known
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
@@ -381,6 +406,7 @@ class PythonReads:
         self._imports: list = []    # (level, module, attributes, namespace, depth): see settle
         self.unbound: dict = {}     # (id(namespace), name) -> (namespace, name): globals unset when first seen
         self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
+        self.states: dict = {}      # id(reader) -> (reader, what it reads, expected): framework state read
         self.late_write = None      # a global set in a module the function imported for the first time
 
     def holders(self):
@@ -482,6 +508,8 @@ class PythonReads:
         for chain in reads:
             name = chain[0]
             value = namespace.get(name)
+            if self._state_reads:
+                self._framework_state(value, chain)
             # the same read in another code object of this module, with the same object there:
             # already handled, at this depth or a shallower one (which followed at least as far)
             seen = done.get((where, chain))
@@ -504,6 +532,27 @@ class PythonReads:
         for const in nested:                # comprehensions, lambdas and inner functions
             if id(const) not in self._codes:
                 self._code(const, namespace, depth)
+
+    def _framework_state(self, value, chain):
+        """`torch.get_num_threads()`, `torch.backends.mkldnn.enabled`, or a reader imported by name
+        (`from torch import are_deterministic_algorithms_enabled`): framework state that no call
+        shows, checked like a global."""
+        found = self._state_readers.get(id(value))
+        attributes = iter(chain[1:])
+        while found is None and isinstance(value, types.ModuleType):
+            attribute = next(attributes, None)
+            if attribute is None:
+                return
+            key = (value.__name__, attribute)
+            if key in self._state_reads:
+                reader = self._state_reads[key] or vars(value).get(attribute)
+                call = "()" if self._state_reads[key] is None else ""
+                found = (reader, f"{value.__name__}.{attribute}{call}") if callable(reader) else None
+                break
+            value = vars(value).get(attribute)
+        if found is not None and id(found[0]) not in self.states:
+            reader, what = found
+            self.states[id(reader)] = (reader, what, read_state(reader))
 
     def _chain(self, space, name, attributes, depth, origin=None):
         """`name.attribute...` read in the namespace `space`: the global it ends at (through
@@ -542,6 +591,8 @@ class PythonReads:
         first, *rest = attributes[:-1] if attributes[-1] == _STORED else attributes
         if module is os and first in _ENVIRONMENT_NAMES:
             self.environment = True
+        if self._state_reads:           # `from torch import are_deterministic_algorithms_enabled`
+            self._framework_state(module, (name, first, *rest))
         if name.partition(".")[0] not in UNWATCHED:
             self._chain(vars(module), first, rest, depth)
         return True
@@ -596,7 +647,7 @@ class PythonReads:
         return type(value), expected, _zero_sign(value)
 
     def _reach_items(self, expected):
-        for obj in self._held(expected):
+        for obj in self.held(expected):
             self._note_object(obj, depth=1)
 
     def _note_object(self, obj, depth):
@@ -650,6 +701,9 @@ class PythonReads:
         for fn, expected in self.defaults:
             if _differs(expected, read_defaults(fn)):
                 return f"default values of {_callable_name(fn)}"
+        for reader, what, expected in self.states.values():
+            if _differs(expected, read_state(reader)):
+                return f"framework state {what}"
         return None
 
     def drawn(self) -> str | None:
@@ -664,15 +718,15 @@ class PythonReads:
         """ids of the objects guarded by identity (arrays held by globals, closures, containers)."""
         snapshots = [e[-1] for e in self.globals.values()] + [e[-1] for e in self.cells] + \
             [e[-1] for e in self.objects.values()] + [e[-1] for e in self.defaults]
-        return {id(obj) for expected in snapshots for obj in self._held(expected)}
+        return {id(obj) for expected in snapshots for obj in self.held(expected)}
 
-    def _held(self, expected):
+    def held(self, expected):
         """The objects a snapshot checks by identity."""
         if isinstance(expected, self._same):
             yield expected.obj
         elif isinstance(expected, (tuple, list, dict)):
             for x in expected.values() if isinstance(expected, dict) else expected:
-                yield from self._held(x)
+                yield from self.held(x)
 
     def guards(self):
         """(reader, arguments, expected, what the object read is) for each guard, objects'
@@ -691,3 +745,5 @@ class PythonReads:
             unset.setdefault(id(namespace), (namespace, set()))[1].add(name)
         for namespace, names in unset.values():
             yield read_unbound, (namespace, frozenset(names)), True, f"globals of {namespace.get('__name__', '?')}"
+        for reader, what, expected in self.states.values():
+            yield read_state, (reader,), expected, what

@@ -16,6 +16,8 @@ from types import MethodType
 
 import wrapt
 
+from .reads import UNWATCHED
+
 
 class SessionProxy(wrapt.ObjectProxy):
     """A proxy handed to a traced function in place of an object; attribute reads that the
@@ -90,14 +92,34 @@ def recording_class(obj, session, active):
                 object.__setattr__(obj, "__class__", recorder.__base__)  # bypasses the recorder's __setattr__
 
 
+def _class_data(cls, name) -> bool:
+    """Whether `name` is a plain value held by a class of `cls`'s MRO (`scale = 2.0` read as
+    `self.scale`), not a method or other descriptor, nor an attribute of the framework's, the
+    standard library's or a tool's own classes (nn.Module's `_compiled_call_impl`)."""
+    for klass in cls.__mro__:
+        namespace = vars(klass)
+        if name in namespace:
+            return not hasattr(type(namespace[name]), "__get__") and \
+                str(getattr(klass, "__module__", "")).partition(".")[0] not in UNWATCHED
+    return False
+
+
 def _recorder(obj, active):
     cls = type(obj)
     sessions: list = []
+    class_data: dict = {}       # name -> _class_data(cls, name), for this recording
+
+    def is_class_data(name):
+        found = class_data.get(name)
+        if found is None:
+            found = class_data[name] = _class_data(cls, name)
+        return found
 
     def __getattribute__(self, name):
         value = cls.__getattribute__(self, name)
         if not name.startswith("__") and (
-                name in getattr(self, "__dict__", ()) or type(value) is MethodType and value.__self__ is self):
+                name in getattr(self, "__dict__", ()) or type(value) is MethodType and value.__self__ is self
+                or is_class_data(name)):
             session = active()
             if session is not None and session in sessions:
                 return session.on_getattr(self, name, value)   # a method: one set on the object later hides it

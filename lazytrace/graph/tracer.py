@@ -43,8 +43,6 @@ class TraceSession:
         self.untraceable: str | None = None
         self.closed = False         # the function returned: its tracers now compute as their arrays
         self._values: dict[int, tuple[Any, Value]] = {}
-        self._externals: list[Value] = []       # arrays used that neither an input nor a call made
-        self._checked_live: dict = {}           # id -> object a guard checks by identity (_Same)
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
         self._tainted: set = set()              # storages written by non-foldable calls
         self._tracked = backend.tracked_types
@@ -55,6 +53,8 @@ class TraceSession:
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
+        self._externals: list = []              # arrays used that no recorded call made (add_external)
+        self._made: list = []                   # (array, Value, its write count, writes recorded) of call outputs
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
         self._filters = self._filters_seen = warnings.filters   # the warning filters (see _filters_changed)
@@ -74,7 +74,8 @@ class TraceSession:
         self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
                                  known=lambda obj: self.value_of(obj) is not None, record=self._record_reached,
-                                 generator_state=lambda obj: generator_state(backend, obj))
+                                 generator_state=lambda obj: generator_state(backend, obj),
+                                 state_reads=backend.state_reads())
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
@@ -121,7 +122,7 @@ class TraceSession:
                       obj=obj)
         self._values[id(obj)] = (obj, value)
         self._unkeyed_metadata = True
-        self._externals.append(value)
+        self._externals.append(obj)
         return value
 
     def value_of(self, obj) -> Value | None:
@@ -204,6 +205,8 @@ class TraceSession:
         inputs: list[Value] = []
         largs = self._lift(args, inputs)
         lkwargs = self._lift(kwargs, inputs) if kwargs else {}
+        if kind is CallKind.OP and inputs and backend.stores_arguments(func):
+            largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
         written = self._versions.get
         versions = [written(v.storage, 0) for v in inputs]
         rngs = backend.rng_sources(func, args, kwargs) if kind is CallKind.GENERATOR else ()
@@ -229,6 +232,8 @@ class TraceSession:
             self._guard(func, largs, lkwargs, inputs, versions, result)
             return result
         self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args)
+        if kind is CallKind.STATE:
+            self._unseen = backend.unseen_state()       # a change this call shows, recorded
         return result
 
     def on_display(self, text, func=None, args=(), kwargs=None):
@@ -334,6 +339,7 @@ class TraceSession:
             self._unkeyed_metadata = self._unkeyed_metadata or dynamic
             node.outputs.append(value)
             self._values[id(obj)] = (obj, value)
+            self._made.append((obj, value, backend.write_count(backend.unwrap(obj)), self._versions.get(storage, 0)))
 
     # ---- stateful objects --------------------------------------------------------
     def on_setattr(self, obj, name: str, value):
@@ -484,7 +490,6 @@ class TraceSession:
             return _SameContents(obj, read)
         if (not record or isinstance(obj, self._tracked) or self.value_of(obj) is not None
                 or self._record_object(obj)):
-            self._checked_live[id(obj)] = obj
             return _Same(obj)       # an array in a container: used live, checked by identity
         return _NOTHING
 
@@ -528,6 +533,33 @@ class TraceSession:
                 value.meta = what
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, reader, (value, *rest), {}, [value],
                                    [self.version(value)], expected=expected))
+
+    def _held_arrays(self, reads, reached) -> set | None:
+        """ids of what the trace checks by identity or records, with what those hold a few levels
+        down (attributes, container items): arrays in containers read from stateful objects (a
+        module's `flags` dict), arrays held by objects such a one holds (kornia's samplers' `low`,
+        in the `sampler_dict` of a parameter generator, a submodule: read by torch.distributions'
+        code, which records nothing). None if there is too much to look through."""
+        held = set(reached)
+        objects = [obj for node in self.nodes if node.kind is Kind.GUARD for obj in reads.held(node.expected)]
+        objects += self.recorded
+        for _ in range(_HELD_DEPTH):
+            found = []
+            for obj in objects:
+                held.add(id(obj))
+                if isinstance(obj, (list, tuple)):
+                    children = obj
+                elif isinstance(obj, dict):
+                    children = obj.values()
+                else:
+                    attributes = getattr(obj, "__dict__", None)
+                    children = attributes.values() if isinstance(attributes, dict) and not isinstance(obj, type) else ()
+                found.extend(c for c in children if id(c) not in held and not isinstance(c, _LEAVES))
+            if len(held) + len(found) > _HELD_MAX:
+                return None
+            objects = found
+        held.update(map(id, objects))
+        return held
 
     def _record_reached(self, obj) -> tuple:
         """A model the function reaches by itself (a global, a closure variable): its attributes
@@ -593,23 +625,17 @@ class TraceSession:
 
     def check_input_writes(self):
         """An input written more often than the calls recorded show (torch's `set_` reaches no
-        TorchFunctionMode) cannot be replayed: this signature runs eagerly."""
+        TorchFunctionMode), or an array a call made written with none recorded, cannot be
+        replayed: this signature runs eagerly."""
         for obj, value, before in self._input_writes:
             if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
                 self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
-
-    def check_unseen_arrays(self):
-        """An array no recorded call made, and no input, global, closure or object the function
-        reads holds, where the backend sees every array made (torch): made by work it did not
-        see, another thread's (a thread pool inside the function). A graph would replay the
-        trace's array: this signature runs eagerly."""
-        if not self.backend.sees_all_arrays or not self._externals:
-            return
-        held = self._checked_live         # globals, closures, objects' attributes: checked by identity
-        if any(id(v.obj) not in held and id(self.backend.unwrap(v.obj)) not in held for v in self._externals):
-            self.fail("uses an array that no recorded call made and that nothing it reads holds (work "
-                      "of another thread, e.g. a thread pool inside the function, or an object lazytrace "
-                      "does not record): a graph would replay the trace's array")
+        # an array a call made, written since with no recorded write (a call may write several times)
+        for obj, value, before, recorded in self._made:
+            if before is not None and self._versions.get(value.storage, 0) == recorded and \
+                    self.backend.write_count(self.backend.unwrap(obj)) != before:
+                self.fail("an array made inside was written by a call lazytrace does not see (e.g. set_)")
+                return
 
     def fail(self, reason: str):
         if self.untraceable is None:
@@ -683,9 +709,20 @@ class TraceSession:
             return obj, obj
 
         structure, real = out(result)
-        self.check_unseen_arrays()
+        if backend.sees_every_array:
+            self._check_externals()
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
         return trace, real
+
+    def _check_externals(self):
+        """Arrays used or returned that no seen call made must be held where the trace watches them."""
+        reached = self.reads.reached() if self._externals else ()
+        if any(id(obj) not in reached for obj in self._externals):
+            held = self._held_arrays(self.reads, reached)
+            if held is not None and any(id(obj) not in held for obj in self._externals):
+                self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
+                          f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, nested tensors, "
+                          f"work of another thread ...) or held where it does not look: a graph would bake it")
 
 
 def _warning_display() -> tuple:
@@ -823,9 +860,13 @@ def choose_backend(backends: list, to: str | None):
     return backends[0]
 
 
+_HELD_DEPTH, _HELD_MAX = 5, 20000     # how far _held_arrays looks, and at how many objects at most
+_LEAVES = (str, bytes, int, float, complex, bool, type(None))
+
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
-                 "set_default_dtype, set_flush_denormal, inference_mode, torch.func transforms, np.errstate, "
-                 "jax.config settings such as x64 ...): a graph could not replay it")
+                 "set_default_dtype, set_flush_denormal, inference_mode, torch.func transforms, grad mode "
+                 "switched off by a custom torch.autograd.Function's forward, np.errstate, jax.config settings "
+                 "such as x64 ...): a graph could not replay it")
 
 
 _UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazytrace does not see "

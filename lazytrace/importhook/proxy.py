@@ -15,6 +15,7 @@ lookup. The original modules, functions and classes are never modified.
 """
 from __future__ import annotations
 
+import copy
 import copyreg
 import enum
 import fnmatch
@@ -232,6 +233,16 @@ class ModuleProxy(wrapt.ObjectProxy):
         elif traced is not value:
             setattr(type(self), name, _Remembered(vars(self.__wrapped__), name, value, traced))
         return traced
+
+    # copied or pickled as the module would be (a TypeError), not wrapt's NotImplementedError
+    def __reduce_ex__(self, protocol):
+        return self.__wrapped__.__reduce_ex__(protocol)
+
+    def __copy__(self):
+        return copy.copy(self.__wrapped__)
+
+    def __deepcopy__(self, memo):
+        return copy.deepcopy(self.__wrapped__, memo)
 
     def __setattr__(self, name, value):
         if not name.startswith("_self_") and name in vars(type(self)):

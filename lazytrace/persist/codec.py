@@ -24,10 +24,12 @@ from types import ModuleType, SimpleNamespace
 
 from ..graph.ir import Kind, Node, Source, Value
 from ..graph.passes import Plan
-from ..graph.reads import SignedZero, read_global, read_unbound
+from ..graph.reads import SignedZero, read_global, read_state, read_unbound
 
-#: the calls a stored graph may make outside the framework: checks of a module's globals
-_GUARDS = {"lazytrace:read_global": read_global, "lazytrace:read_unbound": read_unbound}
+#: the calls a stored graph may make outside the framework: checks of a module's globals, of
+#: framework state read in Python
+_GUARDS = {"lazytrace:read_global": read_global, "lazytrace:read_unbound": read_unbound,
+           "lazytrace:read_state": read_state}
 _GUARD_NAMES = {fn: name for name, fn in _GUARDS.items()}
 _TYPES = {tp.__name__: tp for tp in (bool, int, float, complex, str, bytes, type(None), tuple, list, dict,
                                      set, frozenset)}     # the types a guard on a global compares
@@ -80,7 +82,7 @@ def resolve(backend, ref):
 
 def _ref(backend, func, enc) -> tuple[str, object]:
     """(name, encoded parameters) of a call; checked to load back as the same call."""
-    if func is read_global or func is read_unbound:
+    if func is read_global or func is read_unbound or func is read_state:
         return _GUARD_NAMES[func], None
     stored = backend.stored_call(func)
     if stored is None:
@@ -113,6 +115,24 @@ def _module_of(obj) -> str | None:
     name = obj.get("__name__") if type(obj) is dict else None
     module = sys.modules.get(name) if type(name) is str else None
     return name if module is not None and getattr(module, "__dict__", None) is obj else None
+
+
+def _state_name(backend, obj) -> list | None:
+    """[module, attribute] of the framework state `obj` reads (Backend.state_reads), if it is such a reader."""
+    for (module, attribute), reader in backend.state_reads().items():
+        if obj is (reader or getattr(sys.modules.get(module), attribute, None)):
+            return [module, attribute]
+    return None
+
+
+def _state_reader(backend, name):
+    """The reader of a stored [module, attribute] of framework state."""
+    if type(name) is not list or len(name) != 2 or tuple(name) not in backend.state_reads():
+        raise CorruptEntry(f"not framework state a graph may read: {name!r:.80}")
+    reader = backend.state_reads()[tuple(name)] or getattr(sys.modules.get(name[0]), name[1], None)
+    if not callable(reader):
+        raise Unavailable(f"a guard reads {name[0]}.{name[1]}, which is not imported")
+    return reader
 
 
 def _namespace(name):
@@ -331,6 +351,10 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
         if module is not None:
             constants.append({"g": module})
             continue
+        state = _state_name(backend, v.obj) if v.source is Source.EXTERNAL else None
+        if state is not None:
+            constants.append({"s": state})
+            continue
         if not v.foldable and not isinstance(backend.unwrap(v.obj), backend.array_types):
             raise NotStorable(f"the graph checks a {type(v.obj).__qualname__} the traced code reached by itself "
                               f"(a closure cell, an object's attribute): it has no stored form")
@@ -380,7 +404,9 @@ def _decode(backend, doc, arrays):
     values = {("i", i): v for i, v in enumerate(inputs)}
     constants = []
     for i, name in enumerate(_list(doc["constants"])):
-        if type(name) is dict:          # {"g": module}: the namespace a guard on a global reads
+        if type(name) is dict and "s" in name:   # {"s": [module, attribute]}: framework state a guard reads
+            v = Value(Source.EXTERNAL, obj=_state_reader(backend, name["s"]), meta=".".join(map(str, name["s"])))
+        elif type(name) is dict:        # {"g": module}: the namespace a guard on a global reads
             v = Value(Source.EXTERNAL, obj=_namespace(name["g"]))
         else:
             v = Value(Source.NODE, foldable=True, obj=arrays[name])
