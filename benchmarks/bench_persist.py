@@ -17,9 +17,12 @@ The ratios are per function (first call / cached call of the same process), then
 and max over the functions; every function counts, the first of a process included.
 With --framework jax or tensorflow, the same for a small library of five functions of that
 framework (written to the temporary directory; 1x3x32x32 float32 inputs) instead of kornia.
+With --jax-compilation-cache, every JAX process also turns on JAX's own persistent cache of
+compiled programs (in the temporary directory, filled by the warm-up process): a fresh process
+then loads the programs its first calls run instead of compiling them, eager or traced.
 
     python benchmarks/bench_persist.py [--framework kornia|jax|tensorflow] [--only NAME ...] [--repeat N]
-                                       [--json PATH]
+                                       [--json PATH] [--jax-compilation-cache]
 """
 import argparse
 import json
@@ -125,6 +128,7 @@ def chain(x):
 FRAMEWORK = """
 import numpy as np
 import {module}{alias}
+{xla_cache}
 sys.path.insert(0, {folder!r})
 import bench_persist_{framework} as library
 CASES = [(name, None, lambda n: ({make},)) for name in ("normalize", "swish", "softmax", "gray", "chain")]
@@ -132,15 +136,24 @@ CASES = [(name, None, lambda n: ({make},)) for name in ("normalize", "swish", "s
 MODES = ("preload", "prewarm", "trace", "eager")
 
 
-def child_code(framework: str, folder: str) -> str:
+#: --jax-compilation-cache: JAX's own persistent cache of compiled programs, in every mode (eager too)
+XLA_CACHE = """
+jax.config.update("jax_compilation_cache_dir", {folder!r} + "/xla")
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+"""
+
+
+def child_code(framework: str, folder: str, xla_cache: bool = False) -> str:
     """The fresh process's script; for jax/tensorflow, their library is written to `folder`."""
     if framework == "kornia":
         return CHILD.format(setup=KORNIA.format(tests=str(HERE.parents[1] / "tests")))
     source, make = LIBRARIES[framework]
     Path(folder, f"bench_persist_{framework}.py").write_text(source)
     alias = " as tf" if framework == "tensorflow" else ""
-    return CHILD.format(setup=FRAMEWORK.format(module=framework, alias=alias, folder=folder,
-                                               framework=framework, make=make))
+    return CHILD.format(setup=FRAMEWORK.format(module=framework, alias=alias, folder=folder, framework=framework,
+                                               make=make, xla_cache=XLA_CACHE.format(folder=folder) if xla_cache
+                                               else ""))
 
 
 def run(code, mode, cache, only):
@@ -168,11 +181,15 @@ def main():
     parser.add_argument("--repeat", type=int, default=3,
                         help="fresh processes per mode; each time is the median over them (default 3)")
     parser.add_argument("--json", help="write the raw numbers here")
+    parser.add_argument("--jax-compilation-cache", action="store_true",
+                        help="jax: turn on JAX's persistent compilation cache in every process (all modes)")
     ns = parser.parse_args()
     if ns.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if ns.jax_compilation_cache and ns.framework != "jax":
+        parser.error("--jax-compilation-cache goes with --framework jax")
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as folder:
-        code = child_code(ns.framework, folder)
+        code = child_code(ns.framework, folder, ns.jax_compilation_cache)
         warm = run(code, "warm", cache, ns.only)
         runs = {mode: [] for mode in MODES}
         for _ in range(ns.repeat):            # modes interleaved: a busy moment touches all alike
