@@ -114,6 +114,7 @@ def test_a_function_preloads_when_its_lazy_graph_is_made_up_to_max_signatures(li
         os.utime(path, (1e9 + age, 1e9 + age))      # used in order n=2, 3, 4
     bounded = lazytrace.trace_graph(lib.shifted, cache=cache, max_signatures=2)
     assert bounded.stats.loaded == 2 and len(bounded.signatures) == 2
+    assert bounded.stats.not_preloaded == {"more signatures stored than max_signatures": 1}
     assert all("args[0]" in "".join(s.signature) for s in bounded.signatures)
     for n in (3, 4):                                 # the two most recently used: hits
         x, y = torch.rand(n, 3), torch.rand(n, 3)
@@ -149,6 +150,8 @@ def test_stale_entries_are_not_preloaded_and_the_call_traces(lib, tmp_path, monk
     """)
     assert result["ok"] and result["summary"]["loaded"] == 0 and result["warned"] == []
     assert result["after"]["traces"] == 1 and result["after"]["loaded"] == 0
+    assert list(result["after"]["not_preloaded"]) == ["stored under another key (another version of the function, "
+                                                      "its library, the framework or lazytrace, or another Python)"]
 
     with open(lib.__file__, "w") as f:
         f.write(source)

@@ -57,12 +57,14 @@ class Stats:
     not_stored: Counter = field(default_factory=Counter)   # why a traced graph was not written
     prewarmed: int = 0           # preloaded graphs run once on constant-filled inputs (prewarm=True)
     not_prewarmed: Counter = field(default_factory=Counter)   # why a preloaded graph was not run
+    not_preloaded: Counter = field(default_factory=Counter)   # why a stored signature was left to its first call
 
     def as_dict(self) -> dict:
         return {"calls": self.calls, "hits": self.hits, "traces": self.traces, "eager": self.eager,
                 "guard_failures": self.guard_failures, "reasons": dict(self.reasons),
                 "loaded": self.loaded, "stored": self.stored, "not_stored": dict(self.not_stored),
-                "prewarmed": self.prewarmed, "not_prewarmed": dict(self.not_prewarmed)}
+                "prewarmed": self.prewarmed, "not_prewarmed": dict(self.not_prewarmed),
+                "not_preloaded": dict(self.not_preloaded)}
 
 
 class _Entry:
@@ -324,13 +326,19 @@ class LazyGraph:
         persist = self._persistent()
         warm = prewarm.wanted(self._options.prewarm)
         loaded, fast = 0, None
-        for found in persist.preload(self.max_signatures - len(self._cache), start_devices=warm):
+        skipped = self.stats.not_preloaded
+        for found in persist.preload(self.max_signatures - len(self._cache), start_devices=warm, skipped=skipped):
             try:
                 key, leaves, backends = self._key(found.args, found.kwargs)
-            except Unkeyable:
+            except Unkeyable as exc:
+                skipped[f"its stored call cannot be keyed here: {exc}"] += 1
                 continue
-            if key in self._cache or persist.signature_text(key, found.backend) != found.signature:
-                continue        # e.g. stored under another grad mode than this process has now
+            if key in self._cache:
+                continue
+            if persist.signature_text(key, found.backend) != found.signature:
+                skipped["stored under other global state (grad mode, default dtype ...) than this process has "
+                        "now"] += 1
+                continue
             state = found.backend.global_state()
             graphs = [make_graph(found.backend, plan, name=self._name, key=key, signature=self._signature,
                                  original=self._fn, options=self._options, state=state) for plan in found.plans]

@@ -183,13 +183,15 @@ class TracedLibrary:
             entries = list(self._stats)
         out = {"functions": 0, "calls": 0, "hits": 0, "traces": 0, "eager": 0, "guard_failures": 0,
                "loaded": 0, "stored": 0, "prewarmed": 0, "reasons": {}, "not_stored": {}, "not_prewarmed": {},
+               "not_preloaded": {},
                "skipped": dict(self.skipped)}
         for name, stats in entries:
             out["functions"] += stats.calls > 0
             for field in ("calls", "hits", "traces", "eager", "guard_failures", "loaded", "stored", "prewarmed"):
                 out[field] += getattr(stats, field)
             for group, reasons in (("reasons", stats.reasons), ("not_stored", stats.not_stored),
-                                   ("not_prewarmed", stats.not_prewarmed)):
+                                   ("not_prewarmed", stats.not_prewarmed),
+                                   ("not_preloaded", stats.not_preloaded)):
                 for reason, count in reasons.items():
                     per = out[group].setdefault(reason, {})
                     per[name] = per.get(name, 0) + count

@@ -11,6 +11,7 @@ and the function is traced again (the new trace replaces the file).
 from __future__ import annotations
 
 import json
+from collections import Counter
 import logging
 import warnings
 from pathlib import Path
@@ -93,27 +94,33 @@ class PersistentCache:
         except NotStorable:
             return None
 
-    def preload(self, limit: int, start_devices=False) -> list[Preload]:
+    def preload(self, limit: int, start_devices=False, skipped: Counter | None = None) -> list[Preload]:
         """The signatures stored for this function, most recently used first (at most `limit`),
         each with its plans and a rebuilt call of it (arrays of the stored description, filled
         with a constant). Files of other keys (an older version of the function or library) are
         passed over; damaged ones are skipped with a CacheWarning and deleted, as at a call.
         Signatures on an accelerator this process has not started are left to their first call
-        unless `start_devices` (prewarm)."""
-        if self.reason is not None or limit <= 0:
+        unless `start_devices` (prewarm). Why a file of this function was left to its first call
+        is counted in `skipped` (reason -> files)."""
+        skipped = Counter() if skipped is None else skipped
+        if self.reason is not None:
             return []
         module, _, function = self._function["function"].partition(":")
         out = []
         with identity.hashed_once():
-            for path in self.store.listing(module).get(file_stem(module, function), ()):
+            paths = self.store.listing(module).get(file_stem(module, function), ())
+            for i, path in enumerate(paths):
                 if len(out) >= limit:
+                    skipped["more signatures stored than max_signatures"] += len(paths) - i
                     break
                 try:
                     found = self._preload_file(path, start_devices)
                 except Unavailable as exc:
                     log.info("lazytrace: %s not preloaded: %s", path, exc)
+                    skipped[str(exc)] += 1
                 except (CorruptEntry, OSError) as exc:
                     self._refused(path, exc)
+                    skipped["a damaged file (refused with a CacheWarning)"] += 1
                 else:
                     if found is not None:
                         out.append(found)
@@ -133,8 +140,9 @@ class PersistentCache:
             raise Unavailable(f"its framework {framework[0]!r:.40} is not imported")
         backend = get_backend(framework[0])
         ident, own_path = self._ident(backend, signature)
-        if own_path != path:
-            return None             # stored under another key: an older version, another process's
+        if own_path != path:        # an older version, another process's
+            raise Unavailable("stored under another key (another version of the function, its library, the "
+                              "framework or lazytrace, or another Python)")
         if call is None:
             raise Unavailable("stored without a description of its call (an older lazytrace)")
         try:        # first: its arrays would be moved to the device too
