@@ -121,12 +121,19 @@ def read_cell(cell):
 
 
 def _zero_sign(value):
-    """The sign of a float zero (0.0 == -0.0, yet `x * value` differs), else None."""
-    return math.copysign(1.0, value) if type(value) is float and value == 0.0 else None
+    """The sign of a float zero (0.0 == -0.0, yet `x * value` differs), the signs of a complex
+    number's parts where one is zero (complex(-0.0, 0) == 0j, yet cmath.sqrt, atan2 of its
+    .real ... differ), else None."""
+    if type(value) is float:
+        return math.copysign(1.0, value) if value == 0.0 else None
+    if type(value) is complex and (value.real == 0.0 or value.imag == 0.0):
+        return math.copysign(1.0, value.real), math.copysign(1.0, value.imag)
+    return None
 
 
 class SignedZero:
-    """A float zero inside a container or among an object's attributes, as a guard compares it:
+    """A float zero (or a complex number with a zero part) inside a container or among an
+    object's attributes, as a guard compares it:
     0.0 == -0.0, yet `x * value` differs (a guard on the number itself compares _zero_sign).
     Guards put the expected value on the left, so this __eq__ decides."""
 
@@ -139,8 +146,8 @@ class SignedZero:
     def __eq__(self, other):
         if type(other) is SignedZero:
             other = other.value
-        return type(other) is float and other == 0.0 and \
-            math.copysign(1.0, other) == math.copysign(1.0, self.value)
+        return type(other) is type(self.value) and other == self.value and \
+            _zero_sign(other) == _zero_sign(self.value)
 
     def __ne__(self, other):
         return not self.__eq__(other)
@@ -150,8 +157,9 @@ class SignedZero:
 
 
 def signed(item):
-    """An item of a snapshot: a float zero as a SignedZero, anything else as it is."""
-    return SignedZero(item) if type(item) is float and item == 0.0 else item
+    """An item of a snapshot: a float zero (a complex with a zero part) as a SignedZero, anything
+    else as it is."""
+    return SignedZero(item) if _zero_sign(item) is not None else item
 
 
 def read_unbound(namespace, names: frozenset) -> bool:
