@@ -621,6 +621,35 @@ def test_a_framework_function_replaced_after_the_trace_is_called_as_eager_calls_
     assert lazy.stats.traces == 2 and lazy.stats.hits == 4
 
 
+from torch import cos as _imported_cos     # noqa: E402  (what `from torch import cos` binds, read by the function)
+
+
+def _public_aliases(x):
+    return torch.special.expm1(x) + torch.linalg.vector_norm(x) + _imported_cos(x)
+
+
+@pytest.mark.parametrize("replaced", [f"{__name__}._imported_cos", "torch.special.expm1", "torch.linalg.vector_norm"])
+def test_a_function_replaced_where_the_code_found_it_is_seen(replaced, monkeypatch):
+    """torch.special.expm1 is torch._C._special.special_expm1 and `from torch import cos` binds the
+    function in the user's module: replacing it there (not where its __module__ says) is seen too
+    (Backend.other_homes, plan.code_globals): the graph replayed the trace's function."""
+    lazy = lazytrace.trace_graph(_public_aliases)
+    for _ in range(2):
+        x = torch.randn(5)
+        assert torch.equal(lazy(x), _public_aliases(x))
+    module_name, _, name = replaced.rpartition(".")
+    with monkeypatch.context() as patch:
+        patch.setattr(sys.modules[module_name], name, lambda t, *args, **kwargs: t * 0 + 100)
+        for _ in range(3):
+            x = torch.randn(5)
+            assert torch.equal(lazy(x), _public_aliases(x))
+        assert lazy.stats.traces == 2
+        assert f"a function the graph calls was replaced: {replaced}" in lazy.explain()
+    x = torch.randn(5)
+    assert torch.equal(lazy(x), _public_aliases(x))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 4
+
+
 def _denormal_scaled(x):
     return x * torch.exp(torch.full((3,), -100.0))     # a folded constant: 3.7e-44, a denormal float32
 

@@ -391,6 +391,12 @@ class Backend:
         ('method', 'add'), ('operator', '+'), ('getitem', ''), ('attribute', 'T')."""
         raise NotImplementedError
 
+    def other_homes(self, func) -> tuple[str, ...]:
+        """Other module attributes ('torch.special.expm1') holding the function call_syntax names
+        by another ('torch._C._special.special_expm1'): user code may reach it through them, so a
+        graph checks that they still hold it (codegen.function_homes)."""
+        return ()
+
     def qualified_name(self, func) -> str:
         """The name a view shows for a call: 'torch.conv2d', 'torch.Tensor.reshape'."""
         style, text = self.call_syntax(func)

@@ -224,6 +224,7 @@ class TorchBackend(Backend):
         self._scalars: dict = {}
         self._infos: dict = {}      # callable -> _Info
         self._names: dict = {}
+        self._homes: dict | None = None      # id(function) -> the public names it has (other_homes)
         self._aten_tags: dict = {}
         self._persistable = None    # calls a stored graph may make (allowed_target)
 
@@ -705,6 +706,23 @@ class TorchBackend(Backend):
         if qualname.startswith(("TensorBase.", "Tensor.")):
             return ("method", name)
         return ("function", self._qualified_name(func))
+
+    def other_homes(self, func) -> tuple[str, ...]:
+        # the public namespaces' functions by identity, indexed once (a stale entry is harmless:
+        # function_homes keeps only the attributes holding the function when a graph is made)
+        if self._homes is None:
+            import importlib
+            homes: dict = {}
+            for ns in _NAMESPACES:
+                try:
+                    namespace = vars(importlib.import_module(ns))
+                except ImportError:
+                    continue
+                for attribute, obj in list(namespace.items()):
+                    if callable(obj) and not isinstance(obj, type) and not attribute.startswith("__"):
+                        homes.setdefault(id(obj), []).append(f"{ns}.{attribute}")
+            self._homes = homes
+        return tuple(self._homes.get(id(func), ()))
 
     def _qualified_name(self, func) -> str:
         name = self._names.get(func)

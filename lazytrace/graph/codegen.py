@@ -279,20 +279,31 @@ def _guard_line(node, em, index: int) -> str:
 
 def function_homes(backend, plan: Plan) -> tuple:
     """(module name, its globals, attribute, function) for each function the plan's calls name by
-    a module attribute (`torch.sin`, `torch.nn.functional.relu`) that holds it now: taken when
+    a module attribute (`torch.sin`, `torch.nn.functional.relu`) that holds it now, and for the
+    other public attributes holding it (`torch.special.expm1` of `torch._C._special.special_expm1`,
+    Backend.other_homes), and for the module globals holding it that the traced code read
+    (`from torch import sin`, `relu = F.relu`: plan.code_globals): taken when
     the graph is made (code generation waits for the first replay; a function replaced
     meanwhile must be seen too)."""
-    homes = {}
+    homes, called = [], {}
     for node in plan.nodes:
         style, qualname = backend.call_syntax(node.target) if node.kind is not Kind.GUARD else (None, "")
-        if style != "function" or id(node.target) in homes:
+        if style != "function" or id(node.target) in called:
             continue
-        module_name, _, attribute = qualname.rpartition(".")
-        module = sys.modules.get(module_name) if not module_name.startswith("lazytrace.") else None
-        namespace = getattr(module, "__dict__", None)
-        if type(namespace) is dict and namespace.get(attribute) is node.target:
-            homes[id(node.target)] = (module_name, namespace, attribute, node.target)
-    return tuple(homes.values())
+        called[id(node.target)] = node.target
+        for name in dict.fromkeys((qualname, *backend.other_homes(node.target))):
+            module_name, _, attribute = name.rpartition(".")
+            module = sys.modules.get(module_name) if not module_name.startswith("lazytrace.") else None
+            namespace = getattr(module, "__dict__", None)
+            if type(namespace) is dict and namespace.get(attribute) is node.target:
+                homes.append((module_name, namespace, attribute, node.target))
+    for module_name, attribute in plan.code_globals:    # `from torch import sin` in the user's module
+        namespace = getattr(sys.modules.get(module_name), "__dict__", None)
+        func = namespace.get(attribute) if type(namespace) is dict else None
+        if called.get(id(func)) is func is not None and \
+                not any(home[1] is namespace and home[2] == attribute for home in homes):
+            homes.append((module_name, namespace, attribute, func))
+    return tuple(homes)
 
 
 def _replaced_function_checks(em, homes) -> list[str]:

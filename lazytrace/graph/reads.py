@@ -28,7 +28,8 @@ signature run eagerly: the graph could not replay the change. The traced functio
 way. `mod.NAME` of a module global (an imported config module) and `Cls.NAME` of a class
 global (each class of its MRO down to the one defining it) are guarded like globals. Not watched
 (the README lists them): globals holding functions, classes or modules themselves (rebinding
-a function after the trace is not seen; stored graphs name them, persist/identity.py), code of the standard library, lazytrace, the
+a function after the trace is not seen, unless it holds a framework function the graph calls:
+codegen.function_homes; stored graphs name them, persist/identity.py), code of the standard library, lazytrace, the
 frameworks and the tools listed in UNWATCHED, closure cells of functions seen only on the stack,
 and Python code that makes no framework call and is reached only through attributes (a method
 computing a number from a global); a value such code changes before the first framework call
