@@ -109,9 +109,10 @@ class Backend:
         """Parts of global_state() that array_check(arrays) compares too, for a graph of `plan`."""
         return frozenset()
 
-    def constant_state(self, constants: list):
-        """Settings the computation of these constants (Values) depended on at the trace, that a
-        graph must check at every call (a call under other settings traces again), or None."""
+    def constant_state(self, plan):
+        """Settings the computation of the plan's constants (and of the literal arguments of its
+        calls) depended on at the trace, that a graph must check at every call (a call under other
+        settings traces again), or None."""
         return None
 
     def constant_checks(self, state, const) -> list[tuple[str, str]]:

@@ -931,7 +931,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     plan.packages = tuple(sorted(session.reads.packages))
     plan.code_globals = tuple(sorted(session.reads.code_globals, key=str))
     plan.reads_environment = session.reads.environment
-    plan.constant_state = backend.constant_state(plan.constants)
+    plan.constant_state = backend.constant_state(plan)
     plan.modules = tuple(sorted(session.reads.modules))
     if plan.untraceable:
         return NotTraceable(plan.untraceable), real
