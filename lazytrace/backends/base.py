@@ -41,6 +41,10 @@ class Backend:
     #: the class of the objects handed to the traced function in place of arrays, if any
     tracer_class: type | None = None
     internal_modules: tuple = ("lazytrace.",)   # module name prefixes of code that sees tracers as such
+    #: packages whose API functions a graph does not name, because it records the calls below them
+    #: (JAX's primitives under jnp.sin): replacing one the traced code read (`jnp.sin = f`,
+    #: `from jax.numpy import cos` rebound) is checked by the graph (codegen.function_homes)
+    api_below: tuple = ()
     #: types of the objects the traced function holds for arrays (tracers, or the arrays)
     tracked_types: tuple = ()
     #: whether array creation (zeros, arange...) is intercepted; if not, an unseen array may

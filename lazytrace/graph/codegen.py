@@ -13,6 +13,7 @@ import linecache
 import math
 import re
 import sys
+import types
 
 from .ir import Kind, Source, Value
 from .passes import Plan, output_values
@@ -297,13 +298,21 @@ def function_homes(backend, plan: Plan) -> tuple:
             namespace = getattr(module, "__dict__", None)
             if type(namespace) is dict and namespace.get(attribute) is node.target:
                 homes.append((module_name, namespace, attribute, node.target))
-    for module_name, attribute in plan.code_globals:    # `from torch import sin` in the user's module
+    below = [(m, n) for m, n, f in plan.framework_functions if _package(f) in backend.api_below]
+    for module_name, attribute in [*plan.code_globals, *below]:     # `from torch import sin`, `jnp.sin`
         namespace = getattr(sys.modules.get(module_name), "__dict__", None)
         func = namespace.get(attribute) if type(namespace) is dict else None
-        if called.get(id(func)) is func is not None and \
+        if func is not None and (called.get(id(func)) is func or _package(func) in backend.api_below) and \
                 not any(home[1] is namespace and home[2] == attribute for home in homes):
             homes.append((module_name, namespace, attribute, func))
     return tuple(homes)
+
+
+def _package(func) -> str | None:
+    """The top-level package a function (not a class or module) comes from."""
+    if isinstance(func, (type, types.ModuleType)) or not callable(func):
+        return None
+    return str(getattr(func, "__module__", None) or type(func).__module__).partition(".")[0]
 
 
 def _replaced_function_checks(em, homes) -> list[str]:
@@ -312,9 +321,8 @@ def _replaced_function_checks(em, homes) -> list[str]:
     so the signature traces again). ~25 ns a function (a dict item, `is`)."""
     modules: dict = {}
     for module_name, namespace, attribute, func in homes:
-        alias = em._alias_of.get(id(func))
-        if alias is not None:
-            modules.setdefault(module_name, (namespace, []))[1].append((attribute, alias))
+        alias = em._alias_of.get(id(func)) or em._const(func)     # (a function no call names: a constant)
+        modules.setdefault(module_name, (namespace, []))[1].append((attribute, alias))
     lines = []
     for module_name, (namespace, pairs) in modules.items():
         name = f"_globals{len(lines)}"

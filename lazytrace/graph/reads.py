@@ -405,6 +405,9 @@ class PythonReads:
         self._stop = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
+        #: (module name, attribute) -> function, for framework functions the code reads through a
+        #: framework module (`jnp.sin`, `jax.nn.relu`): a graph checks they are still there
+        self.framework_functions: dict = {}
         self.modules: set = set()   # names of the modules of that code
         self.environment = False    # its code reads the process environment (not stored on disk)
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
@@ -519,6 +522,8 @@ class PythonReads:
             value = namespace.get(name)
             if self._state_reads:
                 self._framework_state(value, chain)
+            if len(chain) > 1 and isinstance(value, types.ModuleType):
+                self._framework_function(value, chain[1:])
             # the same read in another code object of this module, with the same object there:
             # already handled, at this depth or a shallower one (which followed at least as far)
             seen = done.get((where, chain))
@@ -563,6 +568,22 @@ class PythonReads:
             reader, what = found
             self.states[id(reader)] = (reader, what, read_state(reader))
 
+    def _framework_function(self, module, attributes):
+        """`jnp.sin` / `jax.nn.relu` read in user code: a function of a framework module (UNWATCHED,
+        not the standard library), which a backend recording lower-level calls (JAX's primitives)
+        does not name; replacing it after the trace must be seen (codegen.function_homes)."""
+        for i, attribute in enumerate(attributes):
+            value = vars(module).get(attribute)
+            if not isinstance(value, types.ModuleType):
+                break
+            module = value
+        else:
+            return
+        root = module.__name__.partition(".")[0]
+        if root in UNWATCHED and root not in sys.stdlib_module_names and callable(value) and \
+                not isinstance(value, type) and i == len(attributes) - 1:
+            self.framework_functions[(module.__name__, attribute)] = value
+
     def _chain(self, space, name, attributes, depth, origin=None):
         """`name.attribute...` read in the namespace `space`: the global it ends at (through
         modules: config.SCALE), or the class attribute (Config.GAIN)."""
@@ -602,6 +623,7 @@ class PythonReads:
             self.environment = True
         if self._state_reads:           # `from torch import are_deterministic_algorithms_enabled`
             self._framework_state(module, (name, first, *rest))
+        self._framework_function(module, (first, *rest))     # `import jax.numpy as jnp` ... `jnp.sin`
         if name.partition(".")[0] not in UNWATCHED:
             self._chain(vars(module), first, rest, depth)
         return True
