@@ -20,7 +20,8 @@ data become guards at the start of the graph:
   transform): by identity, and their attributes (data by value, objects by identity);
 - framework state the code reads in Python, which no framework call shows
   (`torch.backends.mkldnn.enabled`, `torch.are_deterministic_algorithms_enabled()`: the backend's
-  `state_reads`): by value, read again by `read_state`.
+  `state_reads`): by value, read again by `read_state`; also where a method of an object the code
+  reached reads it (`CONFIG.use_mkldnn()`, which makes no framework call).
 
 A failed check traces the signature again, as a failed guard does. A value the function itself
 changes during the trace (a counter, a cache it fills) is traced once more and then makes the
@@ -408,6 +409,7 @@ class PythonReads:
         #: (module name, attribute) -> function, for framework functions the code reads through a
         #: framework module (`jnp.sin`, `jax.nn.relu`): a graph checks they are still there
         self.framework_functions: dict = {}
+        self._state_classes: set = set()   # classes whose methods' framework state reads are noted
         self.modules: set = set()   # names of the modules of that code
         self.environment = False    # its code reads the process environment (not stored on disk)
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
@@ -699,6 +701,7 @@ class PythonReads:
                 or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj))
                 or tp.__module__.partition(".")[0] in UNWATCHED and tp not in _NAMESPACES):
             return
+        self._method_state_reads(tp)
         try:
             attributes = _attributes(obj)
         except TypeError:
@@ -711,6 +714,23 @@ class PythonReads:
             for value in attributes.values():
                 if isinstance(self._snapshot(value), self._same) and not _is_code(value):
                     self._note_object(value, depth + 1)
+
+    def _method_state_reads(self, cls):
+        """Framework state read by the methods of a class whose object the code reached
+        (`CONFIG.use_mkldnn()` returning `torch.backends.mkldnn.enabled`): such a method makes no
+        framework call, so no stack shows it; its state reads are checked like the function's."""
+        if not self._state_reads or cls in self._state_classes:
+            return
+        self._state_classes.add(cls)
+        for klass in cls.__mro__:
+            if str(getattr(klass, "__module__", "")).partition(".")[0] in UNWATCHED:
+                continue
+            for member in list(vars(klass).values()):
+                func = getattr(member, "fget", None) or getattr(member, "__func__", member)
+                code = getattr(func, "__code__", None)
+                if isinstance(code, types.CodeType) and isinstance(getattr(func, "__globals__", None), dict):
+                    for chain in code_info(code)[1]:
+                        self._framework_state(func.__globals__.get(chain[0]), chain)
 
     # ---- after the trace ---------------------------------------------------------------
     def changed(self) -> str | None:
