@@ -30,7 +30,7 @@ def test_library_calls_and_keys_are_inputs_not_baked():
     assert lazy.stats.hits == 2 and lazy.stats.traces == 1
     assert not np.array_equal(lazy(x, jax.random.key(1), 1.5), lazy(x, jax.random.key(2), 1.5))
     graph = lazy.graph_for(x, jax.random.key(0), 1.5)
-    assert "exp" not in graph.source and graph.dropped["folded"] >= 4     # the kernel is a constant
+    assert "exp(" not in graph.source and graph.dropped["folded"] >= 4     # the kernel is a constant (not called)
 
 
 def test_raw_uint32_keys_and_split_are_traced():
@@ -443,3 +443,33 @@ def test_indexing_with_static_and_array_indices():
     for x2 in (x, x - 5):
         assert np.array_equal(masked(x2), x2[x2 > 2].sum())
     assert masked.stats.eager == 2
+
+
+def _through_jax_api(x):
+    import jax.numpy as jnp
+    return jnp.sin(x) + jax.nn.relu(x - 0.5) + _imported_cos(x)
+
+
+from jax.numpy import cos as _imported_cos     # noqa: E402  (a global of this module the function reads)
+
+
+@pytest.mark.parametrize("replaced", ["jax.numpy.sin", "jax.nn.relu", f"{__name__}._imported_cos"])
+def test_a_jax_function_replaced_after_the_trace_is_called_as_eager_calls_it(replaced, monkeypatch):
+    """A JAX graph records the primitives below jnp.sin, so it names no jnp function: one the traced
+    code read (`jnp.sin`, `jax.nn.relu`, `from jax.numpy import cos`), replaced after the trace,
+    was never seen (the graph replayed the old one); now the signature traces again."""
+    import sys
+    lazy = lazytrace.trace_graph(_through_jax_api)
+    for _ in range(2):
+        x = jax.numpy.asarray(np.random.rand(3))
+        assert np.array_equal(lazy(x), _through_jax_api(x))
+    module_name, _, name = replaced.rpartition(".")
+    with monkeypatch.context() as patch:
+        patch.setattr(sys.modules[module_name], name, lambda t: t * 0 + 100)
+        for _ in range(2):
+            x = jax.numpy.asarray(np.random.rand(3))
+            assert np.array_equal(lazy(x), _through_jax_api(x))
+        assert lazy.stats.traces == 2
+    x = jax.numpy.asarray(np.random.rand(3))
+    assert np.array_equal(lazy(x), _through_jax_api(x))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 3

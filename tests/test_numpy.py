@@ -189,3 +189,23 @@ def test_errstate_around_a_replay_of_a_constant_that_divided_by_zero():
     finite = lazytrace.trace_graph(lambda x: x * 2 + np.ones(3) / np.arange(1.0, 4.0))
     finite(np.ones(3))
     assert "hold()" not in finite.graph_for(np.ones(3)).source        # no check without inf or nan
+
+
+def _with_overflowed_scalar(x):
+    return x + np.float64(1e308) * 10       # NumPy scalar arithmetic in Python: no call shows it
+
+
+def test_errstate_around_a_replay_of_a_numpy_scalar_literal_that_overflowed():
+    """A NumPy scalar the Python code computed (inf from an overflow) reaches a call as a literal,
+    not as a constant: the graph checks the error modes for it too, so np.errstate(over="raise")
+    around a later call raises FloatingPointError as eager does (the graph returned inf)."""
+    lazy = lazytrace.trace_graph(_with_overflowed_scalar)
+    with np.errstate(over="ignore"):
+        for seed in range(2):
+            x = np.random.default_rng(seed).random(3)
+            assert np.array_equal(lazy(x), _with_overflowed_scalar(x))
+        assert lazy.stats.hits == 1
+    with np.errstate(over="raise"):
+        for seed in range(2):
+            with pytest.raises(FloatingPointError, match="overflow"):
+                lazy(np.random.default_rng(seed).random(3))

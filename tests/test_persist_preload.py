@@ -393,6 +393,53 @@ def test_a_module_global_set_between_preload_and_the_first_call_is_not_replayed_
     assert unchanged.stats.traces == 0 and unchanged.stats.hits == 3
 
 
+CLASSY = CHAIN + '''
+import numpy as np
+
+class Config:
+    GAIN = 2.0
+
+class Inner:
+    def __init__(self):
+        self.scale = 2.0
+
+class Settings:
+    def __init__(self):
+        self.inner = Inner()
+
+SETTINGS = Settings()
+
+def _value():
+    return Config.GAIN + SETTINGS.inner.scale
+
+def deep(x):
+    return np.sin(x) * _l1()
+'''
+
+
+@pytest.mark.parametrize("where", ["class attribute", "attribute of an object's object"])
+def test_a_class_attribute_or_nested_setting_set_between_preload_and_the_first_call_is_seen(where, temp_library, tmp_path):
+    """The module data hash covers a class of the module's own package (`Config.GAIN = 5.0`) and
+    objects held by its objects (`SETTINGS.inner.scale`): both were left out of it, so a
+    preloaded graph replayed the value of the process that stored it."""
+    import numpy as np
+    name, _ = temp_library(CLASSY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    maker = lazytrace.trace_graph(lib.deep, cache=cache)
+    maker(np.random.rand(2))
+    again = lazytrace.trace_graph(lib.deep, cache=cache)
+    assert again.stats.loaded == 1
+    if where == "class attribute":
+        lib.Config.GAIN = 5.0
+    else:
+        lib.SETTINGS.inner.scale = 5.0
+    for _ in range(3):
+        x = np.random.rand(2)
+        assert np.array_equal(again(x), lib.deep(x))
+    assert again.stats.traces == 1
+
+
 def test_a_helper_redefined_by_a_reload_in_the_same_process_is_not_replayed_stale(deep_lib, tmp_path):
     import importlib
     import numpy as np

@@ -850,6 +850,42 @@ def test_the_sign_of_a_zero_held_in_a_container_or_attribute_is_guarded(holder):
         SIGNED[0] = SIGNED_CONFIG.gain = SIGNED_TABLE["gain"] = 0.0
 
 
+COMPLEX_ZERO = 0j
+COMPLEX_TABLE = [0j]
+
+
+@pytest.mark.parametrize("holder", ["global", "list"])
+def test_the_signs_of_a_complex_numbers_zero_parts_are_guarded(holder):
+    """complex(-0.0, 0) == 0j, yet atan2(0, z.real) is pi, not 0: a complex global (or one in a
+    global list) whose zero part changed sign traces again (reads._zero_sign, SignedZero)."""
+    import math
+
+    def fn(x):
+        z = COMPLEX_ZERO if holder == "global" else COMPLEX_TABLE[0]
+        return x + math.atan2(0.0, z.real) + math.atan2(z.imag, -1.0)
+
+    global COMPLEX_ZERO
+    lazy = lazytrace.trace_graph(fn)
+    try:
+        for value in (0j, complex(-0.0, 0.0), complex(-0.0, 0.0), complex(0.0, -0.0), 0j):
+            COMPLEX_ZERO = COMPLEX_TABLE[0] = value
+            x = torch.rand(3)
+            assert torch.equal(lazy(x), fn(x)), value
+        assert lazy.stats.traces == 3 and lazy.stats.hits == 2      # one variant per pair of signs
+    finally:
+        COMPLEX_ZERO = COMPLEX_TABLE[0] = 0j
+
+
+def test_a_complex_signed_zero_is_stored_and_loaded_with_its_signs():
+    from lazytrace.graph.reads import SignedZero
+    from lazytrace.persist import codec
+    value = SignedZero(complex(-0.0, 0.0))
+    assert value == complex(-0.0, 0.0) and value != 0j and value != complex(0.0, -0.0)
+    doc = codec._Encoder(None, {})([value, 1j])         # no arrays: the backend is not asked
+    loaded = codec._Decoder(None, {}, {})(doc)
+    assert type(loaded[0]) is SignedZero and loaded[0] == complex(-0.0, 0.0) and loaded[0] != 0j
+
+
 
 def through_a_chain_of_helpers(x):
     return x * _level1()            # FACTOR is read four pure-Python calls below, before the framework call

@@ -621,6 +621,35 @@ def test_a_framework_function_replaced_after_the_trace_is_called_as_eager_calls_
     assert lazy.stats.traces == 2 and lazy.stats.hits == 4
 
 
+from torch import cos as _imported_cos     # noqa: E402  (what `from torch import cos` binds, read by the function)
+
+
+def _public_aliases(x):
+    return torch.special.expm1(x) + torch.linalg.vector_norm(x) + _imported_cos(x)
+
+
+@pytest.mark.parametrize("replaced", [f"{__name__}._imported_cos", "torch.special.expm1", "torch.linalg.vector_norm"])
+def test_a_function_replaced_where_the_code_found_it_is_seen(replaced, monkeypatch):
+    """torch.special.expm1 is torch._C._special.special_expm1 and `from torch import cos` binds the
+    function in the user's module: replacing it there (not where its __module__ says) is seen too
+    (Backend.other_homes, plan.code_globals): the graph replayed the trace's function."""
+    lazy = lazytrace.trace_graph(_public_aliases)
+    for _ in range(2):
+        x = torch.randn(5)
+        assert torch.equal(lazy(x), _public_aliases(x))
+    module_name, _, name = replaced.rpartition(".")
+    with monkeypatch.context() as patch:
+        patch.setattr(sys.modules[module_name], name, lambda t, *args, **kwargs: t * 0 + 100)
+        for _ in range(3):
+            x = torch.randn(5)
+            assert torch.equal(lazy(x), _public_aliases(x))
+        assert lazy.stats.traces == 2
+        assert f"a function the graph calls was replaced: {replaced}" in lazy.explain()
+    x = torch.randn(5)
+    assert torch.equal(lazy(x), _public_aliases(x))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 4
+
+
 def _denormal_scaled(x):
     return x * torch.exp(torch.full((3,), -100.0))     # a folded constant: 3.7e-44, a denormal float32
 
@@ -693,9 +722,29 @@ def _one_more_thread():
         torch.set_num_threads(before)
 
 
+class _Backends:
+    def use_mkldnn(self):           # no framework call: no stack at a call shows this method
+        return torch.backends.mkldnn.enabled
+
+
+_BACKENDS = _Backends()
+
+
+def _by_a_method_of_a_global_object(x):
+    return x + 1 if _BACKENDS.use_mkldnn() else x - 1
+
+
+def _by_a_dynamic_attribute_name(x):
+    return x + 1 if getattr(torch.backends.mkldnn, "enabled") else x - 1
+
+
 @pytest.mark.parametrize("fn, switched", [
     (_by_deterministic, _deterministic), (_by_mkldnn, lambda: torch.backends.mkldnn.flags(enabled=False)),
-    (_by_threads, _one_more_thread), (_by_imported_reader, lambda: torch.autograd.set_detect_anomaly(True))])
+    (_by_threads, _one_more_thread), (_by_imported_reader, lambda: torch.autograd.set_detect_anomaly(True)),
+    (_by_a_method_of_a_global_object, lambda: torch.backends.mkldnn.flags(enabled=False)),
+    pytest.param(_by_a_dynamic_attribute_name, lambda: torch.backends.mkldnn.flags(enabled=False), marks=pytest.mark.xfail(
+        strict=True, reason="getattr(module, 'enabled'): a name the bytecode does not hold is not found by "
+                            "Backend.state_reads (the trace's branch is replayed)"))])
 def test_framework_state_read_in_python_is_checked(fn, switched):
     # no call shows these reads to a TorchFunctionMode: the trace's branch was replayed
     lazy = lazytrace.trace_graph(fn)

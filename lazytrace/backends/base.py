@@ -41,6 +41,10 @@ class Backend:
     #: the class of the objects handed to the traced function in place of arrays, if any
     tracer_class: type | None = None
     internal_modules: tuple = ("lazytrace.",)   # module name prefixes of code that sees tracers as such
+    #: packages whose API functions a graph does not name, because it records the calls below them
+    #: (JAX's primitives under jnp.sin): replacing one the traced code read (`jnp.sin = f`,
+    #: `from jax.numpy import cos` rebound) is checked by the graph (codegen.function_homes)
+    api_below: tuple = ()
     #: types of the objects the traced function holds for arrays (tracers, or the arrays)
     tracked_types: tuple = ()
     #: whether array creation (zeros, arange...) is intercepted; if not, an unseen array may
@@ -109,9 +113,10 @@ class Backend:
         """Parts of global_state() that array_check(arrays) compares too, for a graph of `plan`."""
         return frozenset()
 
-    def constant_state(self, constants: list):
-        """Settings the computation of these constants (Values) depended on at the trace, that a
-        graph must check at every call (a call under other settings traces again), or None."""
+    def constant_state(self, plan):
+        """Settings the computation of the plan's constants (and of the literal arguments of its
+        calls) depended on at the trace, that a graph must check at every call (a call under other
+        settings traces again), or None."""
         return None
 
     def constant_checks(self, state, const) -> list[tuple[str, str]]:
@@ -390,6 +395,12 @@ class Backend:
         """How generated code names a call: ('function', 'torch.add'),
         ('method', 'add'), ('operator', '+'), ('getitem', ''), ('attribute', 'T')."""
         raise NotImplementedError
+
+    def other_homes(self, func) -> tuple[str, ...]:
+        """Other module attributes ('torch.special.expm1') holding the function call_syntax names
+        by another ('torch._C._special.special_expm1'): user code may reach it through them, so a
+        graph checks that they still hold it (codegen.function_homes)."""
+        return ()
 
     def qualified_name(self, func) -> str:
         """The name a view shows for a call: 'torch.conv2d', 'torch.Tensor.reshape'."""

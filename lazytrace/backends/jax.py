@@ -307,6 +307,7 @@ class JaxBackend(Backend):
     tracked_types = (JaxTracer,) + _ARRAYS
     tracer_class = JaxTracer                     # made by wrap_input below (it needs the JAX trace)
     internal_modules = ("lazytrace.", "jax.", "jaxlib.")
+    api_below = ("jax", "jaxlib")
     static_types = (np.dtype, jax.sharding.Sharding)
     sees_creation = True          # jnp.zeros / arange bind primitives under the current trace too
     knows_dynamic_shapes = True   # jax shapes never depend on data (see to_concrete_value)

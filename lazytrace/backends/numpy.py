@@ -149,6 +149,18 @@ def _unwrap(obj):
 _ERRSTATE = getattr(getattr(getattr(np, "_core", None), "_ufunc_config", None), "_extobj_contextvar", None)
 
 
+def _leaves(obj):
+    """The items of nested tuples, lists and dicts (a call's arguments)."""
+    if type(obj) in (tuple, list):
+        for item in obj:
+            yield from _leaves(item)
+    elif type(obj) is dict:
+        for item in obj.values():
+            yield from _leaves(item)
+    else:
+        yield obj
+
+
 class _ErrorModes:
     """The floating-point error modes in effect (np.geterr, np.geterrcall): whether they hold
     now is answered by the identity of NumPy's error state object (~20 ns), else by value."""
@@ -247,14 +259,16 @@ class NumpyBackend(Backend):
         by_array = {id(self.unwrap(m)): m for m in mutated}
         return self._wrap(result, session, by_array), mutated
 
-    def constant_state(self, constants):
+    def constant_state(self, plan):
         """np.errstate decides what a division by zero, an overflow or an invalid value does:
         eager warns, raises or calls a handler at every call, while a graph computed such a
         constant once. A graph whose constants hold inf or nan (what those errors leave) checks
         that the error modes are the trace's (np.errstate(all="raise") around it: traced again,
-        so it raises as eager does). Underflow leaves no such mark: not checked."""
-        for value in constants:
-            array = self.unwrap(value.obj)
+        so it raises as eager does). The same for a NumPy scalar a call was given as a literal
+        (`x + np.float64(1e308) * 10`: Python code computed it, no call shows it). Underflow
+        leaves no such mark: not checked."""
+        literals = [a for node in plan.nodes for a in _leaves((node.args, node.kwargs)) if isinstance(a, np.generic)]
+        for array in [*(self.unwrap(value.obj) for value in plan.constants), *literals]:
             if isinstance(array, (np.ndarray, np.generic)) and array.dtype.kind in "fc" and \
                     not np.isfinite(array).all():
                 return _ErrorModes()

@@ -15,6 +15,7 @@ which autograd itself relies on.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from contextlib import contextmanager
@@ -182,7 +183,7 @@ class _Info:
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
     __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand",
-                 "writes", "setter")
+                 "writes", "setter", "inplace")
 
     def __init__(self, func, kind):
         name = self.name = _func_name(func)
@@ -195,6 +196,20 @@ class _Info:
         self.underscore = name.endswith("_")        # in place, or changes self (requires_grad_)
         self.writes = self.underscore and not name.startswith("__") or name in _WRITING_DUNDERS
         self.scalar_operand = name in _SCALAR_OPERAND_OPS
+        self.inplace = _inplace_position(func)      # F.dropout(x, inplace=True) writes x
+
+    def writes_first(self, args, kwargs) -> bool:
+        """Whether this call writes its first argument (x.add_(1), F.relu(x, inplace=True))."""
+        position = self.inplace
+        return self.writes or position is not None and (
+            kwargs.get("inplace") is True or len(args) > position and args[position] is True)
+
+
+def _inplace_position(func) -> int | None:
+    """The position of a Python function's `inplace` parameter (torch.nn.functional's), or None."""
+    code = getattr(func, "__code__", None)
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] if code is not None else ()
+    return names.index("inplace") if "inplace" in names else None
 
 
 class _Mode(TorchFunctionMode):
@@ -205,10 +220,13 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         backend = self.session.backend
-        if kwargs.get("out") is not None or args and (backend._infos.get(func) or backend._info(func)).writes:
+        if kwargs.get("out") is not None or args and (backend._infos.get(func) or backend._info(func)).writes_first(
+                args, kwargs):
             target = kwargs.get("out") if kwargs.get("out") is not None else args[0]
             if isinstance(target, torch.Tensor):
                 self.session.before_write(target)       # put back if the function must run again
+        if type(kwargs.get("generator")) is torch.Generator:
+            self.session.before_write(kwargs["generator"])      # its draws too
         return self.session.on_call(func, args, kwargs)
 
 
@@ -224,6 +242,7 @@ class TorchBackend(Backend):
         self._scalars: dict = {}
         self._infos: dict = {}      # callable -> _Info
         self._names: dict = {}
+        self._homes: dict | None = None      # id(function) -> the public names it has (other_homes)
         self._aten_tags: dict = {}
         self._persistable = None    # calls a stored graph may make (allowed_target)
 
@@ -468,6 +487,8 @@ class TorchBackend(Backend):
         return (recorded[0], constant)
 
     def storage_key(self, t):
+        if type(t) is torch.Generator:          # (before_write of a generator a random call was given)
+            return ("generator", id(t))
         try:
             return t.untyped_storage().data_ptr() or ("empty", id(t))
         except (RuntimeError, NotImplementedError):
@@ -494,7 +515,10 @@ class TorchBackend(Backend):
         return None if t.is_inference() else t._version      # inference tensors count nothing
 
     def snapshot(self, t):
-        """Not for a tensor autograd follows: copying its old data back would not undo its history."""
+        """Not for a tensor autograd follows: copying its old data back would not undo its history.
+        A torch.Generator: its state."""
+        if type(t) is torch.Generator:
+            return functools.partial(t.set_state, t.get_state())
         if t.requires_grad or t.is_inference():
             return None
         saved = t.detach().clone()
@@ -545,6 +569,17 @@ class TorchBackend(Backend):
         if metadata == 2:
             return args[1:2] if len(args) > 1 else (kwargs.get("other"),)
         return ()
+
+    def snapshot_rng(self):
+        """The default CPU generator's state, and the CUDA ones' where CUDA has started."""
+        cpu = torch.random.get_rng_state()
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+
+        def restore():
+            torch.random.set_rng_state(cpu)
+            if cuda is not None:
+                torch.cuda.set_rng_state_all(cuda)
+        return restore
 
     def rng_token(self, source=None):
         if source is None:
@@ -705,6 +740,23 @@ class TorchBackend(Backend):
         if qualname.startswith(("TensorBase.", "Tensor.")):
             return ("method", name)
         return ("function", self._qualified_name(func))
+
+    def other_homes(self, func) -> tuple[str, ...]:
+        # the public namespaces' functions by identity, indexed once (a stale entry is harmless:
+        # function_homes keeps only the attributes holding the function when a graph is made)
+        if self._homes is None:
+            import importlib
+            homes: dict = {}
+            for ns in _NAMESPACES:
+                try:
+                    namespace = vars(importlib.import_module(ns))
+                except ImportError:
+                    continue
+                for attribute, obj in list(namespace.items()):
+                    if callable(obj) and not isinstance(obj, type) and not attribute.startswith("__"):
+                        homes.setdefault(id(obj), []).append(f"{ns}.{attribute}")
+            self._homes = homes
+        return tuple(self._homes.get(id(func), ()))
 
     def _qualified_name(self, func) -> str:
         name = self._names.get(func)

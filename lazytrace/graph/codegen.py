@@ -13,6 +13,7 @@ import linecache
 import math
 import re
 import sys
+import types
 
 from .ir import Kind, Source, Value
 from .passes import Plan, output_values
@@ -279,20 +280,39 @@ def _guard_line(node, em, index: int) -> str:
 
 def function_homes(backend, plan: Plan) -> tuple:
     """(module name, its globals, attribute, function) for each function the plan's calls name by
-    a module attribute (`torch.sin`, `torch.nn.functional.relu`) that holds it now: taken when
+    a module attribute (`torch.sin`, `torch.nn.functional.relu`) that holds it now, and for the
+    other public attributes holding it (`torch.special.expm1` of `torch._C._special.special_expm1`,
+    Backend.other_homes), and for the module globals holding it that the traced code read
+    (`from torch import sin`, `relu = F.relu`: plan.code_globals): taken when
     the graph is made (code generation waits for the first replay; a function replaced
     meanwhile must be seen too)."""
-    homes = {}
+    homes, called = [], {}
     for node in plan.nodes:
         style, qualname = backend.call_syntax(node.target) if node.kind is not Kind.GUARD else (None, "")
-        if style != "function" or id(node.target) in homes:
+        if style != "function" or id(node.target) in called:
             continue
-        module_name, _, attribute = qualname.rpartition(".")
-        module = sys.modules.get(module_name) if not module_name.startswith("lazytrace.") else None
-        namespace = getattr(module, "__dict__", None)
-        if type(namespace) is dict and namespace.get(attribute) is node.target:
-            homes[id(node.target)] = (module_name, namespace, attribute, node.target)
-    return tuple(homes.values())
+        called[id(node.target)] = node.target
+        for name in dict.fromkeys((qualname, *backend.other_homes(node.target))):
+            module_name, _, attribute = name.rpartition(".")
+            module = sys.modules.get(module_name) if not module_name.startswith("lazytrace.") else None
+            namespace = getattr(module, "__dict__", None)
+            if type(namespace) is dict and namespace.get(attribute) is node.target:
+                homes.append((module_name, namespace, attribute, node.target))
+    below = [(m, n) for m, n, f in plan.framework_functions if _package(f) in backend.api_below]
+    for module_name, attribute in [*plan.code_globals, *below]:     # `from torch import sin`, `jnp.sin`
+        namespace = getattr(sys.modules.get(module_name), "__dict__", None)
+        func = namespace.get(attribute) if type(namespace) is dict else None
+        if func is not None and (called.get(id(func)) is func or _package(func) in backend.api_below) and \
+                not any(home[1] is namespace and home[2] == attribute for home in homes):
+            homes.append((module_name, namespace, attribute, func))
+    return tuple(homes)
+
+
+def _package(func) -> str | None:
+    """The top-level package a function (not a class or module) comes from."""
+    if isinstance(func, (type, types.ModuleType)) or not callable(func):
+        return None
+    return str(getattr(func, "__module__", None) or type(func).__module__).partition(".")[0]
 
 
 def _replaced_function_checks(em, homes) -> list[str]:
@@ -301,9 +321,8 @@ def _replaced_function_checks(em, homes) -> list[str]:
     so the signature traces again). ~25 ns a function (a dict item, `is`)."""
     modules: dict = {}
     for module_name, namespace, attribute, func in homes:
-        alias = em._alias_of.get(id(func))
-        if alias is not None:
-            modules.setdefault(module_name, (namespace, []))[1].append((attribute, alias))
+        alias = em._alias_of.get(id(func)) or em._const(func)     # (a function no call names: a constant)
+        modules.setdefault(module_name, (namespace, []))[1].append((attribute, alias))
     lines = []
     for module_name, (namespace, pairs) in modules.items():
         name = f"_globals{len(lines)}"

@@ -20,7 +20,8 @@ data become guards at the start of the graph:
   transform): by identity, and their attributes (data by value, objects by identity);
 - framework state the code reads in Python, which no framework call shows
   (`torch.backends.mkldnn.enabled`, `torch.are_deterministic_algorithms_enabled()`: the backend's
-  `state_reads`): by value, read again by `read_state`.
+  `state_reads`): by value, read again by `read_state`; also where a method of an object the code
+  reached reads it (`CONFIG.use_mkldnn()`, which makes no framework call).
 
 A failed check traces the signature again, as a failed guard does. A value the function itself
 changes during the trace (a counter, a cache it fills) is traced once more and then makes the
@@ -28,7 +29,8 @@ signature run eagerly: the graph could not replay the change. The traced functio
 way. `mod.NAME` of a module global (an imported config module) and `Cls.NAME` of a class
 global (each class of its MRO down to the one defining it) are guarded like globals. Not watched
 (the README lists them): globals holding functions, classes or modules themselves (rebinding
-a function after the trace is not seen; stored graphs name them, persist/identity.py), code of the standard library, lazytrace, the
+a function after the trace is not seen, unless it holds a framework function the graph calls:
+codegen.function_homes; stored graphs name them, persist/identity.py), code of the standard library, lazytrace, the
 frameworks and the tools listed in UNWATCHED, closure cells of functions seen only on the stack,
 and Python code that makes no framework call and is reached only through attributes (a method
 computing a number from a global); a value such code changes before the first framework call
@@ -121,12 +123,19 @@ def read_cell(cell):
 
 
 def _zero_sign(value):
-    """The sign of a float zero (0.0 == -0.0, yet `x * value` differs), else None."""
-    return math.copysign(1.0, value) if type(value) is float and value == 0.0 else None
+    """The sign of a float zero (0.0 == -0.0, yet `x * value` differs), the signs of a complex
+    number's parts where one is zero (complex(-0.0, 0) == 0j, yet cmath.sqrt, atan2 of its
+    .real ... differ), else None."""
+    if type(value) is float:
+        return math.copysign(1.0, value) if value == 0.0 else None
+    if type(value) is complex and (value.real == 0.0 or value.imag == 0.0):
+        return math.copysign(1.0, value.real), math.copysign(1.0, value.imag)
+    return None
 
 
 class SignedZero:
-    """A float zero inside a container or among an object's attributes, as a guard compares it:
+    """A float zero (or a complex number with a zero part) inside a container or among an
+    object's attributes, as a guard compares it:
     0.0 == -0.0, yet `x * value` differs (a guard on the number itself compares _zero_sign).
     Guards put the expected value on the left, so this __eq__ decides."""
 
@@ -139,8 +148,8 @@ class SignedZero:
     def __eq__(self, other):
         if type(other) is SignedZero:
             other = other.value
-        return type(other) is float and other == 0.0 and \
-            math.copysign(1.0, other) == math.copysign(1.0, self.value)
+        return type(other) is type(self.value) and other == self.value and \
+            _zero_sign(other) == _zero_sign(self.value)
 
     def __ne__(self, other):
         return not self.__eq__(other)
@@ -150,8 +159,9 @@ class SignedZero:
 
 
 def signed(item):
-    """An item of a snapshot: a float zero as a SignedZero, anything else as it is."""
-    return SignedZero(item) if type(item) is float and item == 0.0 else item
+    """An item of a snapshot: a float zero (a complex with a zero part) as a SignedZero, anything
+    else as it is."""
+    return SignedZero(item) if _zero_sign(item) is not None else item
 
 
 def read_unbound(namespace, names: frozenset) -> bool:
@@ -396,6 +406,10 @@ class PythonReads:
         self._stop = None
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
+        #: (module name, attribute) -> function, for framework functions the code reads through a
+        #: framework module (`jnp.sin`, `jax.nn.relu`): a graph checks they are still there
+        self.framework_functions: dict = {}
+        self._state_classes: set = set()   # classes whose methods' framework state reads are noted
         self.modules: set = set()   # names of the modules of that code
         self.environment = False    # its code reads the process environment (not stored on disk)
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
@@ -510,6 +524,8 @@ class PythonReads:
             value = namespace.get(name)
             if self._state_reads:
                 self._framework_state(value, chain)
+            if len(chain) > 1 and isinstance(value, types.ModuleType):
+                self._framework_function(value, chain[1:])
             # the same read in another code object of this module, with the same object there:
             # already handled, at this depth or a shallower one (which followed at least as far)
             seen = done.get((where, chain))
@@ -554,6 +570,22 @@ class PythonReads:
             reader, what = found
             self.states[id(reader)] = (reader, what, read_state(reader))
 
+    def _framework_function(self, module, attributes):
+        """`jnp.sin` / `jax.nn.relu` read in user code: a function of a framework module (UNWATCHED,
+        not the standard library), which a backend recording lower-level calls (JAX's primitives)
+        does not name; replacing it after the trace must be seen (codegen.function_homes)."""
+        for i, attribute in enumerate(attributes):
+            value = vars(module).get(attribute)
+            if not isinstance(value, types.ModuleType):
+                break
+            module = value
+        else:
+            return
+        root = module.__name__.partition(".")[0]
+        if root in UNWATCHED and root not in sys.stdlib_module_names and callable(value) and \
+                not isinstance(value, type) and i == len(attributes) - 1:
+            self.framework_functions[(module.__name__, attribute)] = value
+
     def _chain(self, space, name, attributes, depth, origin=None):
         """`name.attribute...` read in the namespace `space`: the global it ends at (through
         modules: config.SCALE), or the class attribute (Config.GAIN)."""
@@ -593,6 +625,7 @@ class PythonReads:
             self.environment = True
         if self._state_reads:           # `from torch import are_deterministic_algorithms_enabled`
             self._framework_state(module, (name, first, *rest))
+        self._framework_function(module, (first, *rest))     # `import jax.numpy as jnp` ... `jnp.sin`
         if name.partition(".")[0] not in UNWATCHED:
             self._chain(vars(module), first, rest, depth)
         return True
@@ -668,6 +701,7 @@ class PythonReads:
                 or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj))
                 or tp.__module__.partition(".")[0] in UNWATCHED and tp not in _NAMESPACES):
             return
+        self._method_state_reads(tp)
         try:
             attributes = _attributes(obj)
         except TypeError:
@@ -680,6 +714,23 @@ class PythonReads:
             for value in attributes.values():
                 if isinstance(self._snapshot(value), self._same) and not _is_code(value):
                     self._note_object(value, depth + 1)
+
+    def _method_state_reads(self, cls):
+        """Framework state read by the methods of a class whose object the code reached
+        (`CONFIG.use_mkldnn()` returning `torch.backends.mkldnn.enabled`): such a method makes no
+        framework call, so no stack shows it; its state reads are checked like the function's."""
+        if not self._state_reads or cls in self._state_classes:
+            return
+        self._state_classes.add(cls)
+        for klass in cls.__mro__:
+            if str(getattr(klass, "__module__", "")).partition(".")[0] in UNWATCHED:
+                continue
+            for member in list(vars(klass).values()):
+                func = getattr(member, "fget", None) or getattr(member, "__func__", member)
+                code = getattr(func, "__code__", None)
+                if isinstance(code, types.CodeType) and isinstance(getattr(func, "__globals__", None), dict):
+                    for chain in code_info(code)[1]:
+                        self._framework_state(func.__globals__.get(chain[0]), chain)
 
     # ---- after the trace ---------------------------------------------------------------
     def changed(self) -> str | None:

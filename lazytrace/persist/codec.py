@@ -190,7 +190,8 @@ class _Encoder:
         if tp is slice:
             return {"s": [self(obj.start), self(obj.stop), self(obj.step)]}
         if tp is SignedZero:
-            return {"z": repr(obj.value)}
+            value = obj.value
+            return {"z": repr(value)} if type(value) is float else {"zc": [repr(value.real), repr(value.imag)]}
         if isinstance(obj, self.backend.array_types) and self.specs:
             spec = self.backend.array_spec(obj)
             if spec is None:
@@ -252,6 +253,10 @@ class _Decoder:
                 return _TYPES[body]
             if tag == "z" and _float(body) == 0.0:
                 return SignedZero(_float(body))
+            if tag == "zc":
+                value = complex(*(_float(x) for x in _list(body, 2)))
+                if value.real == 0.0 or value.imag == 0.0:
+                    return SignedZero(value)
             if tag == "a":
                 return self.arrays[body]
             if tag == "x":

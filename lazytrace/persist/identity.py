@@ -254,8 +254,9 @@ def _mutable_data(value, package: str) -> bool:
         return False
     if tp is tuple or tp is frozenset:
         return any(_mutable_data(x, package) for x in value)
-    return tp in (list, dict, set) or (tp.__module__.partition(".")[0] == package and hasattr(value, "__dict__")
-                                       and not isinstance(value, type))
+    if isinstance(value, type):     # a class of the package: its data attributes (`Config.SCALE = 3`)
+        return str(getattr(value, "__module__", "")).partition(".")[0] == package
+    return tp in (list, dict, set) or (tp.__module__.partition(".")[0] == package and hasattr(value, "__dict__"))
 
 
 def _shallow(value, package):
@@ -309,22 +310,27 @@ def _unchanged(value, check, package) -> bool:
         return False
 
 
-def _data_text(value, package: str) -> str:
+def _data_text(value, package: str, depth: int = 3) -> str:
     """_literal_text of a module global, also for an enum member (`MODE = Mode.A if ... else
-    Mode.B`) and for an object of a class of the module's own package (a config object made at
-    import): its data attributes, one level. NotStorable for anything else."""
+    Mode.B`), for an object of a class of the module's own package (a config object made at
+    import) and for such a class itself (`Config.SCALE`): its data attributes, `depth` levels
+    (`CONFIG.inner.scale`). NotStorable for anything else."""
     tp = type(value)
     if isinstance(value, enum.Enum):
         return f"enum {tp.__module__}.{tp.__qualname__}.{value.name}"
-    if tp.__module__.partition(".")[0] != package or isinstance(value, type) or not hasattr(value, "__dict__"):
+    cls = isinstance(value, type)
+    home = value.__module__ if cls else tp.__module__
+    if depth <= 0 or str(home).partition(".")[0] != package or not hasattr(value, "__dict__"):
         return _literal_text(value)
     parts = []
     for name, attribute in sorted(vars(value).items()):
+        if cls and name.startswith("__"):
+            continue
         try:
-            parts.append(f"{name}={_data_text(attribute, '')}")      # (no package: one level)
+            parts.append(f"{name}={_data_text(attribute, package, depth - 1)}")
         except NotStorable:
             continue
-    return f"object {tp.__qualname__}(" + ",".join(parts) + ")"
+    return f"{'class' if cls else 'object'} {value.__qualname__ if cls else tp.__qualname__}(" + ",".join(parts) + ")"
 
 
 def _global_code_text(module_name, name) -> str:
