@@ -476,6 +476,22 @@ def test_tampered_descriptions_are_refused(lib, tmp_path, attack):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("where", ["header", "literal"])
+def test_a_description_nested_too_deep_is_refused(lib, tmp_path, where):
+    """JSON nested deeper than Python's recursion limit (in the header, or a literal nested just
+    under json's own limit that the decoder walks) is a damaged file, not a RecursionError at the call."""
+    cache = tmp_path / "cache"
+    path, x = _stored(lib, cache)
+    if where == "header":
+        data = path.read_bytes()
+        _, metadata = read_description(data)
+        path.write_bytes(st_save(st_load(data), metadata={**metadata, "lazytrace": "[" * 10**5 + "]" * 10**5}))
+    else:
+        _rewrite(path, lambda content: content["graphs"][0]["nodes"][0]["args"].append(
+            json.loads("[" * 900 + "]" * 900)))
+    _retraced_safely(lib, cache, path, x)
+
+
 def test_a_file_copied_under_another_key_is_refused(lib, tmp_path):
     cache = tmp_path / "cache"
     path, x = _stored(lib, cache)

@@ -270,7 +270,7 @@ def read_description(data: bytes) -> tuple[dict, dict]:
         header = json.loads(data[8:8 + size])
         metadata = header["__metadata__"]
         content = json.loads(metadata["lazytrace"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:     # RecursionError: nested too deep
         raise CorruptEntry(f"not a lazytrace graph file ({type(exc).__name__}: {exc})") from None
     if type(content) is not dict or type(metadata) is not dict:
         raise CorruptEntry("not a lazytrace graph file")
