@@ -8,6 +8,7 @@ recently used files are deleted.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -45,9 +46,12 @@ def _max_bytes_from_env() -> int:
     if not text:
         return _DEFAULT_MAX_BYTES
     try:
-        return int(float(text) * 2**20)
+        size = float(text)
     except ValueError:
-        raise ValueError(f"{ENV_MAX_MB}={text!r}: expected a size in MiB such as 512") from None
+        size = math.nan
+    if not (0 < size < math.inf) or int(size * 2**20) <= 0:
+        raise ValueError(f"{ENV_MAX_MB}={text!r}: expected a positive size in MiB such as 512")
+    return int(size * 2**20)
 
 
 @dataclass(frozen=True)
