@@ -608,6 +608,30 @@ def test_a_global_computed_at_import_read_by_unseen_code_misses_in_another_proce
     assert result["same"] and result["loaded"] == 0 and result["traces"] == 1
 
 
+def test_a_process_of_other_module_data_adds_its_graph_and_keeps_the_stored_one(temp_library, tmp_path, monkeypatch):
+    """Processes whose libraries computed other data at import (a config flag, kornia's checks
+    switch) share a file: each one's trace is added beside the others'. The second process used
+    to drop the first one's graph (it kept only what matched its own data): a warm-up was lost,
+    and two configurations retraced each other's signature in turn."""
+    name, _ = temp_library(IMPORT_TIME_LIBRARY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.by_method, cache=cache)(torch.rand(3))      # SCALE 2 (as warmed)
+    code = """
+        g = lazytrace.trace_graph(lib.by_method, cache=cache)
+        x = torch.rand(3)
+        print(json.dumps({"same": torch.equal(g(x), x * lib.SCALE), **g.stats.as_dict()}))
+    """
+    monkeypatch.setenv("LT_PROBE_SCALE", "5")
+    first = run_fresh(lib, cache, code)
+    assert first["same"] and first["loaded"] == 0 and first["stored"] == 1
+    for scale in ("2", "5"):          # both kept: each replays without tracing
+        monkeypatch.setenv("LT_PROBE_SCALE", scale)
+        result = run_fresh(lib, cache, code)
+        assert result["same"] and result["loaded"] == 1 and result["traces"] == 0, (scale, result)
+    assert len(stored_files(cache)) == 1
+
+
 def test_environment_variable_opts_in(lib, tmp_path, monkeypatch):
     cache = tmp_path / "from-env"
     monkeypatch.setenv("LAZYTRACE_CACHE", "1")
