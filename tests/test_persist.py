@@ -664,6 +664,17 @@ def test_eviction_removes_least_recently_used(tmp_path):
     assert store.size() <= 3500
 
 
+@pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX file modes")
+def test_stored_files_get_the_modes_of_ordinary_files(tmp_path):
+    """A file is readable by whom the umask allows, as any file the user writes (mkstemp's 0600
+    made a cache warmed by one user, e.g. at a container's build, unreadable to the service's)."""
+    old = os.umask(0o022)
+    os.umask(old)
+    path = GraphStore(tmp_path).path("m", "f", "0" * 40)
+    GraphStore(tmp_path).update(path, lambda current: b"data")
+    assert path.stat().st_mode & 0o777 == 0o666 & ~old
+
+
 def test_reads_touch_a_file_at_most_once_a_minute(tmp_path):
     store = GraphStore(tmp_path)
     path = store.path("m", "f", "0" * 40)

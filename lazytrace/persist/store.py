@@ -140,6 +140,8 @@ class GraphStore:
                 return
             fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
             try:
+                if hasattr(os, "fchmod"):       # mkstemp's 0600 would hide it from other users of a shared cache
+                    os.fchmod(fd, 0o666 & ~_umask())
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
                 os.replace(tmp, path)
@@ -213,6 +215,14 @@ def _safe_module(module: str) -> str:
     if not name.isidentifier():
         raise ValueError(f"not a module name: {module!r}")
     return name
+
+
+@lru_cache(maxsize=1)
+def _umask() -> int:
+    """The process's file-creation mask (read once: setting it back at once is the only way to read it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _remove(path: Path) -> None:
