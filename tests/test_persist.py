@@ -492,6 +492,27 @@ def test_a_description_nested_too_deep_is_refused(lib, tmp_path, where):
     _retraced_safely(lib, cache, path, x)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_link_or_special_file_in_place_of_a_graph_file_is_refused(lib, tmp_path, kind):
+    """What lazytrace never writes in its directory is refused unread: a symbolic link (to
+    /dev/zero or a huge file it read whole; its target was touched as a used cache file) or a
+    FIFO (opening it blocked the call)."""
+    cache = tmp_path / "cache"
+    path, x = _stored(lib, cache)
+    target = tmp_path / "elsewhere.lzt"
+    target.write_bytes(path.read_bytes())            # even a valid graph file
+    os.utime(target, (1000, 1000))
+    path.unlink()
+    if kind == "symlink":
+        path.symlink_to(target)
+    else:
+        os.mkfifo(path)
+    _retraced_safely(lib, cache, path, x)
+    assert target.stat().st_mtime == 1000 and not path.is_symlink()      # the new trace replaced it
+    assert path.is_file() and path.stat().st_size > 0
+
+
 def test_a_file_copied_under_another_key_is_refused(lib, tmp_path):
     cache = tmp_path / "cache"
     path, x = _stored(lib, cache)
@@ -673,6 +694,17 @@ def test_stored_files_get_the_modes_of_ordinary_files(tmp_path):
     path = GraphStore(tmp_path).path("m", "f", "0" * 40)
     GraphStore(tmp_path).update(path, lambda current: b"data")
     assert path.stat().st_mode & 0o777 == 0o666 & ~old
+
+
+def test_a_file_larger_than_the_bound_is_refused_unread(tmp_path):
+    store = GraphStore(tmp_path, max_bytes=100)
+    path = store.path("m", "f", "0" * 40)
+    path.parent.mkdir()
+    path.write_bytes(b"x" * 101)
+    with pytest.raises(CorruptEntry, match="larger"):
+        store.read(path)
+    path.write_bytes(b"x" * 100)
+    assert store.read(path) == b"x" * 100
 
 
 def test_reads_touch_a_file_at_most_once_a_minute(tmp_path):

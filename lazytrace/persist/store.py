@@ -16,8 +16,10 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from stat import S_ISREG
 
 from ..envflags import env_flag
+from .codec import CorruptEntry
 
 ENV_ENABLE = "LAZYTRACE_CACHE"        # 1/true: graphs are stored and loaded by default
 ENV_DIR = "LAZYTRACE_CACHE_DIR"       # where (default: the per-user cache directory)
@@ -25,6 +27,7 @@ ENV_MAX_MB = "LAZYTRACE_CACHE_MAX_MB"  # size bound in MiB (default 1024)
 SUFFIX = ".lzt"
 _TMP_PREFIX = ".tmp-"
 _DEFAULT_MAX_BYTES = 1024 * 2**20
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _TOUCH_AFTER_S = 60          # a file read again within this time keeps its modification time
 
 
@@ -112,18 +115,29 @@ class GraphStore:
         self._listings[folder] = (stamp, out)
         return out
 
-    def read(self, path: Path) -> bytes | None:
+    def read(self, path: Path, touch: bool = True) -> bytes | None:
         """The file's bytes (None if there is none); its modification time is set to now (least
-        recently used goes first) unless it was already set in the last minute."""
+        recently used goes first) unless it was already set in the last minute. CorruptEntry for
+        what lazytrace never writes there: a symbolic link (to /dev/zero, a FIFO, a huge file: read
+        whole, it exhausts memory or blocks), anything but a regular file, a file over the bound."""
         try:
-            f = open(path, "rb", buffering=0)
+            fd = os.open(path, os.O_RDONLY | _NO_FOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
         except FileNotFoundError:
             return None
-        with f:
+        except OSError:
+            if _NO_FOLLOW and os.path.islink(path):
+                raise CorruptEntry("it is a symbolic link, which lazytrace never writes") from None
+            raise
+        with open(fd, "rb", buffering=0) as f:
+            stat = os.fstat(fd)
+            if not S_ISREG(stat.st_mode):
+                raise CorruptEntry("it is not a regular file")
+            if stat.st_size > self.max_bytes:
+                raise CorruptEntry(f"it is larger ({stat.st_size} bytes) than the cache's bound")
             data = f.readall()
-            if os.fstat(f.fileno()).st_mtime < time.time() - _TOUCH_AFTER_S:
+            if touch and stat.st_mtime < time.time() - _TOUCH_AFTER_S:
                 try:
-                    os.utime(f.fileno() if os.utime in os.supports_fd else path)
+                    os.utime(fd if os.utime in os.supports_fd else path)
                 except OSError:
                     pass
         return data
@@ -134,7 +148,10 @@ class GraphStore:
         from filelock import FileLock
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path.parent / ".lock")):
-            current = path.read_bytes() if path.exists() else None
+            try:
+                current = self.read(path, touch=False)
+            except CorruptEntry:
+                current = None          # replaced
             data = change(current)
             if data is None:
                 return
