@@ -136,6 +136,28 @@ def test_jax_graphs_replay_in_a_fresh_process_without_tracing(jlib, tmp_path):
     assert result["stats"]["mix"]["prewarmed"] == 1
 
 
+def test_a_jax_graph_stored_with_other_devices_misses(temp_library, tmp_path):
+    """Code reading the number of devices in Python (len(jax.devices()), jax.device_count()) bakes
+    it: a process with other devices (jax_num_cpu_devices, XLA_FLAGS, CUDA_VISIBLE_DEVICES) replayed
+    the other process's count."""
+    lib = make_lib(temp_library, "import jax\ndef per_device(x):\n    return x * len(jax.devices())\n")
+    cache = tmp_path / "cache"
+
+    def run(devices):
+        return run_fresh(lib, cache, f"""
+            import jax, jax.numpy as jnp
+            jax.config.update("jax_num_cpu_devices", {devices})
+            g = lazytrace.trace_graph(lib.per_device, cache=cache)
+            x = jnp.arange(3.0)
+            print(json.dumps({{"same": bool((g(x) == lib.per_device(x)).all()), **g.stats.as_dict()}}))
+        """)
+    assert run(2)["stored"] == 1
+    other = run(1)
+    assert other["same"] and other["loaded"] == 0 and other["traces"] == 1
+    again = run(2)
+    assert again["same"] and again["loaded"] == 1 and again["traces"] == 0
+
+
 def test_jax_constants_keep_weak_type_and_bfloat16_after_loading(jlib, tmp_path):
     cache = tmp_path / "cache"
     b = jnp.asarray([0.5, 1.0, 2.0], dtype=jnp.bfloat16)

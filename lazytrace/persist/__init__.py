@@ -156,7 +156,7 @@ class PersistentCache:
         """(backend, [plans]) stored for this key; (None, []) when there are none."""
         try:
             backend, ident, path = self._locate(key, backends)
-        except NotStorable:
+        except (NotStorable, Unavailable):
             return None, []
         try:
             data = self.store.read(path)
