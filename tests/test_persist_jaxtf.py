@@ -192,6 +192,36 @@ def tlib(temp_library):
     return make_lib(temp_library, TF_LIBRARY)
 
 
+@pytest.mark.parametrize("setting", ["devices", "threads"])
+def test_a_tf_graph_stored_under_another_device_or_thread_configuration_misses(temp_library, tmp_path, setting):
+    """Code reading TensorFlow's configuration in Python (its logical devices, thread pools) bakes it:
+    a process configured otherwise replayed the other process's values."""
+    pytest.importorskip("tensorflow")
+    lib = make_lib(temp_library, "import tensorflow as tf\n"
+                                 "def scaled(x):\n"
+                                 "    return x * (len(tf.config.list_logical_devices('CPU'))\n"
+                                 "                + tf.config.threading.get_inter_op_parallelism_threads())\n")
+    cache = tmp_path / "cache"
+    configure = {"devices": "tf.config.set_logical_device_configuration(tf.config.list_physical_devices('CPU')[0], "
+                            "[tf.config.LogicalDeviceConfiguration()] * 2)",
+                 "threads": "tf.config.threading.set_inter_op_parallelism_threads(3)"}[setting]
+
+    def run(configured):
+        return run_fresh(lib, cache, f"""
+            import tensorflow as tf
+            if {configured}:
+                {configure}
+            g = lazytrace.trace_graph(lib.scaled, cache=cache)
+            x = tf.ones(2)
+            print(json.dumps({{"same": bool(tf.reduce_all(g(x) == lib.scaled(x))), **g.stats.as_dict()}}))
+        """)
+    assert run(False)["stored"] == 1
+    other = run(True)
+    assert other["same"] and other["loaded"] == 0 and other["traces"] == 1
+    again = run(False)
+    assert again["same"] and again["loaded"] == 1 and again["traces"] == 0
+
+
 def test_tensorflow_graphs_replay_in_a_fresh_process_and_read_variables_live(tlib, tmp_path):
     import tensorflow as tf
     cache = tmp_path / "cache"
