@@ -526,7 +526,7 @@ class TensorflowBackend(Backend):
         code reads them in Python (len(tf.config.list_logical_devices()), get_*_parallelism_threads),
         which a graph bakes; another process can configure others. Not read before the context
         starts (that would start it, and forbid the user's own configuration): Unavailable."""
-        if not context.context()._initialized:
+        if not getattr(context.context(), "_initialized", True):      # (a private flag: assumed started if gone)
             from ..persist.codec import Unavailable
             raise Unavailable("TensorFlow's context has not started: the devices its key names are not known yet")
         threading = tf.config.threading
