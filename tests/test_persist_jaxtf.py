@@ -222,6 +222,31 @@ def test_a_tf_graph_stored_under_another_device_or_thread_configuration_misses(t
     assert again["same"] and again["loaded"] == 1 and again["traces"] == 0
 
 
+def test_preloading_tf_graphs_leaves_tensorflow_unstarted(temp_library, tmp_path):
+    """A library's stored TF graphs preloaded at import must not start TensorFlow's context (they
+    rebuilt tensors then): the user's device configuration after the import raised RuntimeError
+    'Virtual devices cannot be modified after being initialized'. They load at the first call."""
+    pytest.importorskip("tensorflow")
+    lib = make_lib(temp_library, "import tensorflow as tf\ndef double(x):\n    return x * 2.0 + 1.0\n")
+    cache = tmp_path / "cache"
+    code = """
+        import tensorflow as tf
+        g = lazytrace.trace_graph(lib.double, cache=cache)          # preloads here
+        try:
+            tf.config.set_logical_device_configuration(tf.config.list_physical_devices('CPU')[0],
+                                                       [tf.config.LogicalDeviceConfiguration()] * 2)
+            configured = True
+        except RuntimeError:
+            configured = False
+        x = tf.constant([1.0, 2.0])
+        print(json.dumps({"configured": configured, "same": bool(tf.reduce_all(g(x) == lib.double(x))),
+                          **g.stats.as_dict()}))
+    """
+    assert run_fresh(lib, cache, code)["stored"] == 1
+    result = run_fresh(lib, cache, code)
+    assert result["configured"] and result["same"] and result["loaded"] == 1 and result["traces"] == 0
+
+
 def test_tensorflow_graphs_replay_in_a_fresh_process_and_read_variables_live(tlib, tmp_path):
     import tensorflow as tf
     cache = tmp_path / "cache"
