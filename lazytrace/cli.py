@@ -234,8 +234,8 @@ def add_cache(subparsers):
 def run_cache(ns, out=None) -> int:
     from .persist import GraphStore, default_directory
     out = out or sys.stdout
-    store = GraphStore(ns.cache_dir or default_directory())
     try:
+        store = GraphStore(ns.cache_dir or default_directory())     # ValueError: a bad $LAZYTRACE_CACHE_MAX_MB
         files = store.files(ns.module)
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -87,7 +87,10 @@ def warmup(module: str, script=None, cache=True, progress: bool = True, **option
         raise WarmupError(f"warm-up takes a top-level module name such as 'kornia', got {module!r}")
     if cache is False or cache is None:
         raise WarmupError("a warm-up stores graphs: cache= must be True or a directory")
-    store = store_for(cache)
+    try:
+        store = store_for(cache)
+    except ValueError as exc:       # a bad $LAZYTRACE_CACHE_MAX_MB
+        raise WarmupError(str(exc)) from None
     where, (kind, target) = find_script(module, script)
     start = time.perf_counter()
     with enable(module, cache=store.directory, **options) as layer:

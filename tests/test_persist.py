@@ -476,6 +476,43 @@ def test_tampered_descriptions_are_refused(lib, tmp_path, attack):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("where", ["header", "literal"])
+def test_a_description_nested_too_deep_is_refused(lib, tmp_path, where):
+    """JSON nested deeper than Python's recursion limit (in the header, or a literal nested just
+    under json's own limit that the decoder walks) is a damaged file, not a RecursionError at the call."""
+    cache = tmp_path / "cache"
+    path, x = _stored(lib, cache)
+    if where == "header":
+        data = path.read_bytes()
+        _, metadata = read_description(data)
+        path.write_bytes(st_save(st_load(data), metadata={**metadata, "lazytrace": "[" * 10**5 + "]" * 10**5}))
+    else:
+        _rewrite(path, lambda content: content["graphs"][0]["nodes"][0]["args"].append(
+            json.loads("[" * 900 + "]" * 900)))
+    _retraced_safely(lib, cache, path, x)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_link_or_special_file_in_place_of_a_graph_file_is_refused(lib, tmp_path, kind):
+    """What lazytrace never writes in its directory is refused unread: a symbolic link (to
+    /dev/zero or a huge file it read whole; its target was touched as a used cache file) or a
+    FIFO (opening it blocked the call)."""
+    cache = tmp_path / "cache"
+    path, x = _stored(lib, cache)
+    target = tmp_path / "elsewhere.lzt"
+    target.write_bytes(path.read_bytes())            # even a valid graph file
+    os.utime(target, (1000, 1000))
+    path.unlink()
+    if kind == "symlink":
+        path.symlink_to(target)
+    else:
+        os.mkfifo(path)
+    _retraced_safely(lib, cache, path, x)
+    assert target.stat().st_mtime == 1000 and not path.is_symlink()      # the new trace replaced it
+    assert path.is_file() and path.stat().st_size > 0
+
+
 def test_a_file_copied_under_another_key_is_refused(lib, tmp_path):
     cache = tmp_path / "cache"
     path, x = _stored(lib, cache)
@@ -592,6 +629,50 @@ def test_a_global_computed_at_import_read_by_unseen_code_misses_in_another_proce
     assert result["same"] and result["loaded"] == 0 and result["traces"] == 1
 
 
+def test_a_process_of_other_module_data_adds_its_graph_and_keeps_the_stored_one(temp_library, tmp_path, monkeypatch):
+    """Processes whose libraries computed other data at import (a config flag, kornia's checks
+    switch) share a file: each one's trace is added beside the others'. The second process used
+    to drop the first one's graph (it kept only what matched its own data): a warm-up was lost,
+    and two configurations retraced each other's signature in turn."""
+    name, _ = temp_library(IMPORT_TIME_LIBRARY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.by_method, cache=cache)(torch.rand(3))      # SCALE 2 (as warmed)
+    code = """
+        g = lazytrace.trace_graph(lib.by_method, cache=cache)
+        x = torch.rand(3)
+        print(json.dumps({"same": torch.equal(g(x), x * lib.SCALE), **g.stats.as_dict()}))
+    """
+    monkeypatch.setenv("LT_PROBE_SCALE", "5")
+    first = run_fresh(lib, cache, code)
+    assert first["same"] and first["loaded"] == 0 and first["stored"] == 1
+    for scale in ("2", "5"):          # both kept: each replays without tracing
+        monkeypatch.setenv("LT_PROBE_SCALE", scale)
+        result = run_fresh(lib, cache, code)
+        assert result["same"] and result["loaded"] == 1 and result["traces"] == 0, (scale, result)
+    assert len(stored_files(cache)) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and two CPUs")
+@pytest.mark.xfail(strict=True, reason="facts of the process or machine read in Python outside the frameworks "
+                   "(os.sched_getaffinity, os.cpu_count, platform) are baked like constants and are no part "
+                   "of a stored key: another process or machine replays the trace's value")
+def test_a_machine_fact_read_in_python_misses_in_a_process_that_differs(temp_library, tmp_path):
+    name, _ = temp_library("import os\ndef per_cpu(x):\n    return x * len(os.sched_getaffinity(0))\n")
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    lazytrace.trace_graph(lib.per_cpu, cache=cache)(torch.rand(3))
+    result = run_fresh(lib, cache, """
+        import os
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        g = lazytrace.trace_graph(lib.per_cpu, cache=cache)
+        x = torch.rand(3)
+        print(json.dumps({"same": torch.equal(g(x), lib.per_cpu(x)), **g.stats.as_dict()}))
+    """)
+    assert result["same"]
+
+
 def test_environment_variable_opts_in(lib, tmp_path, monkeypatch):
     cache = tmp_path / "from-env"
     monkeypatch.setenv("LAZYTRACE_CACHE", "1")
@@ -622,6 +703,28 @@ def test_eviction_removes_least_recently_used(tmp_path):
     store.update(fourth, lambda current: b"y" * 1000)   # 4000 bytes > 3500: one must go
     assert [p.exists() for p in paths] == [True, False, True] and fourth.exists()
     assert store.size() <= 3500
+
+
+@pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX file modes")
+def test_stored_files_get_the_modes_of_ordinary_files(tmp_path):
+    """A file is readable by whom the umask allows, as any file the user writes (mkstemp's 0600
+    made a cache warmed by one user, e.g. at a container's build, unreadable to the service's)."""
+    old = os.umask(0o022)
+    os.umask(old)
+    path = GraphStore(tmp_path).path("m", "f", "0" * 40)
+    GraphStore(tmp_path).update(path, lambda current: b"data")
+    assert path.stat().st_mode & 0o777 == 0o666 & ~old
+
+
+def test_a_file_larger_than_the_bound_is_refused_unread(tmp_path):
+    store = GraphStore(tmp_path, max_bytes=100)
+    path = store.path("m", "f", "0" * 40)
+    path.parent.mkdir()
+    path.write_bytes(b"x" * 101)
+    with pytest.raises(CorruptEntry, match="larger"):
+        store.read(path)
+    path.write_bytes(b"x" * 100)
+    assert store.read(path) == b"x" * 100
 
 
 def test_reads_touch_a_file_at_most_once_a_minute(tmp_path):

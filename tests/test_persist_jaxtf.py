@@ -136,6 +136,28 @@ def test_jax_graphs_replay_in_a_fresh_process_without_tracing(jlib, tmp_path):
     assert result["stats"]["mix"]["prewarmed"] == 1
 
 
+def test_a_jax_graph_stored_with_other_devices_misses(temp_library, tmp_path):
+    """Code reading the number of devices in Python (len(jax.devices()), jax.device_count()) bakes
+    it: a process with other devices (jax_num_cpu_devices, XLA_FLAGS, CUDA_VISIBLE_DEVICES) replayed
+    the other process's count."""
+    lib = make_lib(temp_library, "import jax\ndef per_device(x):\n    return x * len(jax.devices())\n")
+    cache = tmp_path / "cache"
+
+    def run(devices):
+        return run_fresh(lib, cache, f"""
+            import jax, jax.numpy as jnp
+            jax.config.update("jax_num_cpu_devices", {devices})
+            g = lazytrace.trace_graph(lib.per_device, cache=cache)
+            x = jnp.arange(3.0)
+            print(json.dumps({{"same": bool((g(x) == lib.per_device(x)).all()), **g.stats.as_dict()}}))
+        """)
+    assert run(2)["stored"] == 1
+    other = run(1)
+    assert other["same"] and other["loaded"] == 0 and other["traces"] == 1
+    again = run(2)
+    assert again["same"] and again["loaded"] == 1 and again["traces"] == 0
+
+
 def test_jax_constants_keep_weak_type_and_bfloat16_after_loading(jlib, tmp_path):
     cache = tmp_path / "cache"
     b = jnp.asarray([0.5, 1.0, 2.0], dtype=jnp.bfloat16)
@@ -168,6 +190,61 @@ def test_a_jax_graph_without_a_name_for_each_call_is_not_stored(jlib, tmp_path):
 def tlib(temp_library):
     pytest.importorskip("tensorflow")
     return make_lib(temp_library, TF_LIBRARY)
+
+
+@pytest.mark.parametrize("setting", ["devices", "threads"])
+def test_a_tf_graph_stored_under_another_device_or_thread_configuration_misses(temp_library, tmp_path, setting):
+    """Code reading TensorFlow's configuration in Python (its logical devices, thread pools) bakes it:
+    a process configured otherwise replayed the other process's values."""
+    pytest.importorskip("tensorflow")
+    lib = make_lib(temp_library, "import tensorflow as tf\n"
+                                 "def scaled(x):\n"
+                                 "    return x * (len(tf.config.list_logical_devices('CPU'))\n"
+                                 "                + tf.config.threading.get_inter_op_parallelism_threads())\n")
+    cache = tmp_path / "cache"
+    configure = {"devices": "tf.config.set_logical_device_configuration(tf.config.list_physical_devices('CPU')[0], "
+                            "[tf.config.LogicalDeviceConfiguration()] * 2)",
+                 "threads": "tf.config.threading.set_inter_op_parallelism_threads(3)"}[setting]
+
+    def run(configured):
+        return run_fresh(lib, cache, f"""
+            import tensorflow as tf
+            if {configured}:
+                {configure}
+            g = lazytrace.trace_graph(lib.scaled, cache=cache)
+            x = tf.ones(2)
+            print(json.dumps({{"same": bool(tf.reduce_all(g(x) == lib.scaled(x))), **g.stats.as_dict()}}))
+        """)
+    assert run(False)["stored"] == 1
+    other = run(True)
+    assert other["same"] and other["loaded"] == 0 and other["traces"] == 1
+    again = run(False)
+    assert again["same"] and again["loaded"] == 1 and again["traces"] == 0
+
+
+def test_preloading_tf_graphs_leaves_tensorflow_unstarted(temp_library, tmp_path):
+    """A library's stored TF graphs preloaded at import must not start TensorFlow's context (they
+    rebuilt tensors then): the user's device configuration after the import raised RuntimeError
+    'Virtual devices cannot be modified after being initialized'. They load at the first call."""
+    pytest.importorskip("tensorflow")
+    lib = make_lib(temp_library, "import tensorflow as tf\ndef double(x):\n    return x * 2.0 + 1.0\n")
+    cache = tmp_path / "cache"
+    code = """
+        import tensorflow as tf
+        g = lazytrace.trace_graph(lib.double, cache=cache)          # preloads here
+        try:
+            tf.config.set_logical_device_configuration(tf.config.list_physical_devices('CPU')[0],
+                                                       [tf.config.LogicalDeviceConfiguration()] * 2)
+            configured = True
+        except RuntimeError:
+            configured = False
+        x = tf.constant([1.0, 2.0])
+        print(json.dumps({"configured": configured, "same": bool(tf.reduce_all(g(x) == lib.double(x))),
+                          **g.stats.as_dict()}))
+    """
+    assert run_fresh(lib, cache, code)["stored"] == 1
+    result = run_fresh(lib, cache, code)
+    assert result["configured"] and result["same"] and result["loaded"] == 1 and result["traces"] == 0
 
 
 def test_tensorflow_graphs_replay_in_a_fresh_process_and_read_variables_live(tlib, tmp_path):

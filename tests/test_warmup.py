@@ -10,6 +10,7 @@ import torch
 
 import lazytrace
 from lazytrace import cli
+from lazytrace.persist import store_for
 from lazytrace.warmups import WarmupError, find_script
 
 LIBRARY = '''
@@ -121,6 +122,19 @@ def test_missing_scripts_are_clear_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["warmup", "no_such_module_xyz", "--cache-dir", str(tmp_path)])
     assert exc.value.code == 2 and "no warm-up script" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("size", ["abc", "-5", "0", "inf", "1e400", "1e-9"])
+def test_a_bad_size_bound_in_the_environment_is_a_clear_error(tmp_path, capsys, monkeypatch, size):
+    """LAZYTRACE_CACHE_MAX_MB that is not a positive size: an error naming the variable (a usage
+    error from the commands, not a traceback; 'inf' raised OverflowError, '-5' a message without it)."""
+    monkeypatch.setenv("LAZYTRACE_CACHE_MAX_MB", size)
+    with pytest.raises(ValueError, match=f"LAZYTRACE_CACHE_MAX_MB='{size}'"):
+        store_for(tmp_path)
+    for argv in (["cache", "info", "--cache-dir", str(tmp_path)], ["warmup", "kornia", "--cache-dir", str(tmp_path)]):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        assert exc.value.code == 2 and f"error: LAZYTRACE_CACHE_MAX_MB='{size}'" in capsys.readouterr().err
 
 
 def test_cache_ls_info_clear(lib, tmp_path, capsys):

@@ -325,6 +325,11 @@ class Backend:
     #: modules a stored graph's calls are named in ('module:attr' or 'module:Class.attr')
     persist_roots: tuple = ()
 
+    def persist_environment(self) -> dict:
+        """What else of this process a stored graph's key holds: facts code reads in Python
+        that stay the same within a process but not from one to the next (JAX: its devices)."""
+        return {}
+
     def persist_root(self, module: str) -> bool:
         """Whether a stored graph's call may be named in this module (read with its attributes only)."""
         return module in self.persist_roots

@@ -521,6 +521,18 @@ class TensorflowBackend(Backend):
             self._distribution = tuple(name for name, _ in distribution_versions("tensorflow")) or ("tensorflow",)
         return self._distribution
 
+    def persist_environment(self):
+        """The logical devices and the thread pools' sizes, fixed when TensorFlow's context starts:
+        code reads them in Python (len(tf.config.list_logical_devices()), get_*_parallelism_threads),
+        which a graph bakes; another process can configure others. Not read before the context
+        starts (that would start it, and forbid the user's own configuration): Unavailable."""
+        if not getattr(context.context(), "_initialized", True):      # (a private flag: assumed started if gone)
+            from ..persist.codec import Unavailable
+            raise Unavailable("TensorFlow's context has not started: the devices its key names are not known yet")
+        threading = tf.config.threading
+        return {"devices": [device.name for device in tf.config.list_logical_devices()],
+                "threads": [threading.get_inter_op_parallelism_threads(), threading.get_intra_op_parallelism_threads()]}
+
     def persist_root(self, module):
         """tensorflow and its API modules (tensorflow.math ...: imported on first use, as
         `tf.math` imports it), and TensorFlow's implementation modules that `import tensorflow`

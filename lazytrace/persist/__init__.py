@@ -164,7 +164,7 @@ class PersistentCache:
         """(backend, [plans]) stored for this key; (None, []) when there are none."""
         try:
             backend, ident, path = self._locate(key, backends)
-        except NotStorable:
+        except (NotStorable, Unavailable):
             return None, []
         try:
             data = self.store.read(path)
@@ -193,15 +193,15 @@ class PersistentCache:
         def merge(current):
             existing = []
             if current is not None:
-                try:
-                    existing = [_encode(backend, p) for p in read_file(backend, current, ident)]
+                try:      # as stored, with the code state of the process that traced each (kept, not filtered)
+                    existing = [(doc, named) for _, doc, named in _graphs(backend, current, ident)]
                 except (CorruptEntry, Unavailable):
                     existing = []      # replaced by ours
             texts = {json.dumps(doc, sort_keys=True) for doc, _ in existing}
             new = [d for d in docs if json.dumps(d[0], sort_keys=True) not in texts]
             if not new:
                 return None
-            return _pack(backend, ident, (existing + new)[:MAX_STORED_VARIANTS], described)
+            return _pack(backend, ident, (existing + new)[-MAX_STORED_VARIANTS:], described)
 
         self.store.update(path, merge)
 
@@ -231,6 +231,16 @@ def read_file(backend, data: bytes, ident: dict | None) -> list:
 
 
 def _plans(backend, data: bytes, content: dict, metadata: dict, ident: dict | None) -> list:
+    """The plans of a file usable here: with `ident`, those whose code and module data are as now."""
+    return [plan for plan, doc, _ in _graphs(backend, data, ident, content, metadata)
+            if ident is None or unchanged(plan, doc.get("code"))]
+
+
+def _graphs(backend, data: bytes, ident: dict | None, content=None, metadata=None) -> list[tuple]:
+    """(plan, stored description, {name: array}) of every graph in a file, whatever code state
+    it was traced under; CorruptEntry as read_file."""
+    if content is None:
+        content, metadata = read_description(data)
     if ident is not None and content.get("key") != ident:
         raise CorruptEntry("it was stored under another key (renamed or tampered with)")
     try:
@@ -246,9 +256,7 @@ def _plans(backend, data: bytes, content: dict, metadata: dict, ident: dict | No
         named = {name[len(prefix):]: a for name, a in arrays.items() if name.startswith(prefix)}
         if type(doc) is not dict:
             raise CorruptEntry("malformed graph description")
-        plan = codec.decode(backend, doc, named)
-        if ident is None or unchanged(plan, doc.get("code")):
-            plans.append(plan)          # else code it ran has changed since: a miss
+        plans.append((codec.decode(backend, doc, named), doc, named))
     return plans
 
 
@@ -278,7 +286,7 @@ def read_description(data: bytes) -> tuple[dict, dict]:
         header = json.loads(data[8:8 + size])
         metadata = header["__metadata__"]
         content = json.loads(metadata["lazytrace"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:     # RecursionError: nested too deep
         raise CorruptEntry(f"not a lazytrace graph file ({type(exc).__name__}: {exc})") from None
     if type(content) is not dict or type(metadata) is not dict:
         raise CorruptEntry("not a lazytrace graph file")

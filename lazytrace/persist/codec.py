@@ -330,7 +330,7 @@ def decode_call(backend, doc, start_devices=False) -> tuple[tuple, dict]:
             kwargs[name] = dec(value)
     except CorruptEntry:
         raise
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, RecursionError) as exc:
         raise CorruptEntry(f"malformed call description: {type(exc).__name__}: {exc}") from None
     return args, kwargs
 
@@ -397,7 +397,7 @@ def decode(backend, doc: dict, arrays: dict) -> Plan:
         return _decode(backend, doc, arrays)
     except CorruptEntry:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
         raise CorruptEntry(f"malformed graph description: {type(exc).__name__}: {exc}") from None
 
 

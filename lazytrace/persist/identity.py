@@ -368,7 +368,8 @@ def environment(backend) -> dict:
     """The parts of the key that describe the running software."""
     return {"format": FORMAT_VERSION, "python": sys.implementation.cache_tag + " " + sys.version,
             "lazytrace": package_fingerprint("lazytrace"),
-            "framework": [backend.name, *framework_versions(backend.distribution)]}
+            "framework": [backend.name, *framework_versions(backend.distribution)],
+            **backend.persist_environment()}
 
 
 def framework_versions(distribution) -> list:

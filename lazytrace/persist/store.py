@@ -8,6 +8,7 @@ recently used files are deleted.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -15,8 +16,10 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from stat import S_ISREG
 
 from ..envflags import env_flag
+from .codec import CorruptEntry
 
 ENV_ENABLE = "LAZYTRACE_CACHE"        # 1/true: graphs are stored and loaded by default
 ENV_DIR = "LAZYTRACE_CACHE_DIR"       # where (default: the per-user cache directory)
@@ -24,6 +27,7 @@ ENV_MAX_MB = "LAZYTRACE_CACHE_MAX_MB"  # size bound in MiB (default 1024)
 SUFFIX = ".lzt"
 _TMP_PREFIX = ".tmp-"
 _DEFAULT_MAX_BYTES = 1024 * 2**20
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _TOUCH_AFTER_S = 60          # a file read again within this time keeps its modification time
 
 
@@ -45,9 +49,12 @@ def _max_bytes_from_env() -> int:
     if not text:
         return _DEFAULT_MAX_BYTES
     try:
-        return int(float(text) * 2**20)
+        size = float(text)
     except ValueError:
-        raise ValueError(f"{ENV_MAX_MB}={text!r}: expected a size in MiB such as 512") from None
+        size = math.nan
+    if not (0 < size < math.inf) or int(size * 2**20) <= 0:
+        raise ValueError(f"{ENV_MAX_MB}={text!r}: expected a positive size in MiB such as 512")
+    return int(size * 2**20)
 
 
 @dataclass(frozen=True)
@@ -108,18 +115,29 @@ class GraphStore:
         self._listings[folder] = (stamp, out)
         return out
 
-    def read(self, path: Path) -> bytes | None:
+    def read(self, path: Path, touch: bool = True) -> bytes | None:
         """The file's bytes (None if there is none); its modification time is set to now (least
-        recently used goes first) unless it was already set in the last minute."""
+        recently used goes first) unless it was already set in the last minute. CorruptEntry for
+        what lazytrace never writes there: a symbolic link (to /dev/zero, a FIFO, a huge file: read
+        whole, it exhausts memory or blocks), anything but a regular file, a file over the bound."""
         try:
-            f = open(path, "rb", buffering=0)
+            fd = os.open(path, os.O_RDONLY | _NO_FOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
         except FileNotFoundError:
             return None
-        with f:
+        except OSError:
+            if _NO_FOLLOW and os.path.islink(path):
+                raise CorruptEntry("it is a symbolic link, which lazytrace never writes") from None
+            raise
+        with open(fd, "rb", buffering=0) as f:
+            stat = os.fstat(fd)
+            if not S_ISREG(stat.st_mode):
+                raise CorruptEntry("it is not a regular file")
+            if stat.st_size > self.max_bytes:
+                raise CorruptEntry(f"it is larger ({stat.st_size} bytes) than the cache's bound")
             data = f.readall()
-            if os.fstat(f.fileno()).st_mtime < time.time() - _TOUCH_AFTER_S:
+            if touch and stat.st_mtime < time.time() - _TOUCH_AFTER_S:
                 try:
-                    os.utime(f.fileno() if os.utime in os.supports_fd else path)
+                    os.utime(fd if os.utime in os.supports_fd else path)
                 except OSError:
                     pass
         return data
@@ -130,12 +148,17 @@ class GraphStore:
         from filelock import FileLock
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path.parent / ".lock")):
-            current = path.read_bytes() if path.exists() else None
+            try:
+                current = self.read(path, touch=False)
+            except CorruptEntry:
+                current = None          # replaced
             data = change(current)
             if data is None:
                 return
             fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
             try:
+                if hasattr(os, "fchmod"):       # mkstemp's 0600 would hide it from other users of a shared cache
+                    os.fchmod(fd, 0o666 & ~_umask())
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
                 os.replace(tmp, path)
@@ -209,6 +232,14 @@ def _safe_module(module: str) -> str:
     if not name.isidentifier():
         raise ValueError(f"not a module name: {module!r}")
     return name
+
+
+@lru_cache(maxsize=1)
+def _umask() -> int:
+    """The process's file-creation mask (read once: setting it back at once is the only way to read it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _remove(path: Path) -> None:
