@@ -261,8 +261,24 @@ def _mutable_data(value, package: str) -> bool:
 
 def _shallow(value, package):
     """A list, dict or set of immutable data (a table of tuples, valid names): its items, which stay
-    the same objects exactly while its text stays the same (compared by identity, without the text)."""
+    the same objects exactly while its text stays the same (compared by identity, without the text).
+    A class of the package: its attributes and the items of the lists, dicts and sets among them,
+    likewise ("class", ...; kornia's modules hold dozens of nn.Module classes)."""
     tp = type(value)
+    if isinstance(value, type):     # its number of attributes, and those its text holds (data, not methods)
+        attributes, data, tables = vars(value), [], []
+        for name, attribute in attributes.items():
+            if name.startswith("__"):
+                continue
+            if _mutable_data(attribute, package):
+                inner = _shallow(attribute, package)
+                if inner is None or inner[0] != "same":
+                    return None         # an object or class held by the class: by its text
+                tables.append((attribute, inner[1]))
+            elif callable(attribute) or isinstance(attribute, (staticmethod, classmethod, property)):
+                continue                # methods: no part of its text
+            data.append((name, attribute))
+        return ("class", len(attributes), tuple(name for name, _ in data), tuple(a for _, a in data), tuple(tables))
     parts = _parts(value) if tp is dict or tp is list or tp is set else None
     if parts is None or any(_mutable_data(x, package) for x in parts):
         return None
@@ -303,6 +319,11 @@ def _unchanged(value, check, package) -> bool:
     if check[0] == "same":
         parts = _parts(value)
         return len(parts) == len(check[1]) and all(map(operator.is_, parts, check[1]))
+    if check[0] == "class":
+        _, count, names, values, tables = check
+        attributes = vars(value)
+        return len(attributes) == count and all(map(operator.is_, map(attributes.get, names), values)) \
+            and (not tables or all(_unchanged(table, ("same", items), package) for table, items in tables))
     _, where, element = check
     try:
         return value[where] is element
