@@ -168,20 +168,27 @@ def _with_reciprocals(x):
     return x * 2 + np.ones(3) / np.arange(3.0)        # a constant whose computation divides by zero
 
 
+def _assert_errstate_followed(fn, mode: str, match: str) -> lazytrace.LazyGraph:
+    """Replays of `fn` under np.errstate({mode}="ignore") equal eager; under "raise" they raise
+    FloatingPointError as eager does (the graph's inf or nan came from a computation it made once)."""
+    lazy = lazytrace.trace_graph(fn)
+    with np.errstate(**{mode: "ignore"}):
+        for seed in range(2):
+            x = np.random.default_rng(seed).random(3)
+            assert np.array_equal(lazy(x), fn(x))
+        assert lazy.stats.hits == 1
+    with np.errstate(**{mode: "raise"}):
+        for seed in range(3):
+            with pytest.raises(FloatingPointError, match=match):
+                lazy(np.random.default_rng(seed).random(3))
+    return lazy
+
+
 def test_errstate_around_a_replay_of_a_constant_that_divided_by_zero():
     """Eager code divides by zero at every call (np.errstate decides: ignore, warn or raise); a
     graph computed that constant once: a graph holding inf or nan checks the error modes, so
     np.errstate(divide="raise") around a later call raises FloatingPointError as eager does."""
-    lazy = lazytrace.trace_graph(_with_reciprocals)
-    with np.errstate(divide="ignore"):
-        for seed in range(2):
-            x = np.random.default_rng(seed).random(3)
-            assert np.array_equal(lazy(x), _with_reciprocals(x))
-        assert lazy.stats.hits == 1
-    with np.errstate(divide="raise"):
-        for seed in range(3):
-            with pytest.raises(FloatingPointError, match="divide by zero"):
-                lazy(np.random.default_rng(seed).random(3))
+    lazy = _assert_errstate_followed(_with_reciprocals, "divide", "divide by zero")
     with np.errstate(divide="ignore"):
         x = np.random.default_rng(5).random(3)
         assert np.array_equal(lazy(x), _with_reciprocals(x))
@@ -199,13 +206,4 @@ def test_errstate_around_a_replay_of_a_numpy_scalar_literal_that_overflowed():
     """A NumPy scalar the Python code computed (inf from an overflow) reaches a call as a literal,
     not as a constant: the graph checks the error modes for it too, so np.errstate(over="raise")
     around a later call raises FloatingPointError as eager does (the graph returned inf)."""
-    lazy = lazytrace.trace_graph(_with_overflowed_scalar)
-    with np.errstate(over="ignore"):
-        for seed in range(2):
-            x = np.random.default_rng(seed).random(3)
-            assert np.array_equal(lazy(x), _with_overflowed_scalar(x))
-        assert lazy.stats.hits == 1
-    with np.errstate(over="raise"):
-        for seed in range(2):
-            with pytest.raises(FloatingPointError, match="overflow"):
-                lazy(np.random.default_rng(seed).random(3))
+    _assert_errstate_followed(_with_overflowed_scalar, "over", "overflow")
