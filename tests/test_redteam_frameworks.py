@@ -213,7 +213,7 @@ def test_tf_rerun_after_failed_trace_assigns_and_draws_once():
         assert np.array_equal(gl.normal([2]), ge.normal([2]))
 
 
-def _bump_and_append(x, seen):
+def _bump_in_place_and_append(x, seen):
     x.add_(1)
     seen.append(0)
     return x * 2
@@ -229,7 +229,7 @@ def test_torch_rerun_after_changed_list_writes_once():
         seen.append(0)
         return x + 0
 
-    for fn in (_bump_and_append, fill_and_append):
+    for fn in (_bump_in_place_and_append, fill_and_append):
         lazy = lazytrace.trace_graph(fn)
         for i in range(2):
             x_eager, x_lazy = torch.full((2,), float(i)), torch.full((2,), float(i))
@@ -270,9 +270,9 @@ def test_torch_rerun_after_changed_list_draws_and_writes_once():
                                        "would not undo its history): it is applied twice at the first call")
 def test_torch_rerun_after_changed_list_writes_a_grad_tensor_once():
     torch = pytest.importorskip("torch")
-    lazy = lazytrace.trace_graph(_bump_and_append)
+    lazy = lazytrace.trace_graph(_bump_in_place_and_append)
     leaf = torch.rand(2, requires_grad=True)
-    assert torch.equal(lazy(leaf * 1, []), _bump_and_append(leaf * 1, []))
+    assert torch.equal(lazy(leaf * 1, []), _bump_in_place_and_append(leaf * 1, []))
 
 
 # ---- NumPy -------------------------------------------------------------------------------------
