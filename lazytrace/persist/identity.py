@@ -202,6 +202,7 @@ def _module_data(module_name: str) -> str | None:
     memo = _data_memo.get(module_name)
     live = vars(module)
     version = _dict_version(live) if _dict_version is not None else None
+    namespace = None
     if memo is not None and (version is None or version != memo[5]):
         namespace = live.copy()
         if len(namespace) != len(memo[0]) or not all(map(operator.is_, namespace, memo[0])) \
@@ -211,7 +212,7 @@ def _module_data(module_name: str) -> str | None:
             _data_memo[module_name] = memo = (*memo[:5], version)
     if memo is not None and (not memo[3] or all(_unchanged(value, check, package) for _, value, check in memo[3])):
         return memo[4]
-    namespace = live.copy()
+    namespace = live.copy() if namespace is None else namespace
     digest, mutable = hashlib.sha256(), []
     for key, value in sorted(namespace.items()):
         if key.startswith("__"):
