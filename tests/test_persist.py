@@ -877,6 +877,103 @@ def test_the_module_data_memo_sees_every_change_of_the_globals_and_of_sets_in_pl
     assert identity.module_data(name) == first
 
 
+WATCHED_LIBRARY = """
+class Base:
+    LEVEL = 1
+
+
+class Config(Base):
+    SCALE = 2.0
+    TABLE = [1, 2]
+    LOOKUP = {"a": [1.0]}
+
+    def method(self):
+        return self.SCALE
+
+
+class Inner:
+    def __init__(self):
+        self.scale = 0.5
+        self.sizes = [3, 5]
+
+
+class Settings:
+    def __init__(self):
+        self.gain = 1.5
+        self.inner = Inner()
+        self.modes = {"x": {1, 2}}
+
+
+class Other:
+    def __init__(self):
+        self.gain = 1.5
+
+
+SETTINGS = Settings()
+OTHER = Other()
+TABLES = ({"k": [1, 2]}, {3, 4})
+ROWS = [{"a": 1}, (2, [3])]
+"""
+
+
+def _change(lib, what):
+    {"class attribute": lambda: setattr(lib.Config, "SCALE", 3.0),
+     "base class attribute": lambda: setattr(lib.Base, "LEVEL", 2),
+     "class list in place": lambda: lib.Config.TABLE.append(3),
+     "class dict value in place": lambda: lib.Config.LOOKUP["a"].append(2.0),
+     "class method replaced": lambda: setattr(lib.Config, "method", lambda self: 0),
+     "object attribute": lambda: setattr(lib.SETTINGS, "gain", 2.5),
+     "object attribute deleted": lambda: delattr(lib.SETTINGS, "gain"),
+     "nested object attribute": lambda: setattr(lib.SETTINGS.inner, "scale", 0.25),
+     "nested object list": lambda: lib.SETTINGS.inner.sizes.__setitem__(0, 7),
+     "object dict of sets": lambda: lib.SETTINGS.modes["x"].add(9),
+     "object class reassigned": lambda: setattr(lib.OTHER, "__class__", lib.Inner),
+     "dict in a tuple": lambda: lib.TABLES[0]["k"].append(5),
+     "set in a tuple": lambda: lib.TABLES[1].discard(3),
+     "dict in a list": lambda: lib.ROWS[0].update(a=2),
+     "list in a tuple in a list": lambda: lib.ROWS[1][1].append(4)}[what]()
+
+
+@pytest.mark.parametrize("what", ["class attribute", "base class attribute", "class list in place",
+                                  "class dict value in place", "class method replaced", "object attribute",
+                                  "object attribute deleted", "nested object attribute", "nested object list",
+                                  "object dict of sets", "object class reassigned", "dict in a tuple",
+                                  "set in a tuple", "dict in a list", "list in a tuple in a list"])
+def test_the_module_data_memo_gives_the_hash_of_the_data_now_after_any_change_in_place(what, temp_library):
+    # the memo watches classes, dicts and objects by CPython's version numbers (persist/versions.py):
+    # after any change its hash is the one computed afresh, and without a change it is kept as it is
+    name, _ = temp_library(WATCHED_LIBRARY)
+    lib = __import__(name)
+    first = identity.module_data(name)
+    memo = identity._data_memo[name]
+    assert identity.module_data(name) == first and identity._data_memo[name] is memo     # nothing changed
+    _change(lib, what)
+    seen = identity.module_data(name)
+    identity._data_memo.pop(name)
+    assert seen == identity.module_data(name)                  # the memo's answer = a fresh computation
+    if what != "class method replaced":                        # methods are no data
+        assert seen != first
+
+
+def test_the_version_readers_follow_cpythons_own_numbers():
+    versions = pytest.importorskip("lazytrace.persist.versions")
+    testcapi = pytest.importorskip("_testcapi")
+    if versions.type_view(int) is None and versions._TYPE_OFFSET is None:
+        pytest.skip("no class version tags on this Python")
+
+    class Probe:
+        pass
+    view, tag = versions.type_view(Probe)
+    assert tag == testcapi.type_get_version(Probe) != 0
+    Probe.x = 1
+    assert view.value == 0
+    assert versions.type_view(Probe)[1] not in (0, tag)
+    d = {}
+    before = versions.dict_version(d)
+    d["a"] = 1
+    assert versions.dict_version(d) != before
+
+
 STATE_LIBRARY = """
 import torch
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import ctypes
 import enum
 import hashlib
 import inspect
@@ -21,12 +20,12 @@ import linecache
 import operator
 import os
 import sys
-import sysconfig
 import weakref
 from functools import lru_cache
 
 import importlib_metadata
 
+from . import versions
 from .codec import NotStorable
 
 #: bumped whenever the stored description of a graph changes meaning
@@ -168,30 +167,13 @@ def module_data(module_name: str) -> str | None:
     return memo[module_name]
 
 
-#: module name -> (its globals' names, their ids, _holders, [(key, value, check)] of its data that can change in
-#: place, hash, the version of its dict then): a module whose globals are the same objects, with that data
-#: unchanged, has the same hash (a preloaded graph's first call checks its modules again: see LazyGraph._confirm)
+#: module name -> (its globals' names, their ids, _holders, (watch, [(key, value, check)]) of its data that can
+#: change in place, hash, the version of its dict then): a module whose globals are the same objects, with that
+#: data unchanged, has the same hash (a preloaded graph's first call checks its modules again: see
+#: LazyGraph._confirm). `watch` covers in O(1) each class, dict and object of that data (versions.py); the list
+#: holds the data no version covers (other Pythons, text that fails), checked by _unchanged.
 _data_memo: dict = {}
 _FROZEN = frozenset({type(None), bool, int, float, complex, str, bytes})
-
-
-def _version_reader():
-    """A function giving a dict's version (PEP 509: CPython 3.11-3.13 give every dict a number from one
-    counter, taken anew at each change of any of its entries; dynamo's DICT_VERSION guard reads the same
-    field), or None where that field is not there (3.14+, free-threaded builds, other Pythons): the
-    memo then compares the globals one by one."""
-    if sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13) \
-            or sysconfig.get_config_var("Py_GIL_DISABLED"):
-        return None
-    offset = object.__basicsize__ + ctypes.sizeof(ctypes.c_ssize_t)
-    field = ctypes.c_uint64.from_address
-
-    def version(d: dict) -> int:        # PyDictObject: PyObject_HEAD, ma_used, ma_version_tag
-        return field(id(d) + offset).value
-    return version
-
-
-_dict_version = _version_reader()
 
 
 def _module_data(module_name: str) -> str | None:
@@ -201,7 +183,7 @@ def _module_data(module_name: str) -> str | None:
     package = module_name.partition(".")[0]
     memo = _data_memo.get(module_name)
     live = vars(module)
-    version = _dict_version(live) if _dict_version is not None else None
+    version = versions.dict_version(live)
     namespace = None
     if memo is not None and (version is None or version != memo[5]):
         namespace = live.copy()
@@ -210,10 +192,11 @@ def _module_data(module_name: str) -> str | None:
             memo = None
         elif version is not None:                   # set again to the same objects: the same data
             _data_memo[module_name] = memo = (*memo[:5], version)
-    if memo is not None and (not memo[3] or all(_unchanged(value, check, package) for _, value, check in memo[3])):
+    if memo is not None and _watched(memo[3][0]) and \
+            all(_unchanged(value, check, package) for _, value, check in memo[3][1]):
         return memo[4]
     namespace = live.copy() if namespace is None else namespace
-    digest, mutable = hashlib.sha256(), []
+    digest, watch, mutable = hashlib.sha256(), ([], [], [], []), []
     for key, value in sorted(namespace.items()):
         if key.startswith("__"):
             continue
@@ -223,13 +206,75 @@ def _module_data(module_name: str) -> str | None:
             if _mutable_data(value, package):
                 mutable.append((key, value, _failing_part(value)))
             continue
-        if _mutable_data(value, package):
+        if _mutable_data(value, package) and not _watch(value, package, watch):
             mutable.append((key, value, _shallow(value, package) or text))
         digest.update(f"{key}\0{text}\n".encode("utf-8", "surrogatepass"))
     _data_memo[module_name] = (tuple(namespace), tuple(map(id, namespace.values())),
-                               _holders(module_name, namespace.values()), mutable, digest.hexdigest(),
-                               version if _dict_version is None or version == _dict_version(live) else None)
+                               _holders(module_name, namespace.values()), (tuple(map(tuple, watch)), mutable),
+                               digest.hexdigest(), version if version == versions.dict_version(live) else None)
     return digest.hexdigest()
+
+
+def _watch(value, package: str, watch: tuple) -> bool:
+    """Add to `watch` ([(version view, version)], [(object, class, its dict)], [(list or set, items)],
+    [objects held]) what keeps the data text of `value` (a module global) the same: the versions of
+    its classes and dicts, the class and dict of its objects, the items of its lists and sets. False
+    (and nothing added) where a part has no version to read."""
+    sizes = [len(part) for part in watch]
+    if _watch_parts(value, package, 3, False, *watch):
+        return True
+    for part, size in zip(watch, sizes):
+        del part[size:]
+    return False
+
+
+def _watch_parts(value, package, depth, literal, stamps, homes, items, held) -> bool:
+    """_watch for `value` as _data_text (or, `literal`, _literal_text inside a container) reads it."""
+    tp = type(value)
+    if tp in _FROZEN or isinstance(value, enum.Enum):
+        return True
+    parts = ()
+    if tp is tuple or tp is frozenset:
+        parts = value
+    elif tp is list or tp is set:
+        parts = tuple(value)
+        items.append((value, parts))
+    elif tp is dict:
+        view = versions.dict_view(value)
+        if view is None:
+            return False
+        stamps.append((view, view.value))
+        held.append(value)
+        parts = (*value, *value.values())
+    else:
+        cls = isinstance(value, type)
+        home = value.__module__ if cls else tp.__module__
+        if literal or depth <= 0 or str(home).partition(".")[0] != package or not hasattr(value, "__dict__"):
+            return True         # no text (_literal_text fails) while it is the same object
+        attributes = vars(value)
+        if cls:
+            found = versions.type_view(value)
+            if found is None:
+                return False
+            stamps.append(found)
+        else:
+            view = versions.dict_view(attributes) if type(attributes) is dict else None
+            if view is None:
+                return False
+            stamps.append((view, view.value))
+            homes.append((value, tp, attributes))
+        held.append(value)
+        return all(_watch_parts(a, package, depth - 1, False, stamps, homes, items, held)
+                   for name, a in attributes.items() if not (cls and name.startswith("__")))
+    return all(_watch_parts(x, package, depth, True, stamps, homes, items, held) for x in parts)
+
+
+def _watched(watch) -> bool:
+    """Whether everything `watch` (see _watch) covers is unchanged."""
+    stamps, homes, items, _ = watch
+    return all(view.value == number for view, number in stamps) and \
+        all(type(obj) is tp and vars(obj) is attributes for obj, tp, attributes in homes) and \
+        all(len(container) == len(parts) and all(map(operator.is_, container, parts)) for container, parts in items)
 
 
 def _holders(module_name, values) -> list:
