@@ -655,9 +655,6 @@ def test_a_process_of_other_module_data_adds_its_graph_and_keeps_the_stored_one(
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs CPU affinity and two CPUs")
-@pytest.mark.xfail(strict=True, reason="facts of the process or machine read in Python outside the frameworks "
-                   "(os.sched_getaffinity, os.cpu_count, platform) are baked like constants and are no part "
-                   "of a stored key: another process or machine replays the trace's value")
 def test_a_machine_fact_read_in_python_misses_in_a_process_that_differs(temp_library, tmp_path):
     name, _ = temp_library("import os\ndef per_cpu(x):\n    return x * len(os.sched_getaffinity(0))\n")
     lib = __import__(name)

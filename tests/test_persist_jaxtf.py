@@ -404,3 +404,33 @@ def test_tampered_jax_call_parameters_never_fail_the_call(jlib, tmp_path, params
         fresh = lazytrace.trace_graph(jlib.mix, cache=cache)
         y = jnp.asarray(np.random.rand(3, 4).astype(np.float32))
         assert _equal(fresh(y), jlib.mix(y))
+
+
+def test_a_jax_function_replaced_before_or_after_the_load_is_called_as_eager_calls_it(jlib, tmp_path):
+    # `jnp.sin` records JAX's sin primitive, which does not name jnp.sin: the stored graph names the
+    # framework functions its code read, so a jnp.sin replaced before the load misses, and one replaced
+    # after it is seen by the loaded graph's checks
+    cache = tmp_path / "cache"
+    lazy = lazytrace.trace_graph(jlib.mix, cache=cache)
+    lazy(jnp.asarray(np.random.rand(3, 4).astype(np.float32)))
+    assert lazy.stats.stored == 1
+    result = run_fresh(jlib, cache, """
+        import jax, jax.numpy as jnp
+        x = jnp.asarray(np.random.default_rng(3).random((3, 4), dtype=np.float32))
+        original = jnp.sin
+        jnp.sin = jnp.cos                                   # before the load
+        before = lazytrace.trace_graph(lib.mix, cache=cache)
+        same_before = all(np.array_equal(g, w) for g, w in zip(before(x), lib.mix(x)))
+        jnp.sin = original
+        after = lazytrace.trace_graph(lib.mix, cache=cache)
+        same_loaded = all(np.array_equal(g, w) for g, w in zip(after(x), lib.mix(x)))
+        jnp.sin = jnp.cos                                   # after the load and first call
+        same_after = all(np.array_equal(g, w) for g, w in zip(after(x), lib.mix(x)))
+        jnp.sin = original
+        print(json.dumps({"same": [same_before, same_loaded, same_after], "before": before.stats.as_dict(),
+                          "after": after.stats.as_dict()}))
+    """)
+    assert result["same"] == [True, True, True]
+    assert result["before"]["loaded"] == 0 and result["before"]["traces"] == 1
+    assert result["after"]["loaded"] == 1 and result["after"]["hits"] >= 1
+    assert result["after"]["traces"] + result["after"]["eager"] >= 1      # the replaced jnp.sin was seen

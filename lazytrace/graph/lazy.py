@@ -319,7 +319,7 @@ class LazyGraph:
         a rebuilt call of its signature (lazytrace.persist.prewarm). Returns the graphs loaded."""
         if self._disabled:
             return 0
-        from ..persist import prewarm, store_for
+        from ..persist import plan_data, prewarm, store_for
         store = store_for(self._options.cache)
         if store is None or not store.has_files(self._fn):
             return 0
@@ -360,6 +360,7 @@ class LazyGraph:
                     self.stats.prewarmed += 1
                 else:
                     self.stats.not_prewarmed[reason] += 1
+                plan_data(graph._plan)      # the check its first call makes (_confirm): its code and memos warm too
             loaded += len(graphs)
         self.stats.loaded += loaded
         if fast:               # the most recently used signature takes the fast path at once

@@ -63,10 +63,14 @@ _CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunction
                types.ClassMethodDescriptorType, types.GetSetDescriptorType, functools.partial,
                staticmethod, classmethod, property)
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace, threading.local)
-#: what reads the process environment (`os.environ[...]`, `os.getenv(...)`, `from os import environ`)
-_ENVIRONMENT_NAMES = ("environ", "environb", "getenv", "getenvb")
-_ENVIRONMENT = tuple(getattr(os, name) for name in _ENVIRONMENT_NAMES if hasattr(os, name))
-_ENVIRONMENT_IDS = frozenset(map(id, _ENVIRONMENT))     # objects living as long as the process
+#: what reads the process environment or a fact of the process and machine, per module (None: all of it):
+#: `os.environ[...]`, `os.getenv(...)`, `len(os.sched_getaffinity(0))`, `platform.machine()`,
+#: `from multiprocessing import cpu_count` (another process or machine may see other values)
+_PROCESS_FACTS = {"os": frozenset({"environ", "environb", "getenv", "getenvb", "cpu_count", "process_cpu_count",
+                                   "sched_getaffinity", "uname", "getloadavg", "getpid", "getppid"}),
+                  "platform": None, "multiprocessing": frozenset({"cpu_count"}),
+                  "socket": frozenset({"gethostname"})}
+
 _CALLS = 8        # how many calls deep `start` follows functions held by globals (the whole chain of
                   # helpers a library function calls, typically 1 to 5; each code object is read once)
 _DEPTH = 3        # how many levels of objects held by objects are guarded (CONFIG.model.scale)
@@ -105,6 +109,25 @@ class _AnyType:
 
 
 _ANY = _AnyType()
+
+
+
+def _process_facts() -> frozenset:
+    """ids of the objects of _PROCESS_FACTS in the modules imported now (they live as long as the process)."""
+    found = set()
+    for module_name, names in _PROCESS_FACTS.items():
+        namespace = vars(sys.modules[module_name]) if module_name in sys.modules else {}
+        for name in namespace if names is None else names:
+            obj = namespace.get(name)
+            if obj is not None and (names is not None or callable(obj)):
+                found.add(id(obj))
+    return frozenset(found)
+
+
+def _reads_process(module, attribute) -> bool:
+    """Whether `module.attribute` is a read of _PROCESS_FACTS."""
+    names = _PROCESS_FACTS.get(getattr(module, "__name__", None), ())
+    return isinstance(module, types.ModuleType) and (names is None or attribute in names)
 
 
 def read_global(namespace: dict, name: str):
@@ -411,7 +434,8 @@ class PythonReads:
         self.framework_functions: dict = {}
         self._state_classes: set = set()   # classes whose methods' framework state reads are noted
         self.modules: set = set()   # names of the modules of that code
-        self.environment = False    # its code reads the process environment (not stored on disk)
+        self.environment = False    # its code reads the process environment or machine facts (not stored on disk)
+        self._facts = None          # _process_facts(), taken at the first plain global read
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
@@ -532,15 +556,14 @@ class PythonReads:
             if seen is not None and seen[0] is value and seen[1] <= depth:
                 continue
             done[(where, chain)] = (value, depth, namespace)     # (holding it: its id stays its own)
+            if self._facts is None:
+                self._facts = _process_facts()
+            if id(value) in self._facts or len(chain) > 1 and _reads_process(value, chain[1]):
+                self.environment = True
             if len(chain) == 1:             # a plain global (most reads)
-                if id(value) in _ENVIRONMENT_IDS:
-                    self.environment = True
                 self._global(namespace, name, depth)
                 continue
             attributes = list(chain[1:])
-            if id(value) in _ENVIRONMENT_IDS or (value is os and attributes[:1] and
-                                                 attributes[0] in _ENVIRONMENT_NAMES):
-                self.environment = True
             self._chain(namespace, name, attributes, depth, origin=namespace)
         for level, module, *attributes in imports:      # `import config` inside the function
             if not self._import(level, module, attributes, namespace, depth):
@@ -621,7 +644,7 @@ class PythonReads:
         if module is None:
             return False
         first, *rest = attributes[:-1] if attributes[-1] == _STORED else attributes
-        if module is os and first in _ENVIRONMENT_NAMES:
+        if _reads_process(module, first):
             self.environment = True
         if self._state_reads:           # `from torch import are_deterministic_algorithms_enabled`
             self._framework_state(module, (name, first, *rest))

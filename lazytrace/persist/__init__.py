@@ -211,8 +211,15 @@ def _encode(backend, plan) -> tuple[dict, dict]:
     of another package than the function's: an edit there must miss too) and what the globals
     holding code it read name (`ACT = torch.tanh if ... else torch.relu`, chosen at import)."""
     doc, arrays = codec.encode(backend, plan)
-    doc["code"] = identity.code_state(plan.packages, plan.code_globals, plan.modules)
+    doc["code"] = identity.code_state(plan.packages, _code_globals(plan), plan.modules)
     return doc, arrays
+
+
+def _code_globals(plan) -> tuple:
+    """(module, name) of the globals holding code a plan depends on: those its code read, and the
+    framework functions it read through a framework module (`jnp.sin`: a backend recording lower
+    calls, JAX's primitives, does not name them; one replaced before the load must miss)."""
+    return (*plan.code_globals, *((m, n) for m, n, _ in plan.framework_functions))
 
 
 def _pack(backend, ident: dict, docs: list, call) -> bytes:
@@ -263,7 +270,7 @@ def _graphs(backend, data: bytes, ident: dict | None, content=None, metadata=Non
 def unchanged(plan, code) -> bool:
     """Whether the code and module data a stored plan's trace depended on are still `code` (its
     stored code_state), checked at load."""
-    return identity.code_state(plan.packages, plan.code_globals, plan.modules, strict=False) == code
+    return identity.code_state(plan.packages, _code_globals(plan), plan.modules, strict=False) == code
 
 
 def plan_data(plan) -> dict:

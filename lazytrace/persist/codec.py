@@ -344,8 +344,8 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
         raise NotStorable("its constants depend on settings of this process (e.g. np.errstate for a "
                           "constant that divided by zero)")
     if plan.reads_environment:
-        raise NotStorable("the function reads the process environment (os.environ, os.getenv): another "
-                          "process may see other values")
+        raise NotStorable("the function reads the process environment or facts of the machine (os.environ, "
+                          "os.getenv, os.cpu_count, platform ...): another process may see other values")
     inputs, output_structure = plan.inputs, plan.output_structure
     refs: dict[int, list] = {id(v): ["i", i] for i, v in enumerate(inputs)}
     enc = _Encoder(backend, refs)
@@ -387,7 +387,8 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
            "cloned": [enc.value(v) for v in plan.cloned_outputs],
            "folded": plan.folded, "pruned": [_name(n.target) for n in plan.pruned],
            "visible_effects": plan.visible_effects, "packages": list(plan.packages),
-           "code_globals": [list(pair) for pair in plan.code_globals], "modules": list(plan.modules)}
+           "code_globals": [list(pair) for pair in plan.code_globals], "modules": list(plan.modules),
+           "framework_functions": [[m, n] for m, n, _ in plan.framework_functions]}
     return doc, enc.arrays
 
 
@@ -459,6 +460,9 @@ def _decode(backend, doc, arrays):
     code_globals = tuple(tuple(_list(pair, 2)) for pair in _list(doc["code_globals"]))
     if not all(type(m) is str and type(n) is str for m, n in code_globals):
         raise CorruptEntry("malformed global names")
+    framework_functions = tuple(tuple(_list(pair, 2)) for pair in _list(doc["framework_functions"]))
+    if not all(type(m) is str and type(n) is str for m, n in framework_functions):
+        raise CorruptEntry("malformed framework function names")
     modules = tuple(_list(doc["modules"]))
     if not all(type(m) is str and all(part.isidentifier() for part in m.split(".")) for m in modules):
         raise CorruptEntry("malformed module names")
@@ -467,5 +471,13 @@ def _decode(backend, doc, arrays):
                 pruned=[SimpleNamespace(target=SimpleNamespace(__qualname__=str(name)))
                         for name in _list(doc["pruned"])],
                 visible_effects=bool(doc["visible_effects"]), inputs=inputs, output_structure=dec(doc["outputs"]),
-                packages=packages, code_globals=code_globals, modules=modules)
+                packages=packages, code_globals=code_globals, modules=modules,
+                framework_functions=tuple((m, n, f) for m, n in framework_functions
+                                          if (f := _global_now(m, n)) is not None))     # unchanged() compares names
     return plan
+
+
+def _global_now(module_name: str, name: str):
+    """What a module global holds now (None: no such module or global); imports nothing."""
+    namespace = getattr(sys.modules.get(module_name), "__dict__", None)
+    return namespace.get(name) if type(namespace) is dict else None

@@ -43,7 +43,7 @@ def refusal(plan) -> str | None:
     if plan.visible_effects:
         return "writes into its inputs or other arrays the caller can see"
     if plan.reads_environment:
-        return "reads the process environment"
+        return "reads the process environment or facts of the machine"
     return None
 
 
