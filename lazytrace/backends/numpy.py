@@ -22,12 +22,14 @@ import numbers
 import pickle
 import operator
 import re
+import struct
 import warnings
 
 import numpy as np
 
 from ..graph.stateful import CallRecordingProxy
 
+from . import mtstate
 from .base import ArrayTracer, Backend, CallKind
 
 
@@ -176,6 +178,54 @@ class _ErrorModes:
             (np.geterr() == self.modes and np.geterrcall() is self.call)
 
 
+class _LegacyLayout:
+    """Fingerprints of legacy `RandomState`s (np.random's global one) read from memory (see
+    mtstate): the MT19937 key and position where the bit generator keeps them, and the cached
+    second Gaussian (`has_gauss`, `gauss`, in the RandomState itself: `np.random.randn()` may
+    use it without changing the key). The RandomState holds a struct pointing to the state,
+    then a struct {pointer to that struct, int has_gauss, double gauss}: found by those
+    pointers on a probe, checked against get_state() after draws."""
+
+    _GAUSS = struct.Struct("@id")       # has_gauss, then gauss (aligned as in the C struct)
+
+    def __init__(self):
+        self._gauss = self._locate()
+
+    def _locate(self) -> int | None:
+        probe = np.random.RandomState(20261123)
+        try:
+            size = type(probe).__basicsize__
+            held = mtstate.find_pointer(probe, size, probe._bit_generator.ctypes.state_address)
+            pointer = None if held is None else mtstate.find_pointer(probe, size, id(probe) + held)
+            if pointer is None:
+                return None
+            self._gauss = pointer + mtstate.POINTER_SIZE
+            for draw in (probe.standard_normal, probe.standard_normal, probe.random_sample):
+                draw()          # a pair drawn (has_gauss set), its second used (unset), a uniform
+                if self.token(probe) != self._public(probe):
+                    return None
+            return self._gauss
+        except Exception:       # noqa: BLE001 - any surprise: the public getter
+            return None
+
+    def token(self, rs):
+        bit_generator = rs._bit_generator
+        if self._gauss is None or type(rs) is not np.random.RandomState or \
+                type(bit_generator) is not np.random.MT19937:
+            return self._public(rs)
+        has_gauss, gauss = self._GAUSS.unpack(mtstate.read(rs, self._gauss, self._GAUSS.size))
+        return (mtstate.read_address(bit_generator.ctypes.state_address, mtstate.STATE_BYTES),
+                has_gauss, gauss if has_gauss else 0.0)
+
+    @staticmethod
+    def _public(rs):
+        if type(rs._bit_generator) is not np.random.MT19937:
+            return pickle.dumps(rs.get_state(legacy=False))
+        state = rs.get_state()
+        return (mtstate.key_bytes(state[1]) + struct.pack("@i", state[2]), state[3],
+                state[4] if state[3] else 0.0)
+
+
 class NumpyBackend(Backend):
     name = "numpy"
     sees_creation = False
@@ -194,6 +244,7 @@ class NumpyBackend(Backend):
         self._names: dict = {}
         self._kinds: dict = {}      # callable -> its kind, as far as the callable alone decides
         self._writes_first: dict = {}   # callable -> whether it writes into its first argument
+        self._legacy = None         # _LegacyLayout, found at the first rng_token
 
     def unkeyable_reason(self, tp):
         """A tracer stands in for an ndarray: it would multiply np.matrix objects elementwise and
@@ -337,8 +388,9 @@ class NumpyBackend(Backend):
         return None
 
     def rng_token(self, source=None):
-        state = np.random.get_state()
-        return (state[1].tobytes(), state[2], state[3], state[4])
+        if self._legacy is None:
+            self._legacy = _LegacyLayout()
+        return self._legacy.token(np.random.mtrand._rand)
 
     def brief(self, a) -> tuple:
         a = self.unwrap(a)
