@@ -519,18 +519,24 @@ class PythonReads:
         if type(namespace.get("__name__")) is str:
             self.modules.add(namespace["__name__"])
         done, where = self._done, id(namespace)
+        state_reads, readers, module_type = self._state_reads, self._state_readers, types.ModuleType
         for chain in reads:
             name = chain[0]
             value = namespace.get(name)
-            if self._state_reads:
-                self._framework_state(value, chain)
-            if len(chain) > 1 and isinstance(value, types.ModuleType):
-                self._framework_function(value, chain[1:])
             # the same read in another code object of this module, with the same object there:
-            # already handled, at this depth or a shallower one (which followed at least as far)
+            # already handled, at this depth or a shallower one (which followed at least as far;
+            # what it reads of the framework does not depend on the depth)
             seen = done.get((where, chain))
-            if seen is not None and seen[0] is value and seen[1] <= depth:
-                continue
+            if seen is not None and seen[0] is value:
+                if seen[1] <= depth:
+                    continue
+            elif type(value) is module_type or isinstance(value, module_type):
+                if state_reads:
+                    self._framework_state(value, chain)
+                if len(chain) > 1:
+                    self._framework_function(value, chain[1:])
+            elif state_reads and id(value) in readers:
+                self._framework_state(value, chain)
             done[(where, chain)] = (value, depth, namespace)     # (holding it: its id stays its own)
             if len(chain) == 1:             # a plain global (most reads)
                 if id(value) in _ENVIRONMENT_IDS:
