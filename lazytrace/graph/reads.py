@@ -392,7 +392,7 @@ class PythonReads:
     def __init__(self, snapshot, nothing, same, known, record, generator_state=lambda obj: None, state_reads=None):
         self._snapshot = snapshot
         self._state_reads = state_reads or {}   # (module, attribute) -> reader: see Backend.state_reads
-        self._state_readers = {id(r): (r, f"{m}.{a}()") for (m, a), r in _readers(self._state_reads).items()}
+        self._state_readers = {id(r): (r, key) for key, r in _readers(self._state_reads).items()}
         self._generator_state = generator_state     # the state of a random generator it does not record
         self._known = known
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
@@ -560,6 +560,8 @@ class PythonReads:
         (`from torch import are_deterministic_algorithms_enabled`): framework state that no call
         shows, checked like a global."""
         found = self._state_readers.get(id(value))
+        if found is not None:           # (module, attribute): its text is made only when it is read
+            found = (found[0], f"{found[1][0]}.{found[1][1]}()")
         attributes = iter(chain[1:])
         while found is None and isinstance(value, types.ModuleType):
             attribute = next(attributes, None)
