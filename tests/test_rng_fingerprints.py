@@ -132,3 +132,17 @@ def test_cached_python_gaussian_drawn_in_a_torch_function_is_not_baked():
     outs = [lazy(x) for _ in range(3)]
     assert lazy.stats.hits == 0 and "does not record" in next(iter(lazy.stats.reasons))
     assert not torch.equal(outs[1], outs[2])
+
+
+def test_numpy_snapshot_puts_the_state_back(numpy_token):
+    """snapshot_rng (what a trace undoes before the function runs again eagerly), from memory or
+    through get_state(): the key, its position and the cached Gaussian come back."""
+    backend = get_backend("numpy")
+    _gaussian_cached()
+    expected = np.random.get_state()
+    restore = backend.snapshot_rng()
+    np.random.randn(), np.random.randn(), np.random.randint(5, size=700)
+    restore()
+    now = np.random.get_state()
+    assert np.array_equal(now[1], expected[1]) and now[2:] == expected[2:]
+    assert np.random.randn() == (np.random.set_state(expected), np.random.randn())[1]

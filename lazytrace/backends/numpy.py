@@ -217,6 +217,21 @@ class _LegacyLayout:
         return (mtstate.read_address(bit_generator.ctypes.state_address, mtstate.STATE_BYTES),
                 has_gauss, gauss if has_gauss else 0.0)
 
+    def snapshot(self, rs):
+        """A function putting `rs`'s state back as it is now (read from memory: set_state builds
+        the key array only if it runs)."""
+        if self._gauss is None or type(rs) is not np.random.RandomState or \
+                type(rs._bit_generator) is not np.random.MT19937:
+            state = rs.get_state(legacy=False)
+            return lambda: rs.set_state(state)
+        raw, has_gauss, gauss = self.token(rs)
+
+        def restore():
+            key = np.frombuffer(raw, dtype=np.uint32, count=624).copy()
+            position = struct.unpack_from("@i", raw, key.nbytes)[0]
+            rs.set_state(("MT19937", key, position, has_gauss, gauss))
+        return restore
+
     @staticmethod
     def _public(rs):
         if type(rs._bit_generator) is not np.random.MT19937:
@@ -370,8 +385,9 @@ class NumpyBackend(Backend):
         return lambda: np.copyto(a, saved)
 
     def snapshot_rng(self):
-        state = np.random.get_state(legacy=False)
-        return lambda: np.random.set_state(state)
+        if self._legacy is None:
+            self._legacy = _LegacyLayout()
+        return self._legacy.snapshot(np.random.mtrand._rand)
 
     def from_numpy(self, data):
         return data
