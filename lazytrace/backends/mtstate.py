@@ -75,7 +75,7 @@ class PythonRandom:
         """A value that changes whenever `rng` draws or is reseeded."""
         if self._offset is None or type(rng) is not random.Random:
             return rng.getstate()
-        return read(rng, self._offset, 4 + _KEY_BYTES), rng.gauss_next
+        return read(rng, self._offset, 4 + _KEY_BYTES), getattr(rng, "gauss_next", None)
 
 
 def _python_words(state) -> bytes:

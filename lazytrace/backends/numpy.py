@@ -197,34 +197,40 @@ class _LegacyLayout:
             size = type(probe).__basicsize__
             held = mtstate.find_pointer(probe, size, probe._bit_generator.ctypes.state_address)
             pointer = None if held is None else mtstate.find_pointer(probe, size, id(probe) + held)
-            if pointer is None:
+            if pointer is None or pointer + mtstate.POINTER_SIZE + self._GAUSS.size > size:
                 return None
             self._gauss = pointer + mtstate.POINTER_SIZE
             for draw in (probe.standard_normal, probe.standard_normal, probe.random_sample):
                 draw()          # a pair drawn (has_gauss set), its second used (unset), a uniform
-                if self.token(probe) != self._public(probe):
+                if self._read(probe) != self._public(probe, exact=True):
                     return None
             return self._gauss
         except Exception:       # noqa: BLE001 - any surprise: the public getter
             return None
 
-    def token(self, rs):
-        bit_generator = rs._bit_generator
-        if self._gauss is None or type(rs) is not np.random.RandomState or \
-                type(bit_generator) is not np.random.MT19937:
-            return self._public(rs)
+    def _fast(self, rs) -> bool:
+        return self._gauss is not None and type(rs) is np.random.RandomState and \
+            type(rs._bit_generator) is np.random.MT19937
+
+    def _read(self, rs) -> tuple:
+        """(key and position as they lie in memory, has_gauss, gauss)."""
         has_gauss, gauss = self._GAUSS.unpack(mtstate.read(rs, self._gauss, self._GAUSS.size))
-        return (mtstate.read_address(bit_generator.ctypes.state_address, mtstate.STATE_BYTES),
-                has_gauss, gauss if has_gauss else 0.0)
+        return mtstate.read_address(rs._bit_generator.ctypes.state_address, mtstate.STATE_BYTES), has_gauss, gauss
+
+    def token(self, rs):
+        """Equal for states that draw the same numbers (the cached Gaussian counts only if set)."""
+        if not self._fast(rs):
+            return self._public(rs)
+        raw, has_gauss, gauss = self._read(rs)
+        return raw, has_gauss, gauss if has_gauss else 0.0
 
     def snapshot(self, rs):
         """A function putting `rs`'s state back as it is now (read from memory: set_state builds
         the key array only if it runs)."""
-        if self._gauss is None or type(rs) is not np.random.RandomState or \
-                type(rs._bit_generator) is not np.random.MT19937:
+        if not self._fast(rs):
             state = rs.get_state(legacy=False)
             return lambda: rs.set_state(state)
-        raw, has_gauss, gauss = self.token(rs)
+        raw, has_gauss, gauss = self._read(rs)
 
         def restore():
             key = np.frombuffer(raw, dtype=np.uint32, count=624).copy()
@@ -233,12 +239,13 @@ class _LegacyLayout:
         return restore
 
     @staticmethod
-    def _public(rs):
+    def _public(rs, exact=False):
+        """token (or with `exact`, _read) through get_state()."""
         if type(rs._bit_generator) is not np.random.MT19937:
             return pickle.dumps(rs.get_state(legacy=False))
         state = rs.get_state()
         return (mtstate.key_bytes(state[1]) + struct.pack("@i", state[2]), state[3],
-                state[4] if state[3] else 0.0)
+                state[4] if state[3] or exact else 0.0)
 
 
 class NumpyBackend(Backend):
