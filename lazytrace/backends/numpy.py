@@ -151,16 +151,19 @@ def _unwrap(obj):
 _ERRSTATE = getattr(getattr(getattr(np, "_core", None), "_ufunc_config", None), "_extobj_contextvar", None)
 
 
-def _leaves(obj):
-    """The items of nested tuples, lists and dicts (a call's arguments)."""
-    if type(obj) in (tuple, list):
-        for item in obj:
-            yield from _leaves(item)
-    elif type(obj) is dict:
-        for item in obj.values():
-            yield from _leaves(item)
-    else:
-        yield obj
+def _leaves(obj) -> list:
+    """The items of nested tuples, lists and dicts (a call's arguments), in order."""
+    found, stack = [], [obj]
+    while stack:
+        item = stack.pop()
+        tp = type(item)
+        if tp is tuple or tp is list:
+            stack.extend(reversed(item))
+        elif tp is dict:
+            stack.extend(reversed(item.values()))
+        else:
+            found.append(item)
+    return found
 
 
 class _ErrorModes:
