@@ -8,6 +8,7 @@ import random
 import sys
 from functools import lru_cache
 
+from . import mtstate
 from .base import Backend, CallKind
 
 #: framework name -> (module whose presence tells it is in use, backend module)
@@ -55,7 +56,7 @@ def foreign_rng_tokens(backend: Backend) -> tuple:
     """Fingerprints of the global random generators a trace of `backend` does not record: Python's
     `random` module, and those of the other frameworks in use (np.random.rand() in a torch
     function). A draw from one of them would be baked into a graph as one value."""
-    tokens = [random.getstate()]
+    tokens = [_python_rng_token(getattr(random.getstate, "__self__", None))]
     for name in _GLOBAL_RNGS:
         if name != backend.name and name in available():
             tokens.append(get_backend(name).rng_token(None))
@@ -69,7 +70,7 @@ def generator_state(backend: Backend, obj):
     baked into a graph as one value."""
     if isinstance(obj, random.Random):
         try:
-            return obj.getstate()
+            return _python_rng_token(obj)
         except NotImplementedError:     # random.SystemRandom: no state (like the time, not watched)
             return None
     for name in available():
@@ -78,3 +79,13 @@ def generator_state(backend: Backend, obj):
         if state is not None:
             return state
     return None
+
+
+@lru_cache(maxsize=1)
+def _python_layout() -> mtstate.PythonRandom:
+    return mtstate.PythonRandom()
+
+
+def _python_rng_token(rng):
+    """A fingerprint of a `random.Random` (the module's own one if `rng` is none)."""
+    return _python_layout().token(rng) if isinstance(rng, random.Random) else random.getstate()

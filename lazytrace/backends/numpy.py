@@ -22,12 +22,14 @@ import numbers
 import pickle
 import operator
 import re
+import struct
 import warnings
 
 import numpy as np
 
 from ..graph.stateful import CallRecordingProxy
 
+from . import mtstate
 from .base import ArrayTracer, Backend, CallKind
 
 
@@ -149,16 +151,19 @@ def _unwrap(obj):
 _ERRSTATE = getattr(getattr(getattr(np, "_core", None), "_ufunc_config", None), "_extobj_contextvar", None)
 
 
-def _leaves(obj):
-    """The items of nested tuples, lists and dicts (a call's arguments)."""
-    if type(obj) in (tuple, list):
-        for item in obj:
-            yield from _leaves(item)
-    elif type(obj) is dict:
-        for item in obj.values():
-            yield from _leaves(item)
-    else:
-        yield obj
+def _leaves(obj) -> list:
+    """The items of nested tuples, lists and dicts (a call's arguments), in order."""
+    found, stack = [], [obj]
+    while stack:
+        item = stack.pop()
+        tp = type(item)
+        if tp is tuple or tp is list:
+            stack.extend(reversed(item))
+        elif tp is dict:
+            stack.extend(reversed(item.values()))
+        else:
+            found.append(item)
+    return found
 
 
 class _ErrorModes:
@@ -174,6 +179,76 @@ class _ErrorModes:
     def hold(self) -> bool:
         return (_ERRSTATE is not None and _ERRSTATE.get() is self.token) or \
             (np.geterr() == self.modes and np.geterrcall() is self.call)
+
+
+class _LegacyLayout:
+    """Fingerprints of legacy `RandomState`s (np.random's global one) read from memory (see
+    mtstate): the MT19937 key and position where the bit generator keeps them, and the cached
+    second Gaussian (`has_gauss`, `gauss`, in the RandomState itself: `np.random.randn()` may
+    use it without changing the key). The RandomState holds a struct pointing to the state,
+    then a struct {pointer to that struct, int has_gauss, double gauss}: found by those
+    pointers on a probe, checked against get_state() after draws."""
+
+    _GAUSS = struct.Struct("@id")       # has_gauss, then gauss (aligned as in the C struct)
+
+    def __init__(self):
+        self._gauss = self._locate()
+
+    def _locate(self) -> int | None:
+        probe = np.random.RandomState(20261123)
+        try:
+            size = type(probe).__basicsize__
+            held = mtstate.find_pointer(probe, size, probe._bit_generator.ctypes.state_address)
+            pointer = None if held is None else mtstate.find_pointer(probe, size, id(probe) + held)
+            if pointer is None or pointer + mtstate.POINTER_SIZE + self._GAUSS.size > size:
+                return None
+            self._gauss = pointer + mtstate.POINTER_SIZE
+            for draw in (probe.standard_normal, probe.standard_normal, probe.random_sample):
+                draw()          # a pair drawn (has_gauss set), its second used (unset), a uniform
+                if self._read(probe) != self._public(probe, exact=True):
+                    return None
+            return self._gauss
+        except Exception:       # noqa: BLE001 - any surprise: the public getter
+            return None
+
+    def _fast(self, rs) -> bool:
+        return self._gauss is not None and type(rs) is np.random.RandomState and \
+            type(rs._bit_generator) is np.random.MT19937
+
+    def _read(self, rs) -> tuple:
+        """(key and position as they lie in memory, has_gauss, gauss)."""
+        has_gauss, gauss = self._GAUSS.unpack(mtstate.read(rs, self._gauss, self._GAUSS.size))
+        return mtstate.read_address(rs._bit_generator.ctypes.state_address, mtstate.STATE_BYTES), has_gauss, gauss
+
+    def token(self, rs):
+        """Equal for states that draw the same numbers (the cached Gaussian counts only if set)."""
+        if not self._fast(rs):
+            return self._public(rs)
+        raw, has_gauss, gauss = self._read(rs)
+        return raw, has_gauss, gauss if has_gauss else 0.0
+
+    def snapshot(self, rs):
+        """A function putting `rs`'s state back as it is now (read from memory: set_state builds
+        the key array only if it runs)."""
+        if not self._fast(rs):
+            state = rs.get_state(legacy=False)
+            return lambda: rs.set_state(state)
+        raw, has_gauss, gauss = self._read(rs)
+
+        def restore():
+            key = np.frombuffer(raw, dtype=np.uint32, count=624).copy()
+            position = struct.unpack_from("@i", raw, key.nbytes)[0]
+            rs.set_state(("MT19937", key, position, has_gauss, gauss))
+        return restore
+
+    @staticmethod
+    def _public(rs, exact=False):
+        """token (or with `exact`, _read) through get_state()."""
+        if type(rs._bit_generator) is not np.random.MT19937:
+            return pickle.dumps(rs.get_state(legacy=False))
+        state = rs.get_state()
+        return (mtstate.key_bytes(state[1]) + struct.pack("@i", state[2]), state[3],
+                state[4] if state[3] or exact else 0.0)
 
 
 class NumpyBackend(Backend):
@@ -194,6 +269,7 @@ class NumpyBackend(Backend):
         self._names: dict = {}
         self._kinds: dict = {}      # callable -> its kind, as far as the callable alone decides
         self._writes_first: dict = {}   # callable -> whether it writes into its first argument
+        self._legacy = None         # _LegacyLayout, found at the first rng_token
 
     def unkeyable_reason(self, tp):
         """A tracer stands in for an ndarray: it would multiply np.matrix objects elementwise and
@@ -319,8 +395,9 @@ class NumpyBackend(Backend):
         return lambda: np.copyto(a, saved)
 
     def snapshot_rng(self):
-        state = np.random.get_state(legacy=False)
-        return lambda: np.random.set_state(state)
+        if self._legacy is None:
+            self._legacy = _LegacyLayout()
+        return self._legacy.snapshot(np.random.mtrand._rand)
 
     def from_numpy(self, data):
         return data
@@ -337,8 +414,9 @@ class NumpyBackend(Backend):
         return None
 
     def rng_token(self, source=None):
-        state = np.random.get_state()
-        return (state[1].tobytes(), state[2], state[3], state[4])
+        if self._legacy is None:
+            self._legacy = _LegacyLayout()
+        return self._legacy.token(np.random.mtrand._rand)
 
     def brief(self, a) -> tuple:
         a = self.unwrap(a)

@@ -286,10 +286,13 @@ def function_homes(backend, plan: Plan) -> tuple:
     (`from torch import sin`, `relu = F.relu`: plan.code_globals): taken when
     the graph is made (code generation waits for the first replay; a function replaced
     meanwhile must be seen too)."""
-    homes, called = [], {}
+    homes, called, seen = [], {}, set()
     for node in plan.nodes:
-        style, qualname = backend.call_syntax(node.target) if node.kind is not Kind.GUARD else (None, "")
-        if style != "function" or id(node.target) in called:
+        if node.kind is Kind.GUARD or id(node.target) in seen:
+            continue
+        seen.add(id(node.target))           # (the plan holds its targets: their ids stay their own)
+        style, qualname = backend.call_syntax(node.target)
+        if style != "function":
             continue
         called[id(node.target)] = node.target
         for name in dict.fromkeys((qualname, *backend.other_homes(node.target))):

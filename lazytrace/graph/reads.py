@@ -415,7 +415,7 @@ class PythonReads:
     def __init__(self, snapshot, nothing, same, known, record, generator_state=lambda obj: None, state_reads=None):
         self._snapshot = snapshot
         self._state_reads = state_reads or {}   # (module, attribute) -> reader: see Backend.state_reads
-        self._state_readers = {id(r): (r, f"{m}.{a}()") for (m, a), r in _readers(self._state_reads).items()}
+        self._state_readers = {id(r): (r, key) for key, r in _readers(self._state_reads).items()}
         self._generator_state = generator_state     # the state of a random generator it does not record
         self._known = known
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
@@ -543,18 +543,24 @@ class PythonReads:
         if type(namespace.get("__name__")) is str:
             self.modules.add(namespace["__name__"])
         done, where = self._done, id(namespace)
+        state_reads, readers, module_type = self._state_reads, self._state_readers, types.ModuleType
         for chain in reads:
             name = chain[0]
             value = namespace.get(name)
-            if self._state_reads:
-                self._framework_state(value, chain)
-            if len(chain) > 1 and isinstance(value, types.ModuleType):
-                self._framework_function(value, chain[1:])
             # the same read in another code object of this module, with the same object there:
-            # already handled, at this depth or a shallower one (which followed at least as far)
+            # already handled, at this depth or a shallower one (which followed at least as far;
+            # what it reads of the framework does not depend on the depth)
             seen = done.get((where, chain))
-            if seen is not None and seen[0] is value and seen[1] <= depth:
-                continue
+            if seen is not None and seen[0] is value:
+                if seen[1] <= depth:
+                    continue
+            elif type(value) is module_type or isinstance(value, module_type):
+                if state_reads:
+                    self._framework_state(value, chain)
+                if len(chain) > 1:
+                    self._framework_function(value, chain[1:])
+            elif state_reads and id(value) in readers:
+                self._framework_state(value, chain)
             done[(where, chain)] = (value, depth, namespace)     # (holding it: its id stays its own)
             if self._facts is None:
                 self._facts = _process_facts()
@@ -577,6 +583,8 @@ class PythonReads:
         (`from torch import are_deterministic_algorithms_enabled`): framework state that no call
         shows, checked like a global."""
         found = self._state_readers.get(id(value))
+        if found is not None:           # (module, attribute): its text is made only when it is read
+            found = (found[0], f"{found[1][0]}.{found[1][1]}()")
         attributes = iter(chain[1:])
         while found is None and isinstance(value, types.ModuleType):
             attribute = next(attributes, None)
