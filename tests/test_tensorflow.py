@@ -282,6 +282,29 @@ def test_operators_on_one_float_dtype_replay_as_their_raw_op(dtype):
         assert np.array_equal(tape.gradient(out, x3), eager_tape.gradient(want, x3))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_first_call_of_raw_operators_returns_what_eager_returns(dtype):
+    """The trace runs an operator on one float dtype as the raw op its graph replays (not
+    TensorFlow's Python operator): the first call's values, dtype and gradients must be eager's,
+    reflected and non-commutative operators with Python numbers included."""
+    def fn(x, y):
+        return (2 - x) / y - 1.5 / (x + 3) * (y - 0.25) + 7 * x - x / 3
+
+    x = tf.cast(tf.random.uniform((2, 3), 1, 10, seed=11), dtype)
+    y = tf.cast(tf.random.uniform((2, 3), 1, 10, seed=12), dtype)
+    lazy = lazytrace.trace_graph(fn)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        got = lazy(x, y)
+    with tf.GradientTape() as eager_tape:
+        eager_tape.watch(x)
+        want = fn(x, y)
+    assert lazy.stats.traces == 1 and not lazy.stats.eager
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert np.array_equal(tape.gradient(got, x), eager_tape.gradient(want, x))
+    assert np.array_equal(lazy(y, x), fn(y, x)) and lazy.stats.hits == 1
+
+
 def test_operators_on_variables_keep_the_operator():
     def fn(x, v):
         return x * v + 2.0 * x
