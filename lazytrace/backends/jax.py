@@ -321,6 +321,8 @@ class JaxBackend(Backend):
         self._primitives: dict = {}    # id(primitive callable) -> (it, primitive, params): stored calls
         self._primitive_refs: dict = {}
         self._distribution = None
+        self._described_states: dict = {}    # global_state() -> describe_global_state()
+        self._brief_texts: dict = {}         # brief() -> format_brief()
 
     # ---- signature ------------------------------------------------------------
     def describe(self, a):
@@ -354,7 +356,16 @@ class JaxBackend(Backend):
         return self.global_state()
 
     def describe_global_state(self, state):
-        """The settings people change by name; the rest of trace_context() as one entry."""
+        """The settings people change by name; the rest of trace_context() as one entry (made
+        once per state: a retrace's explanation compares them at every trace)."""
+        described = self._described_states.get(state)
+        if described is None:
+            if len(self._described_states) > 64:
+                self._described_states.clear()
+            described = self._described_states[state] = self._describe_global_state(state)
+        return dict(described)
+
+    def _describe_global_state(self, state):
         context, prng = state
         try:
             named = dict(zip(jax_config.trace_context_names(), context))
@@ -460,8 +471,13 @@ class JaxBackend(Backend):
         return (a.shape, a.dtype)
 
     def format_brief(self, brief) -> str:
-        shape, dtype = brief
-        return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype}"
+        text = self._brief_texts.get(brief)
+        if text is None:         # (str of a NumPy dtype costs ~5 us)
+            if len(self._brief_texts) > 1024:
+                self._brief_texts.clear()
+            shape, dtype = brief
+            text = self._brief_texts[brief] = f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype}"
+        return text
 
     # ---- persistent cache ----------------------------------------------------------
     persist_roots = ("builtins", "operator", __name__)
@@ -836,6 +852,8 @@ _CALLBACKS = frozenset(p for p in (getattr(debugging, "debug_callback_p", None),
 def _has_effects(primitive, params) -> bool:
     """Whether binding `primitive` has effects: a callback primitive, or one running a jaxpr
     (jit, cond, while, scan ...) that has effects."""
+    if primitive is pjit.jit_p:
+        return bool(params["jaxpr"].effects)
     if primitive in _CALLBACKS:
         return True
     for value in params.values():
