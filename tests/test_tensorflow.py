@@ -1,4 +1,6 @@
 """TensorFlow specifics: variables read live, GradientTape, random ops, tf.function, escapes."""
+import functools
+
 import numpy as np
 import pytest
 
@@ -303,6 +305,38 @@ def test_first_call_of_raw_operators_returns_what_eager_returns(dtype):
     assert got.dtype == want.dtype and np.array_equal(got, want)
     assert np.array_equal(tape.gradient(got, x), eager_tape.gradient(want, x))
     assert np.array_equal(lazy(y, x), fn(y, x)) and lazy.stats.hits == 1
+
+
+FACTOR = 2.0
+
+
+@functools.singledispatch          # a wrapper of the standard library, holding its registry in its closure
+def _factor(x):
+    return FACTOR                  # read with no framework call after it: only the walk before the trace sees it
+
+
+def test_closures_of_framework_functions_are_not_guarded_but_wrapped_user_code_is():
+    """A closure holding tf.sigmoid: TensorFlow's dispatch wrappers keep their own state in
+    closure cells (api_dispatcher, signature ...), which are not the function's: no guards on
+    them (they cost every trace and every replay). A user function inside a library's wrapper
+    (singledispatch) is still followed through __wrapped__: the global it reads is checked."""
+    global FACTOR
+    sig = tf.sigmoid
+
+    def fn(x):
+        return x * sig(x) * _factor(x)
+
+    lazy = lazytrace.trace_graph(fn)
+    x = tf.constant([0.5, -1.0, 2.0])
+    lazy(x)
+    source = lazy.graph_for(x).source
+    assert "closure variable" not in source and "read_cell" not in source
+    try:
+        FACTOR = 3.0
+        assert np.array_equal(lazy(x), fn(x)) and lazy.stats.traces == 2
+    finally:
+        FACTOR = 2.0
+    assert np.array_equal(lazy(x + 1), fn(x + 1)) and lazy.stats.hits == 1
 
 
 def test_operators_on_variables_keep_the_operator():
