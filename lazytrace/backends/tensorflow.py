@@ -41,7 +41,9 @@ decision TensorFlow's own API code makes on tensor values in eager mode
 (`bool(t)` on a real tensor inside tf.* has no hook to guard it): not done in
 general. Only the four arithmetic operators on two tensors of one float dtype,
 whose Python code is known (see `replay_call`), replay as their one raw op
-(`Mul`: ~17 us against ~45 us for `x * y` on this machine kind).
+(`Mul`: ~17 us against ~45 us for `x * y` on this machine kind). The trace runs them so too
+(`_raw_call`, under TensorFlow's default type promotion only: the first call returns eager's
+result): ~30 us against ~115 us per operator at load 4-5, ~350 Python bytecodes fewer.
 
 First call (trace), benchmarks/bench_frameworks.py: 2.3x to 15x an eager call
 (one-shot wall clock on a shared machine; 2.3x-12x a second trace). Per
@@ -57,6 +59,14 @@ per call, measured on `tf.exp`/`tf.sigmoid` of 3x32x32). TensorFlow's
 type-based dispatch would skip the failed attempt, but needs a registration
 per API and per tensor parameter, checked on every TensorFlow call in the
 process: not done.
+
+Session 6: a TensorFlow function held in a closure (`sig = tf.sigmoid`) was
+walked into by graph.reads, which put ten guards on TensorFlow's own dispatch
+state (closure cells api_dispatcher, signature ...) into the graph: no longer
+(Python bytecodes of a first call of the benchmark's swish 29680 -> 13690,
+blur 48892 -> 32605, gray 45985 -> 30616; a replay checks ten guards fewer).
+What is left is mostly the framework-free tracer (a fixed ~6600 bytecodes,
+~1000-2000 per call).
 """
 from __future__ import annotations
 
