@@ -250,6 +250,23 @@ def test_jax_matmul_precision_context_is_part_of_the_key():
     assert np.array_equal(matmul(y, x), y @ x) and matmul.stats.traces == 2
 
 
+def test_retrace_explanations_describe_each_jax_setting_and_shape():
+    """Signature descriptions are memoized per global state and per (shape, dtype): each trace
+    of a new LazyGraph, and each retrace, still names its own precision and shape."""
+    for _ in range(2):                                   # the second LazyGraph reuses the memos
+        matmul = lazytrace.trace_graph(lambda x, y: x @ y)
+        x, y = jnp.ones((4, 4)), jnp.ones((4, 4))
+        matmul(x, y)
+        with jax.default_matmul_precision("bfloat16"):
+            matmul(x, y)
+        matmul(jnp.ones((2, 4)), y)
+        first, second, third = matmul.traces
+        precision = "jax.config.jax_default_matmul_precision"
+        assert first.signature["args[0]"] == "4x4 float32" and first.signature[precision] == "None"
+        assert [str(c) for c in second.changes] == [f"{precision}: None -> 'bfloat16'"]
+        assert [str(c) for c in third.changes] == ["args[0]: 4x4 float32 -> 2x4 float32"]
+
+
 @pytest.fixture
 def xla_compiles():
     """Names of the XLA compilations made while the test runs (jax.monitoring events)."""

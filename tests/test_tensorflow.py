@@ -1,4 +1,6 @@
 """TensorFlow specifics: variables read live, GradientTape, random ops, tf.function, escapes."""
+import functools
+
 import numpy as np
 import pytest
 
@@ -280,6 +282,61 @@ def test_operators_on_one_float_dtype_replay_as_their_raw_op(dtype):
         with tf.GradientTape() as eager_tape:
             want = tf.reduce_sum(fn(tf.identity(x3), y2))
         assert np.array_equal(tape.gradient(out, x3), eager_tape.gradient(want, x3))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_first_call_of_raw_operators_returns_what_eager_returns(dtype):
+    """The trace runs an operator on one float dtype as the raw op its graph replays (not
+    TensorFlow's Python operator): the first call's values, dtype and gradients must be eager's,
+    reflected and non-commutative operators with Python numbers included."""
+    def fn(x, y):
+        return (2 - x) / y - 1.5 / (x + 3) * (y - 0.25) + 7 * x - x / 3
+
+    x = tf.cast(tf.random.uniform((2, 3), 1, 10, seed=11), dtype)
+    y = tf.cast(tf.random.uniform((2, 3), 1, 10, seed=12), dtype)
+    lazy = lazytrace.trace_graph(fn)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        got = lazy(x, y)
+    with tf.GradientTape() as eager_tape:
+        eager_tape.watch(x)
+        want = fn(x, y)
+    assert lazy.stats.traces == 1 and not lazy.stats.eager
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert np.array_equal(tape.gradient(got, x), eager_tape.gradient(want, x))
+    assert np.array_equal(lazy(y, x), fn(y, x)) and lazy.stats.hits == 1
+
+
+FACTOR = 2.0
+
+
+@functools.singledispatch          # a wrapper of the standard library, holding its registry in its closure
+def _factor(x):
+    return FACTOR                  # read with no framework call after it: only the walk before the trace sees it
+
+
+def test_closures_of_framework_functions_are_not_guarded_but_wrapped_user_code_is():
+    """A closure holding tf.sigmoid: TensorFlow's dispatch wrappers keep their own state in
+    closure cells (api_dispatcher, signature ...), which are not the function's: no guards on
+    them (they cost every trace and every replay). A user function inside a library's wrapper
+    (singledispatch) is still followed through __wrapped__: the global it reads is checked."""
+    global FACTOR
+    sig = tf.sigmoid
+
+    def fn(x):
+        return x * sig(x) * _factor(x)
+
+    lazy = lazytrace.trace_graph(fn)
+    x = tf.constant([0.5, -1.0, 2.0])
+    lazy(x)
+    source = lazy.graph_for(x).source
+    assert "closure variable" not in source and "read_cell" not in source
+    try:
+        FACTOR = 3.0
+        assert np.array_equal(lazy(x), fn(x)) and lazy.stats.traces == 2
+    finally:
+        FACTOR = 2.0
+    assert np.array_equal(lazy(x + 1), fn(x + 1)) and lazy.stats.hits == 1
 
 
 def test_operators_on_variables_keep_the_operator():

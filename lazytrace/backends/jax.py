@@ -65,6 +65,20 @@ for each call after a gap of Python work); an operator costs ~100 us of
 trace, a jax.numpy call ~140-190 us; plus the trace's fixed cost (~0.3-0.4
 ms for a one-call function) and constants computed inside (blur's kernel:
 each of its calls takes the same path before it is folded).
+Session 6 (issue 4's target, first call <= 5x an eager call), measured, not met: a trace
+and the first replay of the six benchmark functions compile nothing with XLA (jax.monitoring:
+no compile event after the eager calls). Python bytecodes per first call (sys.settrace, the
+same in every run: the machine was shared, load 4-6 on 2 cores, timings swung 2x): swish
+12965 against eager's 327 (jax.numpy is C++ below its Python wrappers), an identity function
+6625 (the fixed cost), ~1000-1300 per recorded call; lazytrace's framework-free tracer ~75% of
+them, this backend ~10%, JAX's own Python ~8%. The calls themselves cost more inside a trace
+than in eager's tight loop: JAX's CPU client dispatches to a worker thread that sleeps during a
+gap of Python work; a call after ~50-100 us of it costs 100-140 us of wall clock (~50 us of
+CPU) against 24-41 us back to back at that load (jnp.subtract, jnp.mean, `x * 1.702`, 3x32x32;
+JAX_CPU_ENABLE_ASYNC_DISPATCH=0: 70-150 us), and a trace's wall clock was ~3x its thread CPU.
+So swish (eager ~100 us) cannot trace in 500 us while each of its 3 calls costs ~100 us of
+wall clock and the tracer's fixed cost is 6600 bytecodes. What this backend could cut it did:
+explanations' text memoized per global state and per (shape, dtype) (~7% of a swish trace).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that needs a concrete value to decide a shape
@@ -321,6 +335,8 @@ class JaxBackend(Backend):
         self._primitives: dict = {}    # id(primitive callable) -> (it, primitive, params): stored calls
         self._primitive_refs: dict = {}
         self._distribution = None
+        self._described_states: dict = {}    # global_state() -> describe_global_state()
+        self._brief_texts: dict = {}         # brief() -> format_brief()
 
     # ---- signature ------------------------------------------------------------
     def describe(self, a):
@@ -354,7 +370,16 @@ class JaxBackend(Backend):
         return self.global_state()
 
     def describe_global_state(self, state):
-        """The settings people change by name; the rest of trace_context() as one entry."""
+        """The settings people change by name; the rest of trace_context() as one entry (made
+        once per state: a retrace's explanation compares them at every trace)."""
+        described = self._described_states.get(state)
+        if described is None:
+            if len(self._described_states) > 64:
+                self._described_states.clear()
+            described = self._described_states[state] = self._describe_global_state(state)
+        return dict(described)
+
+    def _describe_global_state(self, state):
         context, prng = state
         try:
             named = dict(zip(jax_config.trace_context_names(), context))
@@ -460,8 +485,13 @@ class JaxBackend(Backend):
         return (a.shape, a.dtype)
 
     def format_brief(self, brief) -> str:
-        shape, dtype = brief
-        return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype}"
+        text = self._brief_texts.get(brief)
+        if text is None:         # (str of a NumPy dtype costs ~5 us)
+            if len(self._brief_texts) > 1024:
+                self._brief_texts.clear()
+            shape, dtype = brief
+            text = self._brief_texts[brief] = f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype}"
+        return text
 
     # ---- persistent cache ----------------------------------------------------------
     persist_roots = ("builtins", "operator", __name__)
@@ -836,6 +866,8 @@ _CALLBACKS = frozenset(p for p in (getattr(debugging, "debug_callback_p", None),
 def _has_effects(primitive, params) -> bool:
     """Whether binding `primitive` has effects: a callback primitive, or one running a jaxpr
     (jit, cond, while, scan ...) that has effects."""
+    if primitive is pjit.jit_p:
+        return bool(params["jaxpr"].effects)
     if primitive in _CALLBACKS:
         return True
     for value in params.values():

@@ -41,7 +41,9 @@ decision TensorFlow's own API code makes on tensor values in eager mode
 (`bool(t)` on a real tensor inside tf.* has no hook to guard it): not done in
 general. Only the four arithmetic operators on two tensors of one float dtype,
 whose Python code is known (see `replay_call`), replay as their one raw op
-(`Mul`: ~17 us against ~45 us for `x * y` on this machine kind).
+(`Mul`: ~17 us against ~45 us for `x * y` on this machine kind). The trace runs them so too
+(`_raw_call`, under TensorFlow's default type promotion only: the first call returns eager's
+result): ~30 us against ~115 us per operator at load 4-5, ~350 Python bytecodes fewer.
 
 First call (trace), benchmarks/bench_frameworks.py: 2.3x to 15x an eager call
 (one-shot wall clock on a shared machine; 2.3x-12x a second trace). Per
@@ -57,6 +59,14 @@ per call, measured on `tf.exp`/`tf.sigmoid` of 3x32x32). TensorFlow's
 type-based dispatch would skip the failed attempt, but needs a registration
 per API and per tensor parameter, checked on every TensorFlow call in the
 process: not done.
+
+Session 6: a TensorFlow function held in a closure (`sig = tf.sigmoid`) was
+walked into by graph.reads, which put ten guards on TensorFlow's own dispatch
+state (closure cells api_dispatcher, signature ...) into the graph: no longer
+(Python bytecodes of a first call of the benchmark's swish 29680 -> 13690,
+blur 48892 -> 32605, gray 45985 -> 30616; a replay checks ten guards fewer).
+What is left is mostly the framework-free tracer (a fixed ~6600 bytecodes,
+~1000-2000 per call).
 """
 from __future__ import annotations
 
@@ -227,6 +237,19 @@ TfTracer.__getitem__ = _getitem
 
 def _call_method(tracer, method, *args, **kwargs):
     return tracer._lt_call(method, (tracer,) + args, kwargs)
+
+
+def _raw_binary(name, operands):
+    """The raw op (Mul ...) an arithmetic operator `name` on these two tensors comes down to,
+    where they are eager tensors of one float dtype and the operator's code was read for this
+    TensorFlow version (RAW_OPERATORS_CHECKED), else None."""
+    op = _RAW_BINARY.get(name.replace("__r", "__", 1)) if name is not None else None
+    if op is None or not _RAW_OK:
+        return None
+    a, b = operands
+    if type(a) is not EagerTensor or type(b) is not EagerTensor or a.dtype != b.dtype or a.dtype not in _FLOATS:
+        return None
+    return op
 
 
 def _first_tracer(obj, kwargs=None):
@@ -405,7 +428,8 @@ class TensorflowBackend(Backend):
         try:
             if session is not None and (mutated or live is not None):
                 session.before_write(mutated[0] if mutated else live.__wrapped__)
-            result = func(*raw_args, **unwrap_tree(kwargs, TfTracer))
+            raw = self._raw_call(func, raw_args) if len(raw_args) == 2 and not kwargs else None
+            result = raw[0](*raw[1]) if raw is not None else func(*raw_args, **unwrap_tree(kwargs, TfTracer))
         finally:
             if watch is not None:
                 watch.depth -= 1
@@ -430,17 +454,22 @@ class TensorflowBackend(Backend):
         if kwargs or len(args) != 2 or type(args[1]) not in (int, float) or \
                 _METHOD_OPS.get(func) not in _ARITHMETIC:
             return recorded
-        x, number = self.unwrap(args[0]), args[1]
+        constant = self._number_tensor(self.unwrap(args[0]), args[1])
+        return recorded if constant is None else (recorded[0], constant)
+
+    def _number_tensor(self, x, number):
+        """The tensor an arithmetic operator of `x` converts a Python number into (cached per
+        number, dtype and device), or None where it is not one of x's number dtypes."""
         if not isinstance(x, tf.Tensor) or not (x.dtype.is_floating or x.dtype.is_integer):
-            return recorded
+            return None
         key = (type(number), repr(number), x.dtype, x.device)
         constant = self._scalars.get(key)
         if constant is None:
             try:
                 constant = self._scalars[key] = tf.constant(number, dtype=x.dtype)
             except (TypeError, ValueError):
-                return recorded
-        return (recorded[0], constant)
+                return None
+        return constant
 
     def replay_call(self, func, args, kwargs, recorded):
         """`x * y` on two tensors of one float dtype replays as the one raw op (Mul) that
@@ -452,15 +481,33 @@ class TensorflowBackend(Backend):
             name = _METHOD_OPS.get(func) if len(args) == 2 and not kwargs else None
         except TypeError:           # unhashable callable
             return func, recorded
-        reflected = name is not None and name.startswith("__r")
-        op = _RAW_BINARY.get(name.replace("__r", "__", 1) if reflected else name)
-        if op is None or not _RAW_OK:
-            return func, recorded
         operands = [r if isinstance(r, tf.Tensor) else self.unwrap(a) for a, r in zip(args, recorded)]
-        if any(type(t) is not EagerTensor for t in operands) or operands[0].dtype != operands[1].dtype \
-                or operands[0].dtype not in _FLOATS:
+        op = _raw_binary(name, operands)
+        if op is None:
             return func, recorded
-        return op, (recorded[::-1] if reflected else recorded)
+        return op, (recorded[::-1] if name.startswith("__r") else recorded)
+
+    def _raw_call(self, func, raw_args):
+        """For the trace: (raw op, operands) of an operator call on real tensors that its graph
+        replays as the raw op (specialize_args, replay_call), else None. Running that op now
+        spares the trace TensorFlow's Python operator path, and runs what every replay runs.
+        Only under TensorFlow's default type promotion (the first call must return what eager
+        returns: the NumPy-style and automatic modes promote in Python first)."""
+        try:
+            name = _METHOD_OPS.get(func)
+        except TypeError:           # unhashable callable
+            return None
+        if name not in _ARITHMETIC or tf_ops.is_auto_dtype_conversion_enabled() or \
+                tf_ops.is_numpy_style_type_promotion():
+            return None
+        x, other = raw_args
+        if type(other) in (int, float):
+            other = self._number_tensor(x, other)
+        operands = [x, other]
+        op = _raw_binary(name, operands)
+        if op is None:
+            return None
+        return op, (operands[::-1] if name.startswith("__r") else operands)
 
     def storage_key(self, t):
         return id(self.unwrap(t))

@@ -523,6 +523,12 @@ class PythonReads:
         code = getattr(fn, "__code__", None)
         if not isinstance(code, types.CodeType) or id(code) in self._codes:
             return
+        if str(fn.__globals__.get("__name__", "")).partition(".")[0] in UNWATCHED:
+            # a framework's own function (tf.sigmoid's dispatch wrappers): its code is not watched
+            # (_code), nor its closure, the framework's own state (dispatchers, signatures); a user
+            # function it wraps was followed through __wrapped__ above
+            self._codes[id(code)] = code
+            return
         for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
             value = read_cell(cell)[1]
             expected = self._expect(value)
