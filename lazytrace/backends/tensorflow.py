@@ -442,7 +442,7 @@ class TensorflowBackend(Backend):
                 return recorded
         return (recorded[0], constant)
 
-    def replay_call(self, func, args, kwargs, recorded):
+    def replay_call(self, func, args, kwargs, recorded, recorded_kwargs):
         """`x * y` on two tensors of one float dtype replays as the one raw op (Mul) that
         `Tensor.__mul__` runs for them after its Python-level work (name scope, dtype promotion,
         which is a no-op for one dtype, and the bool, sparse and string cases, which do not
@@ -451,16 +451,16 @@ class TensorflowBackend(Backend):
         try:
             name = _METHOD_OPS.get(func) if len(args) == 2 and not kwargs else None
         except TypeError:           # unhashable callable
-            return func, recorded
+            return func, recorded, recorded_kwargs
         reflected = name is not None and name.startswith("__r")
         op = _RAW_BINARY.get(name.replace("__r", "__", 1) if reflected else name)
         if op is None or not _RAW_OK:
-            return func, recorded
+            return func, recorded, recorded_kwargs
         operands = [r if isinstance(r, tf.Tensor) else self.unwrap(a) for a, r in zip(args, recorded)]
         if any(type(t) is not EagerTensor for t in operands) or operands[0].dtype != operands[1].dtype \
                 or operands[0].dtype not in _FLOATS:
-            return func, recorded
-        return op, (recorded[::-1] if reflected else recorded)
+            return func, recorded, recorded_kwargs
+        return op, (recorded[::-1] if reflected else recorded), recorded_kwargs
 
     def storage_key(self, t):
         return id(self.unwrap(t))
