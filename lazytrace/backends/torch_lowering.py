@@ -147,7 +147,8 @@ _TABLE = {
     F.interpolate: (F.interpolate, _interpolate),
     F.grid_sample: (F.grid_sample, _grid_sample),
     F.affine_grid: (F.affine_grid, _affine_grid),
-    F.max_pool2d: (F._max_pool2d, _max_pool2d),        # (a boolean_dispatch of two wrappers)
+    F.max_pool2d: (F._max_pool2d, _max_pool2d),        # (a boolean_dispatch of these two wrappers)
+    F.max_pool2d_with_indices: (F.max_pool2d_with_indices, _max_pool2d),
     F.unfold: (F.unfold, _unfold),
     F.fold: (F.fold, _fold),
     F.group_norm: (F.group_norm, _norm(torch.group_norm, "input", "num_groups", "weight", "bias", "eps")),
