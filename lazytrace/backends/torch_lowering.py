@@ -167,9 +167,20 @@ TARGETS = frozenset({torch._C._nn.pad, torch.grid_sampler, torch.affine_grid_gen
 
 
 def _literals(*objs) -> bool:
-    """Python numbers, None, and lists or tuples of them (no tensor, no SymInt)."""
-    return all(type(o) in (int, float, bool, type(None)) or type(o) in (list, tuple) and _literals(*o)
+    """Python numbers, None, and lists, tuples or torch.Size of them (no tensor, no SymInt)."""
+    return all(type(o) in (int, float, bool, type(None)) or type(o) in (list, tuple, torch.Size) and _literals(*o)
                for o in objs)
+
+
+def _other_modes() -> bool:
+    """Whether torch function modes besides the trace's (popped while it handles a call) are
+    active: one would see the wrapper in eager, and the C call in a graph. The default device's
+    (`torch.set_default_device`) changes only factory calls: it does not count."""
+    if not torch._C._len_torch_function_stack():
+        return False
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+    return any(not isinstance(m, DeviceContext) for m in _get_current_function_mode_stack())
 
 
 def _tensors(obj):
@@ -206,6 +217,6 @@ class Lowering:
         rec.apply_defaults()
         if any(type(t) not in _PLAIN_TENSORS for v in real.arguments.values() for t in _tensors(v)):
             return None         # a subclass's __torch_function__ runs in eager
-        if not all(keyed(v) for v in rec.arguments.values()):
+        if not all(keyed(v) for v in rec.arguments.values()) or _other_modes():
             return None
         return lower(real.arguments, rec.arguments)
