@@ -5,7 +5,11 @@ current thread only, and it sees every torch-level call including operators,
 tensor methods, property reads (`x.shape`, `x.T`), `bool(t)`, `.item()` and
 `torch._C._set_grad_enabled` (so `torch.no_grad()` blocks are recorded and
 replayed). Inside the handler the mode is popped, so a call like
-`F.interpolate` is recorded once, not as the ops it is made of.
+`F.interpolate` is recorded once, not as the ops it is made of; for the
+wrappers reviewed in torch_lowering.py, a graph calls the C function the
+wrapper's Python code ends in (`torch._C._nn.upsample_bilinear2d`), with the
+arguments it would pass (replay_call), and checks the wrapper like the
+functions it calls.
 
 Classification uses torch's own operator tags: an aten op tagged
 `nondeterministic_seeded` is a random generator; one tagged
