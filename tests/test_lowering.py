@@ -66,6 +66,15 @@ CASES = {
                                                               lambda: _img(4, 2, grad=True)], torch._VF.einsum),
     "dropout eval": (lambda x: F.dropout(x, 0.3, training=False) * 2, [lambda: _img(3, 4, grad=True)],
                      torch.dropout),
+    "relu": (lambda x: F.relu(x - 0.5), [lambda: _img(3, 4, grad=True)], torch.relu),
+    "relu inplace": (lambda x: F.relu(x * 2 - 1, inplace=True), [lambda: _img(3, 4, grad=True)], torch.relu_),
+    "silu": (lambda x: F.silu(x), [lambda: _img(3, 4, grad=True)], torch._C._nn.silu),
+    "leaky_relu": (lambda x: F.leaky_relu(x - 0.5, 0.2), [lambda: _img(3, 4, grad=True)], torch._C._nn.leaky_relu),
+    "hardtanh inplace": (lambda x: F.hardtanh(x * 3, -1.5, 2.0, inplace=True), [lambda: _img(3, 4, grad=True)],
+                         torch._C._nn.hardtanh_),
+    "elu": (lambda x: F.elu(x - 0.5, alpha=0.7), [lambda: _img(3, 4, grad=True)], torch._C._nn.elu),
+    "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (None, 3)), [lambda: _img(1, 2, 5, 7, grad=True)],
+                            torch._C._nn.adaptive_avg_pool2d),
 }
 
 

@@ -124,6 +124,22 @@ def _norm(target, *names):
     return lower
 
 
+def _activation(plain, in_place, *names):
+    """F.relu and the like: `in_place(input, ...)` if inplace=True, else `plain(input, ...)`."""
+    def lower(a, r):
+        return in_place if a["inplace"] else plain, tuple(r[n] for n in ("input", *names))
+    return lower
+
+
+def _adaptive_avg_pool2d(a, r):
+    size = a["output_size"]
+    if not _literals(size):
+        return None
+    if type(size) is not int:       # None: that size of the input (torch's _list_with_default)
+        size = [d if v is None else v for v, d in zip(size, a["input"].shape[-len(size):])]
+    return torch._C._nn.adaptive_avg_pool2d, (r["input"], size)
+
+
 def _dropout(a, r):
     return (_VF.dropout_ if a["inplace"] else _VF.dropout), (r["input"], r["p"], r["training"])
 
@@ -157,12 +173,21 @@ _TABLE = {
                                        "training", "momentum", "eps")),
     torch.einsum: (torch.einsum, _einsum),
     F.dropout: (F.dropout, _dropout),       # random or not (training=False), the same C call
+    F.relu: (F.relu, _activation(torch.relu, torch.relu_)),
+    F.silu: (F.silu, _activation(torch._C._nn.silu, torch._C._nn.silu_)),
+    F.leaky_relu: (F.leaky_relu, _activation(torch._C._nn.leaky_relu, torch._C._nn.leaky_relu_, "negative_slope")),
+    F.hardtanh: (F.hardtanh, _activation(torch._C._nn.hardtanh, torch._C._nn.hardtanh_, "min_val", "max_val")),
+    F.elu: (F.elu, _activation(torch._C._nn.elu, torch._C._nn.elu_, "alpha")),
+    F.adaptive_avg_pool2d: (F.adaptive_avg_pool2d, _adaptive_avg_pool2d),
 }
 
 #: the C functions lowered calls make (a stored graph may call them)
 TARGETS = frozenset({torch._C._nn.pad, torch.grid_sampler, torch.affine_grid_generator, torch.max_pool2d,
                      torch._C._nn.max_pool2d_with_indices, torch._C._nn.im2col, torch._C._nn.col2im,
                      torch.group_norm, torch.layer_norm, torch.batch_norm, _VF.einsum, _VF.dropout, _VF.dropout_,
+                     torch.relu, torch.relu_, torch._C._nn.silu, torch._C._nn.silu_, torch._C._nn.leaky_relu,
+                     torch._C._nn.leaky_relu_, torch._C._nn.hardtanh, torch._C._nn.hardtanh_, torch._C._nn.elu,
+                     torch._C._nn.elu_, torch._C._nn.adaptive_avg_pool2d,
                      *_NEAREST.values(), *_LINEAR.values()})
 
 
