@@ -51,6 +51,9 @@ def _wrappers():
         "F.layer_norm": (lambda x: F.layer_norm(x, [32]), (x,)),
         "torch.einsum (2 operands)": (lambda x, y: torch.einsum("bchw,bc->bhw", x, y), (x, x[:, :, 0, 0])),
         "F.dropout eval": (lambda x: F.dropout(x, 0.5, training=False), (x,)),
+        "F.relu": (lambda x: F.relu(x), (x,)),
+        "F.leaky_relu": (lambda x: F.leaky_relu(x, 0.2), (x,)),
+        "F.adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, 4), (x,)),
     }
 
 
