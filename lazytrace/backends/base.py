@@ -213,10 +213,11 @@ class Backend:
         the real ones; a backend may swap a Python number for an equivalent cached array."""
         return recorded
 
-    def replay_call(self, func, args, kwargs, recorded: tuple) -> tuple:
-        """(callable, arguments) a recorded call replays with (default: as recorded). `args`
-        are the real ones; a backend may name a lower-level call that does the same work."""
-        return func, recorded
+    def replay_call(self, func, args, kwargs, recorded: tuple, recorded_kwargs: dict) -> tuple:
+        """(callable, arguments, keyword arguments) a recorded call replays with (default: as
+        recorded). `args` and `kwargs` are the real ones; a backend may name a lower-level call
+        that does the same work (the graph still checks that `func` is where the code found it)."""
+        return func, recorded, recorded_kwargs
 
     def storage_key(self, array) -> Any:
         """Equal for arrays that share memory."""

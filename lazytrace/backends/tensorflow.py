@@ -471,7 +471,7 @@ class TensorflowBackend(Backend):
                 return None
         return constant
 
-    def replay_call(self, func, args, kwargs, recorded):
+    def replay_call(self, func, args, kwargs, recorded, recorded_kwargs):
         """`x * y` on two tensors of one float dtype replays as the one raw op (Mul) that
         `Tensor.__mul__` runs for them after its Python-level work (name scope, dtype promotion,
         which is a no-op for one dtype, and the bool, sparse and string cases, which do not
@@ -480,12 +480,12 @@ class TensorflowBackend(Backend):
         try:
             name = _METHOD_OPS.get(func) if len(args) == 2 and not kwargs else None
         except TypeError:           # unhashable callable
-            return func, recorded
+            return func, recorded, recorded_kwargs
         operands = [r if isinstance(r, tf.Tensor) else self.unwrap(a) for a, r in zip(args, recorded)]
         op = _raw_binary(name, operands)
         if op is None:
-            return func, recorded
-        return op, (recorded[::-1] if name.startswith("__r") else recorded)
+            return func, recorded, recorded_kwargs
+        return op, (recorded[::-1] if name.startswith("__r") else recorded), recorded_kwargs
 
     def _raw_call(self, func, raw_args):
         """For the trace: (raw op, operands) of an operator call on real tensors that its graph

@@ -5,7 +5,11 @@ current thread only, and it sees every torch-level call including operators,
 tensor methods, property reads (`x.shape`, `x.T`), `bool(t)`, `.item()` and
 `torch._C._set_grad_enabled` (so `torch.no_grad()` blocks are recorded and
 replayed). Inside the handler the mode is popped, so a call like
-`F.interpolate` is recorded once, not as the ops it is made of.
+`F.interpolate` is recorded once, not as the ops it is made of; for the
+wrappers reviewed in torch_lowering.py, a graph calls the C function the
+wrapper's Python code ends in (`torch._C._nn.upsample_bilinear2d`), with the
+arguments it would pass (replay_call), and checks the wrapper like the
+functions it calls.
 
 Classification uses torch's own operator tags: an aten op tagged
 `nondeterministic_seeded` is a random generator; one tagged
@@ -25,7 +29,9 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from ..graph.ir import Source, Value
 from .base import Backend, CallKind, operator_syntax
+from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
 _ESCAPE = {"numpy", "__array__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
@@ -183,7 +189,7 @@ class _Info:
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
     __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand",
-                 "writes", "setter", "inplace")
+                 "writes", "setter", "inplace", "training")
 
     def __init__(self, func, kind):
         name = self.name = _func_name(func)
@@ -197,12 +203,31 @@ class _Info:
         self.writes = self.underscore and not name.startswith("__") or name in _WRITING_DUNDERS
         self.scalar_operand = name in _SCALAR_OPERAND_OPS
         self.inplace = _inplace_position(func)      # F.dropout(x, inplace=True) writes x
+        self.training = _training_switch(func) if kind is CallKind.GENERATOR else None
 
     def writes_first(self, args, kwargs) -> bool:
         """Whether this call writes its first argument (x.add_(1), F.relu(x, inplace=True))."""
         position = self.inplace
         return self.writes or position is not None and (
             kwargs.get("inplace") is True or len(args) > position and args[position] is True)
+
+
+#: torch's C dropouts: `torch.dropout(input, p, train)`
+_C_DROPOUTS = {"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"}
+
+
+def _training_switch(func) -> tuple | None:
+    """(name, position, default) of the `training` argument of a random function that draws
+    nothing when it is False (F.dropout, F.rrelu, torch.dropout's `train`), or None."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return ("train", 2, None) if _func_name(func).removesuffix("_") in _C_DROPOUTS else None
+    names = code.co_varnames[:code.co_argcount]
+    if "training" not in names:
+        return None
+    position, defaults = names.index("training"), func.__defaults__ or ()
+    first = len(names) - len(defaults)
+    return "training", position, defaults[position - first] if position >= first else None
 
 
 def _inplace_position(func) -> int | None:
@@ -245,6 +270,7 @@ class TorchBackend(Backend):
         self._homes: dict | None = None      # id(function) -> the public names it has (other_homes)
         self._aten_tags: dict = {}
         self._persistable = None    # calls a stored graph may make (allowed_target)
+        self._lowering = Lowering()
 
     #: nn.Module's own attributes: parameters and buffers are live inputs, submodules are recorded
     #: themselves, hooks run around the traced forward, `training` is keyed
@@ -408,6 +434,12 @@ class TorchBackend(Backend):
                 return CallKind.DYNAMIC_SHAPE
             if name == "type" and (len(args) > 1 or kwargs):    # x.type(torch.float64): a conversion
                 return CallKind.OP
+        if info.training is not None:
+            # F.dropout(x, training=False) draws nothing: a plain call
+            name, position, default = info.training
+            training = kwargs.get(name, args[position] if len(args) > position else default)
+            if type(training) in (bool, int) and not training:
+                return CallKind.OP
         return info.kind
 
     def _classify(self, func) -> CallKind:
@@ -486,6 +518,14 @@ class TorchBackend(Backend):
             constant = self._scalars[key] = torch.tensor(number, dtype=x.dtype)
         return (recorded[0], constant)
 
+    def replay_call(self, func, args, kwargs, recorded, recorded_kwargs):
+        """A wrapper of torch_lowering's table (`F.pad`) replays as the C call its Python code made
+        (`torch._C._nn.pad`) with its arguments normalized; see that module."""
+        if func not in self._lowering:
+            return func, recorded, recorded_kwargs
+        lowered = self._lowering.lower(func, args, kwargs, recorded, recorded_kwargs, _keyed)
+        return (func, recorded, recorded_kwargs) if lowered is None else (*lowered, {})
+
     def storage_key(self, t):
         if type(t) is torch.Generator:          # (before_write of a generator a random call was given)
             return ("generator", id(t))
@@ -559,8 +599,9 @@ class TorchBackend(Backend):
     def returned_its_input(self, func, args, result, mutated) -> bool:
         # `x.to(x.dtype)`, `.contiguous()`, `.cpu()` return self when the (keyed) metadata already
         # match; a trailing underscore marks calls that change self in place (requires_grad_ too)
-        return bool(args) and result is args[0] and not mutated and \
-            not (self._infos.get(func) or self._info(func)).underscore
+        # (a dropout switched off returns its input too: kept, so the graph checks the function)
+        info = self._infos.get(func) or self._info(func)
+        return bool(args) and result is args[0] and not mutated and not info.underscore and info.training is None
 
     def metadata_inputs(self, func, args, kwargs) -> tuple:
         metadata = (self._infos.get(func) or self._info(func)).metadata
@@ -659,7 +700,10 @@ class TorchBackend(Backend):
             return f"torch:Tensor.{name}.__get__"          # a property such as x.T
         if getattr(func, "__qualname__", "").startswith(("TensorBase.", "Tensor.")):
             return f"torch:Tensor.{name}"
-        module, _, short = self._qualified_name(func).rpartition(".")
+        qualified = self._qualified_name(func)
+        if qualified.startswith(_VARIABLE_FUNCTIONS):
+            return f"torch._C:{qualified.removeprefix('torch._C.')}"
+        module, _, short = qualified.rpartition(".")
         return f"{module}:{short}" if module in self.persist_roots else None
 
     def allowed_target(self, obj) -> bool:
@@ -670,6 +714,7 @@ class TorchBackend(Backend):
             allowed = {f for funcs in get_overridable_functions().values() for f in funcs}
             allowed.update(getattr(torch._C, n) for n in _STATE if hasattr(torch._C, n))
             allowed.update(getattr(torch, n) for n in _CREATION if hasattr(torch, n))
+            allowed.update(_LOWERED_TARGETS)
             self._persistable = allowed
         try:
             return obj in self._persistable
@@ -772,6 +817,9 @@ class TorchBackend(Backend):
                 if getattr(mod, short, None) is func:
                     name = f"{ns}.{short}"
                     break
+            else:
+                if getattr(torch._C._VariableFunctions, short, None) is func:
+                    name = f"{_VARIABLE_FUNCTIONS}{short}"      # _VF.einsum: torch.einsum is its wrapper
             self._names[func] = name
         return name
 
@@ -907,6 +955,18 @@ class ModuleLiveInputs:
         backend = TorchBackend()
         out.update((f"self.{n}", backend.format_brief((d[1], d[3], d[4], d[5]))) for n, d in zip(names, tensors))
         return out
+
+
+#: where torch's C functions live when a torch namespace holds a Python wrapper by their name (_VF.einsum)
+_VARIABLE_FUNCTIONS = "torch._C._VariableFunctions."
+
+
+def _keyed(obj) -> bool:
+    """Whether a graph fixes the shape, dtype and device of each array in a recorded argument:
+    not for a value of data-dependent shape, nor for an array the code reached by itself."""
+    if isinstance(obj, Value):
+        return not obj.dynamic and obj.source is not Source.EXTERNAL
+    return all(_keyed(x) for x in obj) if type(obj) in (list, tuple) else True
 
 
 def _tensors_in(args, kwargs) -> list:

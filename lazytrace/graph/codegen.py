@@ -165,7 +165,8 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
 
     if check_functions:
         homes = plan.function_homes if plan.function_homes is not None else function_homes(backend, plan)
-        body[:0] = _replaced_function_checks(em, homes)
+        wrappers = {id(n.wrapper) for n in plan.nodes if n.wrapper is not None}
+        body[:0] = _replaced_function_checks(em, homes, wrappers)
     if plan.constant_state is not None:
         body[:0] = [f"if not ({test}): raise _GuardFailed({what!r})"
                     for test, what in backend.constant_checks(plan.constant_state, em._const)]
@@ -288,19 +289,23 @@ def function_homes(backend, plan: Plan) -> tuple:
     meanwhile must be seen too)."""
     homes, called, seen = [], {}, set()
     for node in plan.nodes:
-        if node.kind is Kind.GUARD or id(node.target) in seen:
+        if node.kind is Kind.GUARD:
             continue
-        seen.add(id(node.target))           # (the plan holds its targets: their ids stay their own)
-        style, qualname = backend.call_syntax(node.target)
-        if style != "function":
-            continue
-        called[id(node.target)] = node.target
-        for name in dict.fromkeys((qualname, *backend.other_homes(node.target))):
-            module_name, _, attribute = name.rpartition(".")
-            module = sys.modules.get(module_name) if not module_name.startswith("lazytrace.") else None
-            namespace = getattr(module, "__dict__", None)
-            if type(namespace) is dict and namespace.get(attribute) is node.target:
-                homes.append((module_name, namespace, attribute, node.target))
+        # a lowered call (F.pad replayed as torch._C._nn.pad): the wrapper the code called is checked too
+        for func in (node.target, node.wrapper) if node.wrapper is not None else (node.target,):
+            if id(func) in seen:
+                continue
+            seen.add(id(func))           # (the plan holds its targets: their ids stay their own)
+            style, qualname = backend.call_syntax(func)
+            if style != "function":
+                continue
+            called[id(func)] = func
+            for name in dict.fromkeys((qualname, *backend.other_homes(func))):
+                module_name, _, attribute = name.rpartition(".")
+                module = sys.modules.get(module_name) if not module_name.startswith("lazytrace.") else None
+                namespace = getattr(module, "__dict__", None)
+                if type(namespace) is dict and namespace.get(attribute) is func:
+                    homes.append((module_name, namespace, attribute, func))
     below = [(m, n) for m, n, f in plan.framework_functions if _package(f) in backend.api_below]
     for module_name, attribute in [*plan.code_globals, *below]:     # `from torch import sin`, `jnp.sin`
         namespace = getattr(sys.modules.get(module_name), "__dict__", None)
@@ -318,13 +323,15 @@ def _package(func) -> str | None:
     return str(getattr(func, "__module__", None) or type(func).__module__).partition(".")[0]
 
 
-def _replaced_function_checks(em, homes) -> list[str]:
+def _replaced_function_checks(em, homes, wrappers=frozenset()) -> list[str]:
     """A line per module whose functions the graph calls (function_homes): each must still be the
     one in the module's globals (`torch.sin = my_sin` after the trace: eager would call my_sin,
-    so the signature traces again). ~25 ns a function (a dict item, `is`)."""
+    so the signature traces again). ~25 ns a function (a dict item, `is`). `wrappers`: ids of
+    the functions lowered calls stand for, named in the header like the functions called."""
     modules: dict = {}
     for module_name, namespace, attribute, func in homes:
-        alias = em._alias_of.get(id(func)) or em._const(func)     # (a function no call names: a constant)
+        alias = em._alias_of.get(id(func)) or (em._alias(func, f"{module_name}.{attribute}") if id(func) in wrappers
+                                               else em._const(func))     # (a function no call names: a constant)
         modules.setdefault(module_name, (namespace, []))[1].append((attribute, alias))
     lines = []
     for module_name, (namespace, pairs) in modules.items():

@@ -68,6 +68,8 @@ class Node:
     mutated: list = field(default_factory=list)   # Values whose memory it wrote
     expected: Any = None            # for guards: the value read back at trace time
     foldable: bool = False
+    wrapper: Any = None             # the callable the code called, when `target` is the lower-level
+                                    # call doing its work (Backend.replay_call: F.pad -> torch._C._nn.pad)
 
     @property
     def has_side_effect(self) -> bool:

@@ -231,7 +231,7 @@ class TraceSession:
         if kind is CallKind.READBACK:
             self._guard(func, largs, lkwargs, inputs, versions, result)
             return result
-        self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args)
+        self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs)
         if kind is CallKind.STATE:
             self._unseen = backend.unseen_state()       # a change this call shows, recorded
         return result
@@ -256,7 +256,8 @@ class TraceSession:
         self.nodes.append(Node(len(self.nodes), Kind.GUARD, func, args, kwargs, inputs, versions,
                                expected=result))
 
-    def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=()):
+    def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=(),
+                raw_kwargs=None):
         backend = self.backend
         if kind is CallKind.OP and raw_args and result is raw_args[0] and \
                 backend.returned_its_input(func, raw_args, result, mutated):
@@ -286,12 +287,15 @@ class TraceSession:
             node_kind = Kind.OP
             # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
             foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
+        called = func
         if not foldable:
             if self._specializes:
                 args = backend.specialize_args(func, raw_args, kwargs, args)
             if self._replays:
-                func, args = backend.replay_call(func, raw_args, kwargs, args)
+                func, args, kwargs = backend.replay_call(func, raw_args, raw_kwargs or {}, args, kwargs)
         node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable)
+        if func is not called:
+            node.wrapper = called       # the graph checks it is still where the code found it
         for obj in mutated:
             value = self.value_of(obj)
             if value is None:

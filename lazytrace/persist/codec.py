@@ -375,7 +375,11 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
         for j, out in enumerate(node.outputs):
             refs[id(out)] = ["n", n, j]
         call, params = _ref(backend, node.target, enc)
+        # a lowered call's wrapper (F.pad of torch._C._nn.pad), checked where the code found it
+        wrapper = _ref(backend, node.wrapper, enc)[0] if node.wrapper is not None and \
+            backend.stored_call(node.wrapper) is not None else None
         nodes.append({"kind": node.kind.value, "call": call, **({"params": params} if params is not None else {}),
+                      **({"wrapper": wrapper} if wrapper is not None else {}),
                       "args": [enc(a) for a in node.args],
                       "kwargs": [[k, enc(v)] for k, v in node.kwargs.items()],
                       "inputs": [enc.value(v) for v in node.inputs],
@@ -445,7 +449,8 @@ def _decode(backend, doc, arrays):
             args = _unbound_check(*args)
         node = Node(n, kind, call, args,
                     kwargs, [dec.value(r) for r in _list(data["inputs"])], [], result_structure=structure,
-                    expected=dec(data["expected"]) if kind is Kind.GUARD else None)
+                    expected=dec(data["expected"]) if kind is Kind.GUARD else None,
+                    wrapper=resolve(backend, data["wrapper"]) if "wrapper" in data else None)
         for j, index in enumerate(_list(data["outputs"])):
             if not (index is None and structure == "single") and not (
                     type(index) is int and type(structure) is int and 0 <= index < structure):
