@@ -120,6 +120,17 @@ def _denormals_flushed() -> bool:
     return _MIN_NORMAL * 0.5 == 0.0
 
 
+#: the hooks every nn.Module call runs (`register_module_forward_hook` ...): a module called by a
+#: traced function ran those there when it was traced, and a graph replays what they did
+_GLOBAL_HOOKS = tuple(vars(torch.nn.modules.module)[name] for name in (
+    "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks", "_global_backward_hooks"))
+
+
+def _global_hooks() -> tuple:
+    """The ids of the global module hooks (a handle's id is never reused), or () when none."""
+    return tuple(tuple(hooks) for hooks in _GLOBAL_HOOKS) if any(_GLOBAL_HOOKS) else ()
+
+
 def _autocast_state():
     """False, or the autocast dtype of each device type it is enabled for."""
     if not torch._C._is_any_autocast_enabled():
@@ -313,7 +324,7 @@ class TorchBackend(Backend):
         return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const, covered=frozenset()):
-        grad, (dtype, inference, autocast, modes, transform, dual, flushed) = state
+        grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks) = state
         if dual:
             return ["False"]        # tangents are keyed by describe only: the general path
         conditions = [f"{const(_forward_ad)}._current_level < 0",
@@ -321,7 +332,9 @@ class TorchBackend(Backend):
                       f"{const(torch.get_default_dtype)}() is {const(dtype)}",
                       f"({const(_MIN_NORMAL)} * 0.5 == 0.0) is {flushed}",      # _denormals_flushed() inline
                       f"{const(_function_modes)}() == {const(modes)}" if modes else
-                      f"{const(torch._C._len_torch_function_stack)}() == 0"]
+                      f"{const(torch._C._len_torch_function_stack)}() == 0",
+                      f"{const(_global_hooks)}() == {const(hooks)}" if hooks else
+                      " or ".join(f"{const(d)}" for d in _GLOBAL_HOOKS).join(("not (", ")"))]
         if not (inference is False and "inference" in covered):
             conditions.append(f"{const(torch.is_inference_mode_enabled)}() is {inference}")
         if "transform" not in covered:
@@ -349,10 +362,11 @@ class TorchBackend(Backend):
         """Grad mode, then default dtype, inference mode, autocast, function modes, whether a
         torch.func transform runs (`vmap(lazy)` after a plain call: code may branch on it, as
         kornia's morphology and ssim do, and the per-sample shapes matched the plain call's) and
-        whether a forward-AD dual level is open (then describe keys each tensor's tangent)."""
+        whether a forward-AD dual level is open (then describe keys each tensor's tangent), the
+        flush-denormal mode and the global module hooks."""
         return torch.is_grad_enabled(), (torch.get_default_dtype(), torch.is_inference_mode_enabled(),
                                          _autocast_state(), _function_modes(), _transform_level() is not None,
-                                         _forward_ad._current_level >= 0, _denormals_flushed())
+                                         _forward_ad._current_level >= 0, _denormals_flushed(), _global_hooks())
 
     def state_reads(self):
         return _STATE_READS
@@ -637,7 +651,7 @@ class TorchBackend(Backend):
         return torch.randint(0, 10, shape, generator=g, dtype=dt)
 
     def describe_global_state(self, state):
-        grad, (dtype, inference, autocast, modes, transform, dual, flushed) = state
+        grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks) = state
         autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \
             if autocast else "off"
         return {"torch.is_grad_enabled()": repr(grad), "torch.get_default_dtype()": repr(dtype),
@@ -645,7 +659,8 @@ class TorchBackend(Backend):
             ({"torch function modes": ", ".join(map(str, modes))} if modes else {}) | \
             ({"torch.func transform": "active"} if transform else {}) | \
             ({"forward-mode AD": "dual level open"} if dual else {}) | \
-            {"torch.set_flush_denormal": repr(flushed)}
+            {"torch.set_flush_denormal": repr(flushed)} | \
+            ({"global module hooks": str(sum(map(len, hooks)))} if hooks else {})
 
     # ---- persistent cache ----------------------------------------------------------
     distribution = "torch"

@@ -62,7 +62,7 @@ class TraceSession:
         self._shows_warnings = _warning_display()
         self._displays: list = []               # text made from arrays (on_display)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
-        self._written: dict = {}                # (id(stateful object), attribute) -> value set
+        self._written: dict = {}                # (id(stateful object), attribute) -> (real, value, object, layout)
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
@@ -350,8 +350,23 @@ class TraceSession:
             return real
         with self.backend.suspended():
             self._record_setattr(obj, name, value)
-        self._written[(id(obj), name)] = (real, value)
+        self._written[(id(obj), name)] = (real, value, obj, _layout(value))
         return real
+
+    def settle_written(self):
+        """A list or dict set as an attribute and then changed in place (kornia's mix augmentations:
+        `self._params = p; self._params.update(dtype=...)`): the object gets its final contents
+        (it holds a copy without tracers, see on_setattr) and the graph sets it again at its end."""
+        for (_, name), (real, value, obj, layout) in list(self._written.items()):
+            if layout is None or _same_layout(_layout(value), layout):
+                continue
+            if real is not value:
+                final = self._real(value)
+                real.clear()
+                real.update(final) if type(real) is dict else real.extend(final)
+            if self.untraceable is None:
+                with self.backend.suspended():
+                    self._record_setattr(obj, name, value)
 
     def _real(self, obj):
         """`obj` with the trace's tracers replaced by their arrays, through tuples, lists and dicts."""
@@ -748,6 +763,36 @@ def _rebuilds(tp, obj) -> bool:
     return type(again) is tp and len(again) == len(obj) and all(a is b for a, b in zip(again, obj))
 
 
+class _Shape(tuple):
+    """A container's type and keys (or length) in a _layout."""
+
+
+def _layout(obj) -> list | None:
+    """What a list, tuple or dict holds, through nested ones: their shapes and the objects in
+    them (kept alive, compared by identity in _same_layout); None for anything else."""
+    if type(obj) not in (dict, list, tuple):
+        return None
+    out, seen = [], set()
+
+    def walk(x):
+        tp = type(x)
+        if tp not in (dict, list, tuple) or id(x) in seen:
+            out.append(x)
+            return
+        seen.add(id(x))
+        out.append(_Shape((tp, *x) if tp is dict else (tp, len(x))))
+        for item in x.values() if tp is dict else x:
+            walk(item)
+
+    walk(obj)
+    return out
+
+
+def _same_layout(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y or type(x) is _Shape and type(y) is _Shape and x == y
+                                    for x, y in zip(a, b))
+
+
 def _name(func) -> str:
     return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
 
@@ -924,6 +969,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         session.undo_writes()
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
             fn(*args, **kwargs)
+    session.settle_written()
     session.check_input_writes()
     session.add_reads(session.reads)
     record, real = session.finish(result)

@@ -1,0 +1,88 @@
+"""Red team 6: module hooks every nn.Module runs, containers changed after they were stored in
+an attribute, in-place writes through `to=` conversions."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import lazytrace
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.b(self.a(x).relu())
+
+
+@pytest.mark.parametrize("register, hook", [
+    (nn.modules.module.register_module_forward_hook, lambda module, args, out: out * 2),
+    (nn.modules.module.register_module_forward_pre_hook, lambda module, args: (args[0] * 5,)),
+])
+def test_a_global_module_hook_added_after_the_trace_runs_at_the_next_call(register, hook):
+    torch.manual_seed(0)
+    model, plain = Block(), Block()
+    plain.load_state_dict(model.state_dict())
+    lazytrace.trace_graph(model)
+    for seed in range(3):                       # traced, then hits on the fast path
+        x = torch.rand(2, 4, generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(model(x), plain(x))
+    handle = register(hook)
+    try:
+        for seed in range(3, 6):
+            x = torch.rand(2, 4, generator=torch.Generator().manual_seed(seed))
+            assert torch.equal(model(x), plain(x))
+    finally:
+        handle.remove()
+    x = torch.rand(2, 4)
+    assert torch.equal(model(x), plain(x))
+    assert model.forward.stats.traces == 2 and model.forward.stats.eager == 0
+
+
+class Holder:
+    """Sets attributes to containers, then changes them in place (kornia's mix augmentations:
+    `self._params = ...; self._params.update(dtype=...)`)."""
+
+    def run(self, x):
+        self.params = {"a": x * 2}
+        self.params.update(b=x + 1)
+        found = self.params
+        found["c"] = [x]
+        found["c"].append(x * 3)
+        self.seen = []
+        self.seen.append(x - 1)
+        return x.sum()
+
+
+@pytest.mark.parametrize("name", ["torch", "numpy"])
+def test_a_container_changed_after_it_was_set_as_an_attribute_keeps_its_final_contents(name):
+    holder, plain = Holder(), Holder()
+    traced = lazytrace.trace_graph(holder.run)
+    rand = torch.rand if name == "torch" else np.random.default_rng(0).random
+    for _ in range(4):
+        x = rand(3)
+        traced(x)
+        plain.run(x)
+        assert holder.params.keys() == plain.params.keys() == {"a", "b", "c"}
+        for key in ("a", "b"):
+            assert (holder.params[key] == plain.params[key]).all()
+        assert all((p == q).all() for p, q in zip(holder.params["c"], plain.params["c"]))
+        assert len(holder.params["c"]) == 2 and len(holder.seen) == 1 and (holder.seen[0] == plain.seen[0]).all()
+    assert traced.stats.hits == 3
+
+
+def test_kornia_mixup_params_after_each_call_are_eagers():
+    kornia = pytest.importorskip("kornia")
+    traced = lazytrace.trace_graph(kornia).augmentation.RandomMixUpV2(p=1.0)
+    plain = kornia.augmentation.RandomMixUpV2(p=1.0)
+    for seed in range(3):
+        x = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+        torch.manual_seed(seed)
+        out = traced(x)
+        torch.manual_seed(seed)
+        assert torch.equal(out, plain(x))
+        assert traced._params.keys() == plain._params.keys()
+        assert all(torch.equal(traced._params[k], plain._params[k]) for k in plain._params)
+    assert traced.forward.stats.hits == 2
