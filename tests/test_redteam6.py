@@ -86,3 +86,41 @@ def test_kornia_mixup_params_after_each_call_are_eagers():
         assert traced._params.keys() == plain._params.keys()
         assert all(torch.equal(traced._params[k], plain._params[k]) for k in plain._params)
     assert traced.forward.stats.hits == 2
+
+
+def add_one_in_place(a, b):
+    if isinstance(a, torch.Tensor):
+        a.add_(1)
+    else:
+        np.add(a, 1, out=a)
+    return a + b
+
+
+@pytest.mark.parametrize("to, make", [("torch", lambda v: np.full(3, v, np.float32)),
+                                      ("numpy", lambda v: torch.full((3,), v))])
+def test_writes_into_converted_arguments_reach_the_callers_arrays(to, make):
+    traced = lazytrace.trace_graph(add_one_in_place, to=to)
+    for value in range(4):
+        x, y = make(float(value)), make(10.0)
+        out = traced(x, y)
+        assert (np.asarray(x) == value + 1).all() and (np.asarray(y) == 10).all()
+        assert (np.asarray(out) == value + 11).all()
+        same = make(float(value))                  # one array passed twice: one converted array
+        out = traced(same, same)
+        assert (np.asarray(same) == value + 1).all() and (np.asarray(out) == 2 * value + 2).all()
+    assert traced.stats.hits >= 5
+
+
+def test_a_write_that_cannot_reach_the_callers_array_is_refused():
+    jnp = pytest.importorskip("jax.numpy")
+    traced = lazytrace.trace_graph(add_one_in_place, to="numpy")
+    with pytest.raises(TypeError, match=r"args\[0\], a jax array .* cannot be written"):
+        traced(jnp.ones(3), jnp.ones(3))
+    grad = torch.ones(3, requires_grad=True)
+    with pytest.raises(TypeError, match="requires grad"):
+        traced(grad, torch.ones(3))
+    assert torch.equal(grad.detach(), torch.ones(3))
+    readonly = np.ones(3, np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises(TypeError, match="read-only"):
+        lazytrace.trace_graph(add_one_in_place, to="torch")(readonly, np.ones(3, np.float32))

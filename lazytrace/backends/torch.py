@@ -570,6 +570,16 @@ class TorchBackend(Backend):
             return torch.from_numpy(data.view("int16").copy()).view(torch.bfloat16)
         return torch.from_numpy(data.copy() if not data.flags.writeable else data)
 
+    def write_back(self, t, data):
+        if t.requires_grad:
+            return "it requires grad (autograd would not see the write)"
+        try:
+            with torch._C.DisableTorchFunction(), torch.no_grad():
+                t.copy_(self.from_numpy(data))
+        except RuntimeError as exc:        # an expanded tensor, an inference tensor outside inference mode
+            return str(exc).splitlines()[0]
+        return None
+
     def returned_its_input(self, func, args, result, mutated) -> bool:
         # `x.to(x.dtype)`, `.contiguous()`, `.cpu()` return self when the (keyed) metadata already
         # match; a trailing underscore marks calls that change self in place (requires_grad_ too)
