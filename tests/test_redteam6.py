@@ -1,5 +1,7 @@
 """Red team 6: module hooks every nn.Module runs, containers changed after they were stored in
-an attribute, in-place writes through `to=` conversions."""
+an attribute, in-place writes through `to=` conversions, shallow copies of traced objects."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -124,3 +126,40 @@ def test_a_write_that_cannot_reach_the_callers_array_is_refused():
     readonly.flags.writeable = False
     with pytest.raises(TypeError, match="read-only"):
         lazytrace.trace_graph(add_one_in_place, to="torch")(readonly, np.ones(3, np.float32))
+
+
+def test_a_shallow_copy_of_a_traced_library_object_runs_its_own_attributes():
+    kornia = pytest.importorskip("kornia")
+    traced = lazytrace.trace_graph(kornia)
+    flip = traced.augmentation.RandomHorizontalFlip(p=1.0)
+    blur = traced.filters.GaussianBlur2d((3, 3), (1.5, 1.5))
+
+    class Sharper(traced.filters.GaussianBlur2d):    # a user subclass: forward bound the same way
+        pass
+
+    sharper = Sharper((3, 3), (1.5, 1.5))
+    x = torch.rand(1, 3, 8, 8)
+    flip(x), blur(x), sharper(x)                      # each has its traced forward installed
+    flip_copy, blur_copy, sharper_copy = copy.copy(flip), copy.copy(blur), copy.copy(sharper)
+    flip_copy.p = 0.0
+    blur_copy.sigma = sharper_copy.sigma = (3.0, 3.0)
+    for _ in range(3):
+        x = torch.rand(1, 3, 8, 8)
+        assert torch.equal(flip_copy(x), x) and torch.equal(flip(x), x.flip(-1))
+        wide = kornia.filters.gaussian_blur2d(x, (3, 3), (3.0, 3.0))
+        assert torch.equal(blur_copy(x), wide) and torch.equal(sharper_copy(x), wide)
+        assert torch.equal(blur(x), kornia.filters.gaussian_blur2d(x, (3, 3), (1.5, 1.5)))
+    assert vars(blur_copy)["forward"] is not vars(blur)["forward"]
+
+
+@pytest.mark.xfail(strict=True, reason="trace_graph(model) installs the LazyGraph of model.forward in the "
+                                       "instance's __dict__, which copy.copy shares with the copy (nn.Module's "
+                                       "__getstate__ copies the dict); only a change to the model's class could "
+                                       "leave it out, which trace_graph(model) does not make")
+def test_a_shallow_copy_of_a_traced_model_runs_its_own_mode():
+    model = nn.Dropout(0.5)
+    lazytrace.trace_graph(model)
+    model(torch.rand(4))
+    clone = copy.copy(model).eval()
+    x = torch.rand(8)
+    assert torch.equal(clone(x), x)

@@ -360,11 +360,17 @@ def _traced_meta(meta: type) -> type:
 def _reduce_ex(self, protocol):
     """Pickle an object of a traced class as a rebuild of that class from the original one
     (importable by reference) and the library's options. Objects of user subclasses, and of
-    classes with a reduction of their own, pickle as they would without lazytrace."""
+    classes with a reduction of their own, pickle as they would without lazytrace. The traced
+    method installed on the object (BoundTrace) is left out of its state: it runs this object's
+    method, and a copy (copy.copy too) binds its own at its first call."""
     cls = type(self)
     traced = next(k for k in cls.__mro__ if "__lazytrace_original__" in vars(k))
     original = vars(traced)["__lazytrace_original__"]
     rv = original.__reduce_ex__(self, protocol)
+    if isinstance(rv, tuple) and len(rv) >= 3 and isinstance(rv[2], dict):
+        bound = [name for name, value in vars(traced).items() if isinstance(value, BoundTrace)]
+        if any(isinstance(rv[2].get(name), LazyGraph) for name in bound):
+            rv = (*rv[:2], {k: v for k, v in rv[2].items() if k not in bound}, *rv[3:])
     if cls is not traced or not (isinstance(rv, tuple) and len(rv) >= 2 and rv[1] and rv[1][0] is cls):
         return rv
     return (_rebuild, (original, vars(cls)["__lazytrace_library__"].config, rv[0], *rv[1][1:]), *rv[2:])
