@@ -163,3 +163,20 @@ def test_a_shallow_copy_of_a_traced_model_runs_its_own_mode():
     clone = copy.copy(model).eval()
     x = torch.rand(8)
     assert torch.equal(clone(x), x)
+
+
+def test_a_retrace_for_a_changed_attribute_names_the_attribute():
+    class Scaler:
+        scale = 2.0
+
+        def run(self, x):
+            return x * self.scale
+
+    scaler = Scaler()
+    traced = lazytrace.trace_graph(scaler.run)
+    x = torch.rand(3)
+    traced(x)
+    scaler.scale = 3.0
+    assert torch.equal(traced(x), x * 3.0)
+    last = traced.traces[-1]
+    assert "attribute 'scale' of the Scaler stateful object was 2.0" in str(last), str(last)
