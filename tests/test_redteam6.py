@@ -180,3 +180,60 @@ def test_a_retrace_for_a_changed_attribute_names_the_attribute():
     assert torch.equal(traced(x), x * 3.0)
     last = traced.traces[-1]
     assert "attribute 'scale' of the Scaler stateful object was 2.0" in str(last), str(last)
+
+
+class Counter(nn.Module):
+    """Keeps a plain tensor attribute (not a buffer) that forward updates in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = torch.zeros(1)
+        self.linear = nn.Linear(2, 2)
+
+    def forward(self, x):
+        self.count.add_(1)
+        return self.linear(x)
+
+
+class Accumulator:
+    registry: list = []
+
+    def __init__(self, total):
+        self.total = total
+
+    def add_(self, x):
+        self.total.add_(x)
+        return self
+
+    def keep(self, x):
+        Accumulator.registry.append(self)
+        self.me = [self]
+        return x * 2
+
+
+def test_an_in_place_write_into_an_array_held_in_an_attribute_is_replayed():
+    model = Counter()
+    lazytrace.trace_graph(model)
+    for step in range(1, 4):
+        model(torch.rand(1, 2))
+        assert model.count.tolist() == [float(step)]
+    assert model.forward.stats.hits == 2
+    acc = Accumulator(torch.zeros(3))
+    by_argument = lazytrace.trace_graph(Accumulator.add_, arg_stateful_idxs=[[0]])
+    bound = lazytrace.trace_graph(acc.add_)
+    for step in range(1, 4):
+        assert by_argument(acc, torch.ones(3)) is acc
+        assert bound(torch.ones(3)) is acc
+        assert acc.total.tolist() == [2.0 * step] * 3
+    assert by_argument.stats.hits == bound.stats.hits == 2
+
+
+def test_the_object_passed_in_is_what_the_function_returns_and_stores_on_the_first_call():
+    acc = Accumulator(torch.zeros(3))
+    keep = lazytrace.trace_graph(Accumulator.keep, arg_stateful_idxs=[[0]])
+    add = lazytrace.trace_graph(Accumulator.add_, arg_stateful_idxs=[[0]])
+    Accumulator.registry.clear()
+    keep(acc, torch.ones(3))
+    assert add(acc, torch.ones(3)) is acc          # the first call: the object, not the trace's proxy
+    assert Accumulator.registry[0] is acc and acc.me[0] is acc
+    assert type(Accumulator.registry[0]) is Accumulator and type(acc.me[0]) is Accumulator

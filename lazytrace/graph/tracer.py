@@ -27,7 +27,7 @@ from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import READERS, PythonReads, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
-from .stateful import StatefulProxy, recording_class
+from .stateful import SessionProxy, StatefulProxy, recording_class
 
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
     "lazytrace_active_session", default=None)
@@ -62,6 +62,7 @@ class TraceSession:
         self._shows_warnings = _warning_display()
         self._displays: list = []               # text made from arrays (on_display)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
+        self.proxied = False                    # objects passed in were handed as SessionProxy
         self._written: dict = {}                # (id(stateful object), attribute) -> (real, value, object, layout)
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
@@ -98,6 +99,7 @@ class TraceSession:
                 self._note_rng(obj, f"a {type(obj).__name__} passed in (another framework's)")
             else:
                 handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
+                self.proxied = self.proxied or isinstance(handed, SessionProxy)
             token = self.backend.rng_token(obj) if kind == "live" else None
             if token is not None:
                 self._rng[id(obj)] = (obj, token)
@@ -373,6 +375,8 @@ class TraceSession:
         tp = type(obj)
         if isinstance(obj, self._tracked):
             return self.backend.unwrap(obj)
+        if issubclass(tp, SessionProxy):        # `self.last = self`: the object, as in eager
+            return obj.__wrapped__
         if tp is tuple or tp is list:
             return tp([self._real(x) for x in obj])
         if tp is dict:
@@ -707,6 +711,10 @@ class TraceSession:
                     real = copies[id(real)]
                 return value, real
             tp = type(obj)
+            if issubclass(tp, SessionProxy) and self.value_of(obj) is not None:
+                return self.value_of(obj), obj.__wrapped__      # an object passed in (`return self`)
+            if any(obj is held for held in self.recorded):     # a stateful one (a bound method's self)
+                return self.value_of(obj), obj
             if tp is tuple or tp is list or isinstance(obj, tuple) and _rebuilds(tp, obj):
                 pairs = [out(x) for x in obj]
                 rebuild = (lambda xs: tp(*xs)) if hasattr(tp, "_fields") else tp
@@ -959,8 +967,9 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             raise NotTraceable(cause if isinstance(cause, str) else
                                f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     session.reads.settle()
-    if backend.tracer_class is not None:
-        # a global or an object the function filled holds arrays, not tracers
+    if backend.tracer_class is not None or session.proxied:
+        # a global or an object the function filled holds arrays, not tracers, and the objects
+        # passed in, not the proxies the function was handed (escapes.release)
         if session.reads.changed() is not None:
             escapes.release_held(session.reads.holders(), backend.tracer_class)
         escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
