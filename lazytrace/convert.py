@@ -9,8 +9,9 @@ otherwise share memory, and a function writing into its converted input
 would write into the caller's array (a torch tensor behind autograd's back).
 What a call writes into its converted arguments is written back into the
 caller's arrays afterwards (`Backend.write_back`), or the call raises a
-TypeError saying why it cannot be; the same array passed twice is converted
-once, so the function sees the two as one array, as without conversion.
+TypeError saying why it cannot be (an immutable or grad-requiring array, or
+one sharing memory with another argument, which the function saw apart); the
+same array passed twice is converted once, so the function sees one array.
 """
 from __future__ import annotations
 
@@ -48,14 +49,19 @@ def host_copy(data):
 def write_back(converted, counts, target) -> None:
     """Carry what a call wrote into its converted arguments to the caller's arrays."""
     import numpy as np
+    written = []
     for (leaf, path, owner, array), count in zip(converted, counts):
         if count is not None and target.write_count(array) == count:
             continue                      # the framework counts writes: none
-        data = target.to_numpy(array)
-        before = owner.to_numpy(leaf)
+        data, before = target.to_numpy(array), owner.to_numpy(leaf)
         if count is None and before.shape == data.shape and np.array_equal(before, data, equal_nan=True):
             continue
-        reason = owner.write_back(leaf, data) if before.shape == data.shape else "its shape changed"
+        reason = "its shape changed" if before.shape != data.shape else next(
+            (f"it shares memory with {other[1]}, which the function saw as a separate copy" for other in converted
+             if other[0] is not leaf and np.may_share_memory(before, other[2].to_numpy(other[0]))), None)
+        written.append((leaf, path, owner, data, reason))
+    for leaf, path, owner, data, reason in written:
+        reason = reason or owner.write_back(leaf, data)
         if reason is not None:
             raise TypeError(f"the function wrote into {path}, a {owner.name} array converted for "
                             f"to={target.name!r}, and the write cannot reach that array: {reason}")

@@ -122,6 +122,12 @@ def test_a_write_that_cannot_reach_the_callers_array_is_refused():
     with pytest.raises(TypeError, match="requires grad"):
         traced(grad, torch.ones(3))
     assert torch.equal(grad.detach(), torch.ones(3))
+    data = np.zeros(4, np.float32)                # overlapping views of one buffer, converted apart
+    with pytest.raises(TypeError, match=r"args\[0\].*shares memory with args\[1\]"):
+        lazytrace.trace_graph(add_one_in_place, to="torch")(data[:3], data[1:])
+    assert (data == 0).all()
+    lazytrace.trace_graph(add_one_in_place, to="torch")(data[:2], data[2:])     # apart: written back
+    assert data.tolist() == [1, 1, 0, 0]
     readonly = np.ones(3, np.float32)
     readonly.flags.writeable = False
     with pytest.raises(TypeError, match="read-only"):
