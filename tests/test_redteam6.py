@@ -243,3 +243,15 @@ def test_the_object_passed_in_is_what_the_function_returns_and_stores_on_the_fir
     assert add(acc, torch.ones(3)) is acc          # the first call: the object, not the trace's proxy
     assert Accumulator.registry[0] is acc and acc.me[0] is acc
     assert type(Accumulator.registry[0]) is Accumulator and type(acc.me[0]) is Accumulator
+
+
+def test_a_forward_set_on_the_instance_is_what_trace_graph_of_the_model_traces():
+    model = nn.Linear(2, 2)
+    plain_forward = model.forward
+    model.forward = lambda x: plain_forward(x) * 10      # accelerate's hooks patch modules this way
+    lazytrace.trace_graph(model)
+    lazytrace.trace_graph(model)                          # again: the same forward, traced anew
+    for _ in range(3):
+        x = torch.rand(1, 2)
+        assert torch.equal(model(x), nn.Linear.forward(model, x) * 10)
+    assert model.forward.stats.hits == 2

@@ -273,9 +273,17 @@ class TorchBackend(Backend):
             vars(obj)["forward"] = traced
             return obj
 
+        # a forward set on the instance (accelerate's hooks, a wrapper of the user's) is what
+        # Module.__call__ runs: that is traced (what an earlier trace_graph(obj) traced, again)
+        from ..graph.lazy import LazyGraph
+        forward = vars(obj).get("forward")
+        if isinstance(forward, LazyGraph):
+            forward = forward._fn
+        if forward is None or isinstance(forward, ModuleForward):
+            forward = ModuleForward(obj)
         # every submodule's plain attributes (`self.p`, kornia's `self._params`) are read and written
         # by forward: recorded like stateful objects (reads guarded, writes replayed)
-        return ModuleForward(obj), ModuleLiveInputs(obj), install, tuple(obj.modules())
+        return forward, ModuleLiveInputs(obj), install, tuple(obj.modules())
 
     def reached_model(self, obj):
         if not isinstance(obj, torch.nn.Module):
