@@ -255,3 +255,14 @@ def test_a_forward_set_on_the_instance_is_what_trace_graph_of_the_model_traces()
         x = torch.rand(1, 2)
         assert torch.equal(model(x), nn.Linear.forward(model, x) * 10)
     assert model.forward.stats.hits == 2
+
+
+def test_retrace_warnings_of_models_point_at_the_callers_line():
+    models = [nn.Linear(4, 4), nn.Linear(4, 2)]
+    for model in models:
+        lazytrace.trace_graph(model)
+    with pytest.warns(lazytrace.graph.lazy.RetraceWarning) as caught:
+        for model in models:
+            for batch in range(1, 6):
+                model(torch.rand(batch, 4))
+    assert [w.filename for w in caught] == [__file__] * 2       # not torch's Module.__call__, shown once
