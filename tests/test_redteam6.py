@@ -1,6 +1,7 @@
 """Red team 6: module hooks every nn.Module runs, containers changed after they were stored in
 an attribute, in-place writes through `to=` conversions, shallow copies of traced objects."""
 import copy
+import gc
 
 import numpy as np
 import pytest
@@ -266,3 +267,19 @@ def test_retrace_warnings_of_models_point_at_the_callers_line():
             for batch in range(1, 6):
                 model(torch.rand(batch, 4))
     assert [w.filename for w in caught] == [__file__] * 2       # not torch's Module.__call__, shown once
+
+
+def test_a_library_keeps_no_stats_per_dead_instance_and_still_counts_their_calls():
+    kornia = pytest.importorskip("kornia")
+    traced = lazytrace.trace_graph(kornia)
+    library = traced._self_library
+    x = torch.rand(1, 3, 8, 8)
+    for _ in range(5):
+        traced.filters.GaussianBlur2d((3, 3), (1.5, 1.5))(x)     # a module made per call
+    kept = traced.filters.GaussianBlur2d((3, 3), (1.5, 1.5))
+    kept(x), kept(x)
+    gc.collect()
+    assert len(library._stats) == 1                               # the live instance's
+    summary = library.summary()
+    assert summary["calls"] == 7 and summary["traces"] == 6 and summary["hits"] == 1
+    assert summary["functions"] == 1

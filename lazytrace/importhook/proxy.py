@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import copy
 import copyreg
+import dataclasses
 import enum
 import fnmatch
 import functools
 import inspect
 import sys
 import threading
+import weakref
 from types import FunctionType, ModuleType
 
 import wrapt
@@ -41,7 +43,8 @@ class TracedLibrary:
         self.exclude = tuple(exclude or ())
         self.skipped: dict[str, str] = {}     # qualified name -> why it runs as the original
         self._made: dict[int, tuple] = {}     # id(original) -> (original, traced)
-        self._stats: list[tuple[str, Stats]] = []
+        self._stats: dict[int, tuple[str, Stats]] = {}     # id(LazyGraph) -> its name and stats
+        self._retired: dict[str, Stats] = {}                # name -> the summed stats of those gone
         self._lock = threading.RLock()
         self._preloaded = False
 
@@ -129,9 +132,17 @@ class TracedLibrary:
         return self._register(trace_graph(fn, **{**self.settings, **extra}), name)
 
     def _register(self, lazy: LazyGraph, name: str) -> LazyGraph:
+        """Count `lazy` in summary(); when it is gone (a module instance made per call has one
+        each) its stats are added to its name's, so that what is kept does not grow with them."""
         with self._lock:
-            self._stats.append((name, lazy.stats))
+            self._stats[id(lazy)] = (name, lazy.stats)
+        weakref.finalize(lazy, self._retire, id(lazy))
         return lazy
+
+    def _retire(self, key: int) -> None:
+        with self._lock:
+            name, stats = self._stats.pop(key)
+            self._retired[name] = _added(self._retired.get(name), stats)
 
     def invalidate(self, module: ModuleType) -> None:
         """Forget what the proxy of `module` remembered (after importlib.reload)."""
@@ -178,15 +189,16 @@ class TracedLibrary:
 
     # ---- reporting -----------------------------------------------------------------
     def summary(self) -> dict:
-        """Totals over every LazyGraph this library made (one per function, per module instance)."""
+        """Totals over every LazyGraph this library made (one per function, per module instance);
+        `functions`: the functions and methods called (by name: the instances of a class count once)."""
         with self._lock:
-            entries = list(self._stats)
+            entries = [*self._stats.values(), *self._retired.items()]
         out = {"functions": 0, "calls": 0, "hits": 0, "traces": 0, "eager": 0, "guard_failures": 0,
                "loaded": 0, "stored": 0, "prewarmed": 0, "reasons": {}, "not_stored": {}, "not_prewarmed": {},
                "not_preloaded": {},
                "skipped": dict(self.skipped)}
+        out["functions"] = len({name for name, stats in entries if stats.calls})
         for name, stats in entries:
-            out["functions"] += stats.calls > 0
             for field in ("calls", "hits", "traces", "eager", "guard_failures", "loaded", "stored", "prewarmed"):
                 out[field] += getattr(stats, field)
             for group, reasons in (("reasons", stats.reasons), ("not_stored", stats.not_stored),
@@ -196,6 +208,15 @@ class TracedLibrary:
                     per = out[group].setdefault(reason, {})
                     per[name] = per.get(name, 0) + count
         return out
+
+
+def _added(total: Stats | None, stats: Stats) -> Stats:
+    """The sum of two Stats (counts and reason counters)."""
+    out = Stats()
+    for part in (total, stats):
+        for field in dataclasses.fields(Stats) if part is not None else ():
+            setattr(out, field.name, getattr(out, field.name) + getattr(part, field.name))
+    return out
 
 
 def _stored_function(stem: str, package: str):
