@@ -56,6 +56,9 @@ class Holder:
         found["c"].append(x * 3)
         self.seen = []
         self.seen.append(x - 1)
+        self.pair = ([x], {})                 # a tuple: rebuilt, what it holds changed after
+        self.pair[0].append(x * 4)
+        self.pair[1]["d"] = x + 2
         return x.sum()
 
 
@@ -73,6 +76,8 @@ def test_a_container_changed_after_it_was_set_as_an_attribute_keeps_its_final_co
             assert (holder.params[key] == plain.params[key]).all()
         assert all((p == q).all() for p, q in zip(holder.params["c"], plain.params["c"]))
         assert len(holder.params["c"]) == 2 and len(holder.seen) == 1 and (holder.seen[0] == plain.seen[0]).all()
+        assert len(holder.pair[0]) == 2 and (holder.pair[0][1] == plain.pair[0][1]).all()
+        assert (holder.pair[1]["d"] == plain.pair[1]["d"]).all()
     assert traced.stats.hits == 3
 
 

@@ -362,10 +362,15 @@ class TraceSession:
         for (_, name), (real, value, obj, layout) in list(self._written.items()):
             if layout is None or _same_layout(_layout(value), layout):
                 continue
-            if real is not value:
+            if real is not value:           # (the trace has ended: no recording class is in the way)
                 final = self._real(value)
-                real.clear()
-                real.update(final) if type(real) is dict else real.extend(final)
+                if type(real) is dict:
+                    real.clear()
+                    real.update(final)
+                elif type(real) is list:
+                    real[:] = final
+                else:
+                    setattr(obj, name, final)
             if self.untraceable is None:
                 with self.backend.suspended():
                     self._record_setattr(obj, name, value)
