@@ -288,3 +288,42 @@ def test_a_library_keeps_no_stats_per_dead_instance_and_still_counts_their_calls
     summary = library.summary()
     assert summary["calls"] == 7 and summary["traces"] == 6 and summary["hits"] == 1
     assert summary["functions"] == 1
+
+
+class Optional_:
+    def with_hasattr(self, x):
+        return x.sum() + (self.extra if hasattr(self, "extra") else 0)
+
+    def with_default(self, x):
+        return x.sum() + getattr(self, "extra", 0)
+
+    def dropping(self, x):
+        if hasattr(self, "extra"):
+            del self.extra
+        self.out = x * 2
+        return x.sum()
+
+
+@pytest.mark.parametrize("method", ["with_hasattr", "with_default"])
+def test_an_attribute_missing_when_traced_is_checked_to_be_still_missing(method):
+    obj = Optional_()
+    traced = lazytrace.trace_graph(getattr(obj, method))
+    x = torch.ones(2)
+    assert traced(x).item() == 2 and traced(x).item() == 2
+    obj.extra = 5
+    assert traced(x).item() == 7
+    del obj.extra
+    assert traced(x).item() == 2
+    assert traced.stats.hits >= 2
+
+
+def test_del_of_an_attribute_is_replayed_and_a_gone_attribute_fails_the_guard():
+    obj = Optional_()
+    traced = lazytrace.trace_graph(obj.dropping)
+    for _ in range(3):
+        obj.extra = 1
+        traced(torch.ones(2))
+        assert not hasattr(obj, "extra") and torch.equal(obj.out, torch.full((2,), 2.0))
+    traced(torch.ones(2))             # nothing to delete now: not the traced branch
+    assert not hasattr(obj, "extra")
+    assert traced.stats.hits >= 2 and traced.stats.eager == 0

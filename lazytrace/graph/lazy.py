@@ -477,12 +477,8 @@ class LazyGraph:
         if index is None or not 0 <= index < len(nodes):
             return "a guard of the earlier graph failed"
         node = nodes[index]
-        if hasattr(node.target, "describe"):        # a global or closure variable (graph/reads.py)
+        if hasattr(node.target, "describe"):        # a global or closure variable (graph/reads.py), an attribute
             return node.target.describe(node)
-        if node.target is getattr:                  # an attribute of a stateful object (tracer.on_getattr)
-            owner = getattr(node.args[0], "meta", None)
-            return (f"attribute {node.args[1]!r} of {'the ' + owner if isinstance(owner, str) else 'a'} stateful "
-                    f"object was {node.expected!r} when traced and is something else now")
         return (f"a value read back from an array changed: {graph.backend.qualified_name(node.target)} "
                 f"gave {node.expected!r} when traced and something else now")
 

@@ -25,9 +25,9 @@ from ..backends import Backend, CallKind, foreign_rng_tokens, generator_state, g
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
-from .reads import READERS, PythonReads, signed
+from .reads import MISSING, READERS, PythonReads, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
-from .stateful import SessionProxy, StatefulProxy, recording_class
+from .stateful import SessionProxy, StatefulProxy, read_attribute, recording_class
 
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
     "lazytrace_active_session", default=None)
@@ -65,6 +65,7 @@ class TraceSession:
         self.proxied = False                    # objects passed in were handed as SessionProxy
         self._written: dict = {}                # (id(stateful object), attribute) -> (real, value, object, layout)
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
+        self._deleted: set = set()              # (id(stateful object), attribute) deleted by the function
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
         self._undo: list = []                   # callables putting back what the trace wrote (undo_writes)
@@ -355,6 +356,30 @@ class TraceSession:
         self._written[(id(obj), name)] = (real, value, obj, _layout(value))
         return real
 
+    def on_missing_attribute(self, obj, name: str) -> None:
+        """A read of `obj.name` found nothing (`hasattr`, getattr with a default): a guard checks
+        that the attribute is still missing (unless this trace deleted it)."""
+        if (self.untraceable is not None or name in self.backend.bookkeeping_attributes
+                or (id(obj), name) in self._deleted):
+            return
+        with self.backend.suspended():
+            inputs: list[Value] = []
+            args = self._lift((obj, name), inputs)
+            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_attribute, args, {}, inputs,
+                                   [self.version(v) for v in inputs], expected=_Same(MISSING)))
+
+    def on_delattr(self, obj, name: str) -> None:
+        """`del obj.name` in user code (after it happened): replayed as delattr."""
+        self._written.pop((id(obj), name), None)
+        self._deleted.add((id(obj), name))
+        if self.untraceable is not None or name in self.backend.bookkeeping_attributes:
+            return
+        with self.backend.suspended():
+            inputs: list[Value] = []
+            args = self._lift((obj, name), inputs)
+            self.nodes.append(Node(len(self.nodes), Kind.SETATTR, delattr, args, {}, inputs,
+                                   [self.version(v) for v in inputs]))
+
     def settle_written(self):
         """A list or dict set as an attribute and then changed in place (kornia's mix augmentations:
         `self._params = p; self._params.update(dtype=...)`): the object gets its final contents
@@ -468,7 +493,7 @@ class TraceSession:
                 self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object, and "
                           f"lazytrace cannot record what is read from that")
                 return value
-            self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
+            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_attribute, args, {}, inputs, versions,
                                    expected=expected))
         return value
 
@@ -487,7 +512,7 @@ class TraceSession:
         inputs: list[Value] = []
         args = self._lift((obj, name), inputs)
         expected = _SameMethod(value) if isinstance(value, MethodType) else _Same(value)
-        self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs,
+        self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_attribute, args, {}, inputs,
                                [self.version(v) for v in inputs], expected=expected))
 
     def _snapshot(self, obj, record=True):
