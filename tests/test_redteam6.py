@@ -2,6 +2,7 @@
 an attribute, in-place writes through `to=` conversions, shallow copies of traced objects."""
 import copy
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -338,3 +339,30 @@ def test_an_attribute_read_through_the_instance_dict_is_checked():
     traced(torch.ones(2))
     obj.extra = 5
     assert traced(torch.ones(2)).item() == 7
+
+
+def test_a_function_reading_the_environment_sees_it_change(monkeypatch):
+    monkeypatch.setenv("LAZYTRACE_RT6_SCALE", "1")
+
+    def scaled(x):
+        return x * float(os.environ["LAZYTRACE_RT6_SCALE"]) + float(os.getenv("LAZYTRACE_RT6_SHIFT", "0"))
+
+    traced = lazytrace.trace_graph(scaled)
+    x = torch.ones(2)
+    assert traced(x).tolist() == traced(x).tolist() == [1.0, 1.0]
+    monkeypatch.setenv("LAZYTRACE_RT6_SCALE", "5")
+    assert traced(x).tolist() == [5.0, 5.0]
+    monkeypatch.setenv("LAZYTRACE_RT6_SHIFT", "2")
+    assert traced(x).tolist() == [7.0, 7.0]
+    assert traced.stats.hits >= 1 and "environment" in traced.traces[-1].cause
+
+
+@pytest.mark.xfail(strict=True, reason="the value of a contextvars.ContextVar read by the traced code is baked "
+                                       "(its global is guarded by identity, .get() is a C call no guard sees)")
+def test_a_context_variable_read_by_the_function_is_checked():
+    import contextvars
+    scale = contextvars.ContextVar("scale", default=1.0)
+    traced = lazytrace.trace_graph(lambda x: x * scale.get())
+    traced(torch.ones(2))
+    scale.set(3.0)
+    assert traced(torch.ones(2)).tolist() == [3.0, 3.0]

@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import inspect
 import enum
+import os
 import sys
 import warnings
 from contextlib import ExitStack, contextmanager
@@ -25,7 +26,7 @@ from ..backends import Backend, CallKind, foreign_rng_tokens, generator_state, g
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
-from .reads import MISSING, READERS, PythonReads, signed
+from .reads import MISSING, READERS, PythonReads, read_environment, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
 from .stateful import SessionProxy, StatefulProxy, read_attribute, recording_class
 
@@ -582,6 +583,11 @@ class TraceSession:
                 value.meta = what
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, reader, (value, *rest), {}, [value],
                                    [self.version(value)], expected=expected))
+        if reads.environment:           # which variables it reads is not known: all of them
+            value = self.value_of(os.environ) or self.add_stateful(os.environ)
+            value.meta = "os.environ"
+            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_environment, (value,), {}, [value],
+                                   [self.version(value)], expected=read_environment(os.environ)))
 
     def _held_arrays(self, reads, reached) -> set | None:
         """ids of what the trace checks by identity or records, with what those hold a few levels
