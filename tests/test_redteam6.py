@@ -366,3 +366,19 @@ def test_a_context_variable_read_by_the_function_is_checked():
     traced(torch.ones(2))
     scale.set(3.0)
     assert traced(torch.ones(2)).tolist() == [3.0, 3.0]
+
+
+@pytest.mark.xfail(strict=True, reason="a property of a stateful object's class is not checked by identity (a "
+                                       "method is): replacing it on the class after the trace is not seen")
+def test_a_property_replaced_on_the_class_is_seen():
+    class Scaled:
+        factor = property(lambda self: 2.0)
+
+        def run(self, x):
+            return x * self.factor
+
+    obj = Scaled()
+    traced = lazytrace.trace_graph(obj.run)
+    traced(torch.ones(2))
+    Scaled.factor = property(lambda self: 100.0)
+    assert traced(torch.ones(2)).tolist() == [100.0, 100.0]
