@@ -360,9 +360,9 @@ class TraceSession:
     def on_missing_attribute(self, obj, name: str) -> None:
         """A read of `obj.name` found nothing (`hasattr`, getattr with a default): a guard checks
         that the attribute is still missing (unless this trace deleted it)."""
-        if (self.untraceable is not None or name in self.backend.bookkeeping_attributes
+        if (self.untraceable is not None or name.startswith("__") or name in self.backend.bookkeeping_attributes
                 or (id(obj), name) in self._deleted):
-            return
+            return                      # (dunders: Python's and the frameworks' protocol lookups)
         with self.backend.suspended():
             inputs: list[Value] = []
             args = self._lift((obj, name), inputs)
