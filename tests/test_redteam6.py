@@ -382,3 +382,20 @@ def test_a_property_replaced_on_the_class_is_seen():
     traced(torch.ones(2))
     Scaled.factor = property(lambda self: 100.0)
     assert traced(torch.ones(2)).tolist() == [100.0, 100.0]
+
+
+def test_an_in_place_numpy_write_into_an_attribute_array_is_replayed():
+    class Totals:
+        def __init__(self):
+            self.total = np.zeros(3)
+
+        def add(self, x):
+            np.add(self.total, x, out=self.total)
+            return x * 2
+
+    totals = Totals()
+    traced = lazytrace.trace_graph(totals.add)
+    for step in range(1, 4):
+        traced(np.ones(3))
+        assert totals.total.tolist() == [float(step)] * 3
+    assert traced.stats.hits == 2
