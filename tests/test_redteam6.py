@@ -399,3 +399,16 @@ def test_an_in_place_numpy_write_into_an_attribute_array_is_replayed():
         traced(np.ones(3))
         assert totals.total.tolist() == [float(step)] * 3
     assert traced.stats.hits == 2
+
+
+def test_include_and_exclude_choose_module_classes_too():
+    kornia = pytest.importorskip("kornia")
+    for options in ({"exclude": "kornia.filters.*"}, {"include": "kornia.color.*"}):
+        traced = lazytrace.trace_graph(kornia, **options)
+        assert traced.filters.GaussianBlur2d is kornia.filters.GaussianBlur2d
+        assert traced._self_library.summary()["skipped"]["kornia.filters.gaussian.GaussianBlur2d"].startswith(
+            "matched by exclude" if "exclude" in options else "not matched by include")
+    traced = lazytrace.trace_graph(kornia, include="kornia.filters.gaussian.GaussianBlur2d.forward")
+    blur = traced.filters.GaussianBlur2d((3, 3), (1.0, 1.0))
+    blur(torch.rand(1, 3, 8, 8))
+    assert isinstance(vars(blur)["forward"], lazytrace.LazyGraph)

@@ -109,20 +109,25 @@ class TracedLibrary:
             cls = type(f"ModuleProxy[{obj.__name__}]", (ModuleProxy,), {})
             return cls(obj, self)
         if isinstance(obj, type):
-            return self._traced_class(obj)
+            return self._traced_class(obj, path)
         return self._function(obj, path) or obj
+
+    def _chosen(self, names) -> str | None:
+        """Why include=/exclude= leave out what is reached by these names, or None."""
+        if self.include and not any(fnmatch.fnmatchcase(n, p) for n in names for p in self.include):
+            return "not matched by include="
+        if any(fnmatch.fnmatchcase(n, p) for n in names for p in self.exclude):
+            return "matched by exclude="
+        return None
 
     def _function(self, fn, path, **extra):
         names = (path, f"{fn.__module__}.{fn.__qualname__}")
-        if self.include and not any(fnmatch.fnmatchcase(n, p) for n in names for p in self.include):
-            reason = "not matched by include="
-        elif any(fnmatch.fnmatchcase(n, p) for n in names for p in self.exclude):
-            reason = "matched by exclude="
-        elif inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        reason = self._chosen(names)
+        if reason is None and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
             reason = "generator function: runs as the original"
-        elif inspect.iscoroutinefunction(fn):
+        elif reason is None and inspect.iscoroutinefunction(fn):
             reason = "coroutine function: runs as the original"
-        else:
+        if reason is None:
             return self._lazy(fn, names[1], **extra)
         self.skipped[names[1]] = reason
         return None
@@ -151,7 +156,7 @@ class TracedLibrary:
             made[1]._self_forget()
 
     # ---- classes -------------------------------------------------------------------
-    def _traced_class(self, cls: type):
+    def _traced_class(self, cls: type, path: str):
         """A subclass of `cls` whose methods are traced (nn.Module-like classes: the method the
         backend binds, e.g. forward). A class with nothing to trace, an enum or an exception
         passes through unchanged."""
@@ -163,6 +168,10 @@ class TracedLibrary:
                      "__reduce_ex__": _reduce_ex}
         bound = _bound_method(cls)
         if bound is not None:
+            reason = self._chosen((path, name, f"{path}.{bound}", f"{name}.{bound}"))
+            if reason is not None:          # (a plain class's methods are chosen one by one below)
+                self.skipped[name] = reason
+                return cls
             namespace[bound] = BoundTrace(cls, bound, self)
         else:
             for method, fn in _methods(cls, self):
