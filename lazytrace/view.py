@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .graph.codegen import node_lines
 from .graph.ir import Kind, Source, Value
+from .graph.stateful import read_attribute
 
 #: how each kind of box looks: (shape, fill colour, border colour, legend text)
 STYLES = {
@@ -118,8 +119,10 @@ def _meta_text(backend):
 
 
 def _call_name(backend, node) -> str:
-    if node.kind in (Kind.GETATTR, Kind.SETATTR) or node.target in (getattr, setattr) and len(node.args) > 1:
-        return f"{'write' if node.kind is Kind.SETATTR else 'read'} .{node.args[1]}"
+    if node.kind in (Kind.GETATTR, Kind.SETATTR) or node.target in (getattr, setattr, read_attribute) \
+            and len(node.args) > 1:
+        verb = "read" if node.kind is not Kind.SETATTR else "delete" if node.target is delattr else "write"
+        return f"{verb} .{node.args[1]}"
     if hasattr(node.target, "label"):       # a check of a global or closure variable (graph/reads.py)
         return node.target.label(node)
     return backend.qualified_name(node.target)

@@ -59,6 +59,10 @@ class Backend:
     #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
     knows_dynamic_shapes: bool = True
 
+    #: whether this framework's arrays can be written in place (to=: a write into a converted
+    #: argument is carried back to the caller's array)
+    writable_arrays: bool = True
+
     #: attributes of framework objects that their own machinery reads (torch.nn.Module's hook and
     #: parameter dicts): never recorded on stateful objects, lazytrace handles their content otherwise
     bookkeeping_attributes: frozenset = frozenset()
@@ -263,6 +267,12 @@ class Backend:
     def from_numpy(self, data):
         """An array of this framework holding `data` (a NumPy array), for to= conversion."""
         raise NotImplementedError
+
+    def write_back(self, array, data) -> str | None:
+        """For to=: put `data` (a NumPy array of `array`'s shape, what a function converted into
+        another framework wrote into its copy of `array`) into `array`; None when done, else why
+        it cannot be."""
+        return f"{self.name} arrays cannot be written in place"
 
     def rng_token(self, source=None) -> Any:
         """A fingerprint of the state of an RNG (`source`: one from rng_sources, or None for the

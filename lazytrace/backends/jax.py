@@ -324,6 +324,7 @@ class JaxBackend(Backend):
     api_below = ("jax", "jaxlib")
     static_types = (np.dtype, jax.sharding.Sharding)
     sees_creation = True          # jnp.zeros / arange bind primitives under the current trace too
+    writable_arrays = False
     knows_dynamic_shapes = True   # jax shapes never depend on data (see to_concrete_value)
 
 

@@ -402,6 +402,12 @@ class NumpyBackend(Backend):
     def from_numpy(self, data):
         return data
 
+    def write_back(self, a, data):
+        if not a.flags.writeable:
+            return "it is a read-only array"
+        np.copyto(a, data)
+        return None
+
     def rng_sources(self, func, args, kwargs) -> list:
         return [None]       # the global state; Generator draws go through CallRecordingProxy nodes
 

@@ -330,6 +330,7 @@ class TensorflowBackend(Backend):
     live_types = (tf.random.Generator,)
     sees_creation = False          # tf.zeros(3): no tracer argument, not dispatched
     knows_dynamic_shapes = False   # tf.where(c), tf.boolean_mask, tf.unique: no tags to tell
+    writable_arrays = False        # the tf.Tensor a conversion makes
 
     def __init__(self):
         self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}

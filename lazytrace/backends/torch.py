@@ -126,6 +126,17 @@ def _denormals_flushed() -> bool:
     return _MIN_NORMAL * 0.5 == 0.0
 
 
+#: the hooks every nn.Module call runs (`register_module_forward_hook` ...): a module called by a
+#: traced function ran those there when it was traced, and a graph replays what they did
+_GLOBAL_HOOKS = tuple(vars(torch.nn.modules.module)[name] for name in (
+    "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks", "_global_backward_hooks"))
+
+
+def _global_hooks() -> tuple:
+    """The ids of the global module hooks (a handle's id is never reused), or () when none."""
+    return tuple(tuple(hooks) for hooks in _GLOBAL_HOOKS) if any(_GLOBAL_HOOKS) else ()
+
+
 def _autocast_state():
     """False, or the autocast dtype of each device type it is enabled for."""
     if not torch._C._is_any_autocast_enabled():
@@ -288,9 +299,17 @@ class TorchBackend(Backend):
             vars(obj)["forward"] = traced
             return obj
 
+        # a forward set on the instance (accelerate's hooks, a wrapper of the user's) is what
+        # Module.__call__ runs: that is traced (what an earlier trace_graph(obj) traced, again)
+        from ..graph.lazy import LazyGraph
+        forward = vars(obj).get("forward")
+        if isinstance(forward, LazyGraph):
+            forward = forward._fn
+        if forward is None or isinstance(forward, ModuleForward):
+            forward = ModuleForward(obj)
         # every submodule's plain attributes (`self.p`, kornia's `self._params`) are read and written
         # by forward: recorded like stateful objects (reads guarded, writes replayed)
-        return ModuleForward(obj), ModuleLiveInputs(obj), install, tuple(obj.modules())
+        return forward, ModuleLiveInputs(obj), install, tuple(obj.modules())
 
     def reached_model(self, obj):
         if not isinstance(obj, torch.nn.Module):
@@ -339,7 +358,7 @@ class TorchBackend(Backend):
         return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const, covered=frozenset()):
-        grad, (dtype, inference, autocast, modes, transform, dual, flushed) = state
+        grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks) = state
         if dual:
             return ["False"]        # tangents are keyed by describe only: the general path
         conditions = [f"{const(_forward_ad)}._current_level < 0",
@@ -347,7 +366,9 @@ class TorchBackend(Backend):
                       f"{const(torch.get_default_dtype)}() is {const(dtype)}",
                       f"({const(_MIN_NORMAL)} * 0.5 == 0.0) is {flushed}",      # _denormals_flushed() inline
                       f"{const(_function_modes)}() == {const(modes)}" if modes else
-                      f"{const(torch._C._len_torch_function_stack)}() == 0"]
+                      f"{const(torch._C._len_torch_function_stack)}() == 0",
+                      f"{const(_global_hooks)}() == {const(hooks)}" if hooks else
+                      " or ".join(f"{const(d)}" for d in _GLOBAL_HOOKS).join(("not (", ")"))]
         if not (inference is False and "inference" in covered):
             conditions.append(f"{const(torch.is_inference_mode_enabled)}() is {inference}")
         if "transform" not in covered:
@@ -375,10 +396,11 @@ class TorchBackend(Backend):
         """Grad mode, then default dtype, inference mode, autocast, function modes, whether a
         torch.func transform runs (`vmap(lazy)` after a plain call: code may branch on it, as
         kornia's morphology and ssim do, and the per-sample shapes matched the plain call's) and
-        whether a forward-AD dual level is open (then describe keys each tensor's tangent)."""
+        whether a forward-AD dual level is open (then describe keys each tensor's tangent), the
+        flush-denormal mode and the global module hooks."""
         return torch.is_grad_enabled(), (torch.get_default_dtype(), torch.is_inference_mode_enabled(),
                                          _autocast_state(), _function_modes(), _transform_level() is not None,
-                                         _forward_ad._current_level >= 0, _denormals_flushed())
+                                         _forward_ad._current_level >= 0, _denormals_flushed(), _global_hooks())
 
     def state_reads(self):
         return _STATE_READS
@@ -596,6 +618,16 @@ class TorchBackend(Backend):
             return torch.from_numpy(data.view("int16").copy()).view(torch.bfloat16)
         return torch.from_numpy(data.copy() if not data.flags.writeable else data)
 
+    def write_back(self, t, data):
+        if t.requires_grad:
+            return "it requires grad (autograd would not see the write)"
+        try:
+            with torch._C.DisableTorchFunction(), torch.no_grad():
+                t.copy_(self.from_numpy(data))
+        except RuntimeError as exc:        # an expanded tensor, an inference tensor outside inference mode
+            return str(exc).splitlines()[0]
+        return None
+
     def returned_its_input(self, func, args, result, mutated) -> bool:
         # `x.to(x.dtype)`, `.contiguous()`, `.cpu()` return self when the (keyed) metadata already
         # match; a trailing underscore marks calls that change self in place (requires_grad_ too)
@@ -678,7 +710,7 @@ class TorchBackend(Backend):
         return torch.randint(0, 10, shape, generator=g, dtype=dt)
 
     def describe_global_state(self, state):
-        grad, (dtype, inference, autocast, modes, transform, dual, flushed) = state
+        grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks) = state
         autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \
             if autocast else "off"
         return {"torch.is_grad_enabled()": repr(grad), "torch.get_default_dtype()": repr(dtype),
@@ -686,7 +718,8 @@ class TorchBackend(Backend):
             ({"torch function modes": ", ".join(map(str, modes))} if modes else {}) | \
             ({"torch.func transform": "active"} if transform else {}) | \
             ({"forward-mode AD": "dual level open"} if dual else {}) | \
-            {"torch.set_flush_denormal": repr(flushed)}
+            {"torch.set_flush_denormal": repr(flushed)} | \
+            ({"global module hooks": str(sum(map(len, hooks)))} if hooks else {})
 
     # ---- persistent cache ----------------------------------------------------------
     distribution = "torch"

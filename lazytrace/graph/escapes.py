@@ -16,15 +16,20 @@ import functools
 import gc
 import types
 
+from .stateful import SessionProxy
+
 _DEPTH = 8
 
 
-def release(obj, tracer_type: type, depth: int = 0, seen: set | None = None):
-    """`obj` with each `tracer_type` object inside it replaced by its array: in place in lists,
-    dicts, sets, closure cells and object attributes; tuples are rebuilt (returned)."""
+def release(obj, tracer_type: type | None, depth: int = 0, seen: set | None = None):
+    """`obj` with each `tracer_type` object inside it replaced by its array, and each proxy the
+    trace handed for an object passed in (stateful.SessionProxy) by that object: in place in
+    lists, dicts, sets, closure cells and object attributes; tuples are rebuilt (returned)."""
     tp = type(obj)
     if tp is tracer_type:
         return obj._lt_array
+    if issubclass(tp, SessionProxy):
+        return obj.__wrapped__
     if depth > _DEPTH or tp in _ATOMS or isinstance(obj, (type, types.ModuleType)):
         return obj
     seen = set() if seen is None else seen
@@ -106,7 +111,7 @@ def release(obj, tracer_type: type, depth: int = 0, seen: set | None = None):
     return obj
 
 
-def release_held(holders, tracer_type: type) -> None:
+def release_held(holders, tracer_type: type | None) -> None:
     """Release what the function left in the places it can reach by itself: (namespace, name) of
     a global, (cell, None) of a closure variable, (object, None) of an object whose attributes
     it reads (graph.reads.PythonReads.holders)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 import warnings
 import weakref
@@ -418,7 +419,8 @@ class LazyGraph:
         except Exception as exc:      # the cache must never fail the call itself
             reason = f"{type(exc).__name__}: {exc}"
             self.stats.not_stored[reason] += 1
-            warnings.warn(f"lazytrace: {self._name}: graph not stored: {reason}", CacheWarning, stacklevel=5)
+            warnings.warn(f"lazytrace: {self._name}: graph not stored: {reason}", CacheWarning,
+                          stacklevel=_caller_level(backends))
         else:
             self.stats.stored += 1
 
@@ -466,7 +468,7 @@ class LazyGraph:
             warnings.warn(f"lazytrace: {self._name} traced {self.stats.traces} times; cause of the last "
                           f"trace: {rec.cause}. Calls with changing shapes or Python values each "
                           f"trace a new graph; LazyGraph.explain() lists why each trace happened.", RetraceWarning,
-                          stacklevel=5)
+                          stacklevel=_caller_level(backends))
 
     @staticmethod
     def _guard_text(graph, index) -> str:
@@ -476,7 +478,7 @@ class LazyGraph:
         if index is None or not 0 <= index < len(nodes):
             return "a guard of the earlier graph failed"
         node = nodes[index]
-        if hasattr(node.target, "describe"):        # a global or closure variable (graph/reads.py)
+        if hasattr(node.target, "describe"):        # a global or closure variable (graph/reads.py), an attribute
             return node.target.describe(node)
         return (f"a value read back from an array changed: {graph.backend.qualified_name(node.target)} "
                 f"gave {node.expected!r} when traced and something else now")
@@ -556,6 +558,17 @@ def stats() -> dict:
             name += "'"
         out[name] = lazy.stats.as_dict()
     return out
+
+
+def _caller_level(backends) -> int:
+    """The stacklevel of a warning issued where it is called: the first frame outside lazytrace
+    and the frameworks (nn.Module.__call__ runs between the caller and a model's forward), so
+    that warnings of several models are not shown as one, at the framework's line."""
+    prefixes = ("lazytrace.", *(f"{b.name}." for b in backends))
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and str(frame.f_globals.get("__name__", "")).startswith(prefixes):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _code_holder(fn):

@@ -105,7 +105,8 @@ def output_values(structure) -> list[Value]:
 
 def _visible(nodes, inputs) -> set:
     """Storages the caller can see besides the outputs: inputs, arrays the function reached by
-    itself, arrays such as `x.grad` that belong to an input."""
+    itself, arrays such as `x.grad` that belong to an input, arrays read from an attribute of a
+    stateful object (`self.total.add_(x)`)."""
     visible = {v.storage for v in inputs}
     external = Source.EXTERNAL
     for n in nodes:
@@ -113,7 +114,7 @@ def _visible(nodes, inputs) -> set:
             if v.source is external:
                 visible.add(v.storage)
         for v in n.outputs:
-            if v.caller_owned:
+            if v.caller_owned or n.kind is Kind.GETATTR:
                 visible.add(v.storage)
     return visible
 

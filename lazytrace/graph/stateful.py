@@ -16,7 +16,23 @@ from types import MethodType
 
 import wrapt
 
-from .reads import UNWATCHED
+from .reads import MISSING, UNWATCHED
+
+
+def read_attribute(obj, name: str):
+    """What a graph's guard reads from a stateful object: the attribute, or MISSING where it has
+    none (then the guard fails, as it does for another value)."""
+    return getattr(obj, name, MISSING)
+
+
+def _describe_read(node) -> str:
+    owner = getattr(node.args[0], "meta", None)
+    found = "had no such attribute" if getattr(node.expected, "obj", None) is MISSING else f"was {node.expected!r}"
+    return (f"attribute {node.args[1]!r} of {'the ' + owner if isinstance(owner, str) else 'a'} stateful object "
+            f"{found} when traced and is something else now")
+
+
+read_attribute.describe = _describe_read
 
 
 class SessionProxy(wrapt.ObjectProxy):
@@ -57,7 +73,11 @@ class StatefulProxy(SessionProxy):
 
     def _self_attribute(self, name):
         wrapped = self.__wrapped__
-        value = getattr(wrapped, name)
+        try:
+            value = getattr(wrapped, name)
+        except AttributeError:
+            self._self_session.on_missing_attribute(wrapped, name)
+            raise
         if isinstance(value, MethodType) and value.__self__ is wrapped:
             return MethodType(value.__func__, self)     # a method's own reads are recorded too
         return self._self_session.on_getattr(wrapped, name, value)
@@ -66,6 +86,12 @@ class StatefulProxy(SessionProxy):
         if name.startswith("_self_") or name == "__wrapped__":
             return super().__setattr__(name, value)
         setattr(self.__wrapped__, name, self._self_session.on_setattr(self.__wrapped__, name, value))
+
+    def __delattr__(self, name):
+        if name.startswith("_self_"):
+            return super().__delattr__(name)
+        delattr(self.__wrapped__, name)
+        self._self_session.on_delattr(self.__wrapped__, name)
 
 
 #: class swaps are installed and undone one at a time (two threads tracing with one object)
@@ -104,6 +130,10 @@ def _class_data(cls, name) -> bool:
     return False
 
 
+def _raise(name):
+    raise AttributeError(name)
+
+
 def _recorder(obj, active):
     cls = type(obj)
     sessions: list = []
@@ -116,7 +146,16 @@ def _recorder(obj, active):
         return found
 
     def __getattribute__(self, name):
-        value = cls.__getattribute__(self, name)
+        try:
+            value = cls.__getattribute__(self, name)
+        except AttributeError:
+            if name.startswith("__") or session_of() is None:
+                raise
+            try:                        # what Python tries next: the class's __getattr__ (nn.Module's)
+                return cls.__getattr__(self, name) if hasattr(cls, "__getattr__") else _raise(name)
+            except AttributeError:
+                session_of().on_missing_attribute(self, name)
+                raise
         if not name.startswith("__") and (
                 name in getattr(self, "__dict__", ()) or type(value) is MethodType and value.__self__ is self
                 or is_class_data(name)):
@@ -125,14 +164,25 @@ def _recorder(obj, active):
                 return session.on_getattr(self, name, value)   # a method: one set on the object later hides it
         return value
 
+    def session_of():
+        session = active()
+        return session if session is not None and session in sessions else None
+
     def __setattr__(self, name, value):
         session = active()
         if session is not None and session in sessions:
             value = session.on_setattr(self, name, value)
         cls.__setattr__(self, name, value)
 
+    def __delattr__(self, name):
+        cls.__delattr__(self, name)
+        session = active()
+        if session is not None and session in sessions:
+            session.on_delattr(self, name)
+
     try:
         recorder = type(cls.__name__, (cls,), {"__getattribute__": __getattribute__, "__setattr__": __setattr__,
+                                               "__delattr__": __delattr__,
                                                "__module__": cls.__module__, "__qualname__": cls.__qualname__,
                                                "_lazytrace_sessions": sessions})
         obj.__class__ = recorder

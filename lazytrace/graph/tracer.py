@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import inspect
 import enum
+import os
 import sys
 import warnings
 from contextlib import ExitStack, contextmanager
@@ -25,9 +26,9 @@ from ..backends import Backend, CallKind, foreign_rng_tokens, generator_state, g
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
-from .reads import READERS, PythonReads, signed
+from .reads import MISSING, READERS, PythonReads, read_environment, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
-from .stateful import StatefulProxy, recording_class
+from .stateful import SessionProxy, StatefulProxy, read_attribute, recording_class
 
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
     "lazytrace_active_session", default=None)
@@ -62,8 +63,10 @@ class TraceSession:
         self._shows_warnings = _warning_display()
         self._displays: list = []               # text made from arrays (on_display)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
-        self._written: dict = {}                # (id(stateful object), attribute) -> value set
+        self.proxied = False                    # objects passed in were handed as SessionProxy
+        self._written: dict = {}                # (id(stateful object), attribute) -> (real, value, object, layout)
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
+        self._deleted: set = set()              # (id(stateful object), attribute) deleted by the function
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
         self._undo: list = []                   # callables putting back what the trace wrote (undo_writes)
@@ -98,6 +101,7 @@ class TraceSession:
                 self._note_rng(obj, f"a {type(obj).__name__} passed in (another framework's)")
             else:
                 handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
+                self.proxied = self.proxied or isinstance(handed, SessionProxy)
             token = self.backend.rng_token(obj) if kind == "live" else None
             if token is not None:
                 self._rng[id(obj)] = (obj, token)
@@ -354,14 +358,60 @@ class TraceSession:
             return real
         with self.backend.suspended():
             self._record_setattr(obj, name, value)
-        self._written[(id(obj), name)] = (real, value)
+        self._written[(id(obj), name)] = (real, value, obj, _layout(value))
         return real
+
+    def on_missing_attribute(self, obj, name: str) -> None:
+        """A read of `obj.name` found nothing (`hasattr`, getattr with a default): a guard checks
+        that the attribute is still missing (unless this trace deleted it)."""
+        if (self.untraceable is not None or name.startswith("__") or name in self.backend.bookkeeping_attributes
+                or (id(obj), name) in self._deleted):
+            return                      # (dunders: Python's and the frameworks' protocol lookups)
+        with self.backend.suspended():
+            inputs: list[Value] = []
+            args = self._lift((obj, name), inputs)
+            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_attribute, args, {}, inputs,
+                                   [self.version(v) for v in inputs], expected=_Same(MISSING)))
+
+    def on_delattr(self, obj, name: str) -> None:
+        """`del obj.name` in user code (after it happened): replayed as delattr."""
+        self._written.pop((id(obj), name), None)
+        self._deleted.add((id(obj), name))
+        if self.untraceable is not None or name in self.backend.bookkeeping_attributes:
+            return
+        with self.backend.suspended():
+            inputs: list[Value] = []
+            args = self._lift((obj, name), inputs)
+            self.nodes.append(Node(len(self.nodes), Kind.SETATTR, delattr, args, {}, inputs,
+                                   [self.version(v) for v in inputs]))
+
+    def settle_written(self):
+        """A list or dict set as an attribute and then changed in place (kornia's mix augmentations:
+        `self._params = p; self._params.update(dtype=...)`): the object gets its final contents
+        (it holds a copy without tracers, see on_setattr) and the graph sets it again at its end."""
+        for (_, name), (real, value, obj, layout) in list(self._written.items()):
+            if layout is None or _same_layout(_layout(value), layout):
+                continue
+            if real is not value:           # (the trace has ended: no recording class is in the way)
+                final = self._real(value)
+                if type(real) is dict:
+                    real.clear()
+                    real.update(final)
+                elif type(real) is list:
+                    real[:] = final
+                else:
+                    setattr(obj, name, final)
+            if self.untraceable is None:
+                with self.backend.suspended():
+                    self._record_setattr(obj, name, value)
 
     def _real(self, obj):
         """`obj` with the trace's tracers replaced by their arrays, through tuples, lists and dicts."""
         tp = type(obj)
         if isinstance(obj, self._tracked):
             return self.backend.unwrap(obj)
+        if issubclass(tp, SessionProxy):        # `self.last = self`: the object, as in eager
+            return obj.__wrapped__
         if tp is tuple or tp is list:
             return tp([self._real(x) for x in obj])
         if tp is dict:
@@ -448,7 +498,7 @@ class TraceSession:
                 self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object, and "
                           f"lazytrace cannot record what is read from that")
                 return value
-            self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs, versions,
+            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_attribute, args, {}, inputs, versions,
                                    expected=expected))
         return value
 
@@ -467,7 +517,7 @@ class TraceSession:
         inputs: list[Value] = []
         args = self._lift((obj, name), inputs)
         expected = _SameMethod(value) if isinstance(value, MethodType) else _Same(value)
-        self.nodes.append(Node(len(self.nodes), Kind.GUARD, getattr, args, {}, inputs,
+        self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_attribute, args, {}, inputs,
                                [self.version(v) for v in inputs], expected=expected))
 
     def _snapshot(self, obj, record=True):
@@ -537,6 +587,11 @@ class TraceSession:
                 value.meta = what
             self.nodes.append(Node(len(self.nodes), Kind.GUARD, reader, (value, *rest), {}, [value],
                                    [self.version(value)], expected=expected))
+        if reads.environment:           # which variables it reads is not known: all of them
+            value = self.value_of(os.environ) or self.add_stateful(os.environ)
+            value.meta = "os.environ"
+            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_environment, (value,), {}, [value],
+                                   [self.version(value)], expected=read_environment(os.environ)))
 
     def _held_arrays(self, reads, reached) -> set | None:
         """ids of what the trace checks by identity or records, with what those hold a few levels
@@ -696,6 +751,10 @@ class TraceSession:
                     real = copies[id(real)]
                 return value, real
             tp = type(obj)
+            if issubclass(tp, SessionProxy) and self.value_of(obj) is not None:
+                return self.value_of(obj), obj.__wrapped__      # an object passed in (`return self`)
+            if any(obj is held for held in self.recorded):     # a stateful one (a bound method's self)
+                return self.value_of(obj), obj
             if tp is tuple or tp is list or isinstance(obj, tuple) and _rebuilds(tp, obj):
                 pairs = [out(x) for x in obj]
                 rebuild = (lambda xs: tp(*xs)) if hasattr(tp, "_fields") else tp
@@ -750,6 +809,36 @@ def _rebuilds(tp, obj) -> bool:
     except Exception:
         return False
     return type(again) is tp and len(again) == len(obj) and all(a is b for a, b in zip(again, obj))
+
+
+class _Shape(tuple):
+    """A container's type and keys (or length) in a _layout."""
+
+
+def _layout(obj) -> list | None:
+    """What a list, tuple or dict holds, through nested ones: their shapes and the objects in
+    them (kept alive, compared by identity in _same_layout); None for anything else."""
+    if type(obj) not in (dict, list, tuple):
+        return None
+    out, seen = [], set()
+
+    def walk(x):
+        tp = type(x)
+        if tp not in (dict, list, tuple) or id(x) in seen:
+            out.append(x)
+            return
+        seen.add(id(x))
+        out.append(_Shape((tp, *x) if tp is dict else (tp, len(x))))
+        for item in x.values() if tp is dict else x:
+            walk(item)
+
+    walk(obj)
+    return out
+
+
+def _same_layout(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y or type(x) is _Shape and type(y) is _Shape and x == y
+                                    for x, y in zip(a, b))
 
 
 def _name(func) -> str:
@@ -918,8 +1007,9 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             raise NotTraceable(cause if isinstance(cause, str) else
                                f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     session.reads.settle()
-    if backend.tracer_class is not None:
-        # a global or an object the function filled holds arrays, not tracers
+    if backend.tracer_class is not None or session.proxied:
+        # a global or an object the function filled holds arrays, not tracers, and the objects
+        # passed in, not the proxies the function was handed (escapes.release)
         if session.reads.changed() is not None:
             escapes.release_held(session.reads.holders(), backend.tracer_class)
         escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
@@ -928,6 +1018,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         session.undo_writes()
         return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
             fn(*args, **kwargs)
+    session.settle_written()
     session.check_input_writes()
     session.add_reads(session.reads)
     record, real = session.finish(result)

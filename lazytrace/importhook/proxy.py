@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import copy
 import copyreg
+import dataclasses
 import enum
 import fnmatch
 import functools
 import inspect
 import sys
 import threading
+import weakref
 from types import FunctionType, ModuleType
 
 import wrapt
@@ -41,7 +43,8 @@ class TracedLibrary:
         self.exclude = tuple(exclude or ())
         self.skipped: dict[str, str] = {}     # qualified name -> why it runs as the original
         self._made: dict[int, tuple] = {}     # id(original) -> (original, traced)
-        self._stats: list[tuple[str, Stats]] = []
+        self._stats: dict[int, tuple[str, Stats]] = {}     # id(LazyGraph) -> its name and stats
+        self._retired: dict[str, Stats] = {}                # name -> the summed stats of those gone
         self._lock = threading.RLock()
         self._preloaded = False
 
@@ -106,20 +109,25 @@ class TracedLibrary:
             cls = type(f"ModuleProxy[{obj.__name__}]", (ModuleProxy,), {})
             return cls(obj, self)
         if isinstance(obj, type):
-            return self._traced_class(obj)
+            return self._traced_class(obj, path)
         return self._function(obj, path) or obj
+
+    def _chosen(self, names) -> str | None:
+        """Why include=/exclude= leave out what is reached by these names, or None."""
+        if self.include and not any(fnmatch.fnmatchcase(n, p) for n in names for p in self.include):
+            return "not matched by include="
+        if any(fnmatch.fnmatchcase(n, p) for n in names for p in self.exclude):
+            return "matched by exclude="
+        return None
 
     def _function(self, fn, path, **extra):
         names = (path, f"{fn.__module__}.{fn.__qualname__}")
-        if self.include and not any(fnmatch.fnmatchcase(n, p) for n in names for p in self.include):
-            reason = "not matched by include="
-        elif any(fnmatch.fnmatchcase(n, p) for n in names for p in self.exclude):
-            reason = "matched by exclude="
-        elif inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        reason = self._chosen(names)
+        if reason is None and (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)):
             reason = "generator function: runs as the original"
-        elif inspect.iscoroutinefunction(fn):
+        elif reason is None and inspect.iscoroutinefunction(fn):
             reason = "coroutine function: runs as the original"
-        else:
+        if reason is None:
             return self._lazy(fn, names[1], **extra)
         self.skipped[names[1]] = reason
         return None
@@ -129,9 +137,17 @@ class TracedLibrary:
         return self._register(trace_graph(fn, **{**self.settings, **extra}), name)
 
     def _register(self, lazy: LazyGraph, name: str) -> LazyGraph:
+        """Count `lazy` in summary(); when it is gone (a module instance made per call has one
+        each) its stats are added to its name's, so that what is kept does not grow with them."""
         with self._lock:
-            self._stats.append((name, lazy.stats))
+            self._stats[id(lazy)] = (name, lazy.stats)
+        weakref.finalize(lazy, self._retire, id(lazy))
         return lazy
+
+    def _retire(self, key: int) -> None:
+        with self._lock:
+            name, stats = self._stats.pop(key)
+            self._retired[name] = _added(self._retired.get(name), stats)
 
     def invalidate(self, module: ModuleType) -> None:
         """Forget what the proxy of `module` remembered (after importlib.reload)."""
@@ -140,7 +156,7 @@ class TracedLibrary:
             made[1]._self_forget()
 
     # ---- classes -------------------------------------------------------------------
-    def _traced_class(self, cls: type):
+    def _traced_class(self, cls: type, path: str):
         """A subclass of `cls` whose methods are traced (nn.Module-like classes: the method the
         backend binds, e.g. forward). A class with nothing to trace, an enum or an exception
         passes through unchanged."""
@@ -152,6 +168,10 @@ class TracedLibrary:
                      "__reduce_ex__": _reduce_ex}
         bound = _bound_method(cls)
         if bound is not None:
+            reason = self._chosen((path, name, f"{path}.{bound}", f"{name}.{bound}"))
+            if reason is not None:          # (a plain class's methods are chosen one by one below)
+                self.skipped[name] = reason
+                return cls
             namespace[bound] = BoundTrace(cls, bound, self)
         else:
             for method, fn in _methods(cls, self):
@@ -178,15 +198,16 @@ class TracedLibrary:
 
     # ---- reporting -----------------------------------------------------------------
     def summary(self) -> dict:
-        """Totals over every LazyGraph this library made (one per function, per module instance)."""
+        """Totals over every LazyGraph this library made (one per function, per module instance);
+        `functions`: the functions and methods called (by name: the instances of a class count once)."""
         with self._lock:
-            entries = list(self._stats)
+            entries = [*self._stats.values(), *self._retired.items()]
         out = {"functions": 0, "calls": 0, "hits": 0, "traces": 0, "eager": 0, "guard_failures": 0,
                "loaded": 0, "stored": 0, "prewarmed": 0, "reasons": {}, "not_stored": {}, "not_prewarmed": {},
                "not_preloaded": {},
                "skipped": dict(self.skipped)}
+        out["functions"] = len({name for name, stats in entries if stats.calls})
         for name, stats in entries:
-            out["functions"] += stats.calls > 0
             for field in ("calls", "hits", "traces", "eager", "guard_failures", "loaded", "stored", "prewarmed"):
                 out[field] += getattr(stats, field)
             for group, reasons in (("reasons", stats.reasons), ("not_stored", stats.not_stored),
@@ -196,6 +217,15 @@ class TracedLibrary:
                     per = out[group].setdefault(reason, {})
                     per[name] = per.get(name, 0) + count
         return out
+
+
+def _added(total: Stats | None, stats: Stats) -> Stats:
+    """The sum of two Stats (counts and reason counters)."""
+    out = Stats()
+    for part in (total, stats):
+        for field in dataclasses.fields(Stats) if part is not None else ():
+            setattr(out, field.name, getattr(out, field.name) + getattr(part, field.name))
+    return out
 
 
 def _stored_function(stem: str, package: str):
@@ -360,11 +390,17 @@ def _traced_meta(meta: type) -> type:
 def _reduce_ex(self, protocol):
     """Pickle an object of a traced class as a rebuild of that class from the original one
     (importable by reference) and the library's options. Objects of user subclasses, and of
-    classes with a reduction of their own, pickle as they would without lazytrace."""
+    classes with a reduction of their own, pickle as they would without lazytrace. The traced
+    method installed on the object (BoundTrace) is left out of its state: it runs this object's
+    method, and a copy (copy.copy too) binds its own at its first call."""
     cls = type(self)
     traced = next(k for k in cls.__mro__ if "__lazytrace_original__" in vars(k))
     original = vars(traced)["__lazytrace_original__"]
     rv = original.__reduce_ex__(self, protocol)
+    if isinstance(rv, tuple) and len(rv) >= 3 and isinstance(rv[2], dict):
+        bound = [name for name, value in vars(traced).items() if isinstance(value, BoundTrace)]
+        if any(isinstance(rv[2].get(name), LazyGraph) for name in bound):
+            rv = (*rv[:2], {k: v for k, v in rv[2].items() if k not in bound}, *rv[3:])
     if cls is not traced or not (isinstance(rv, tuple) and len(rv) >= 2 and rv[1] and rv[1][0] is cls):
         return rv
     return (_rebuild, (original, vars(cls)["__lazytrace_library__"].config, rv[0], *rv[1][1:]), *rv[2:])
