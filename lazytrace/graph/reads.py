@@ -70,6 +70,7 @@ _PROCESS_FACTS = {"os": frozenset({"environ", "environb", "getenv", "getenvb", "
                                    "sched_getaffinity", "uname", "getloadavg", "getpid", "getppid"}),
                   "platform": None, "multiprocessing": frozenset({"cpu_count"}),
                   "socket": frozenset({"gethostname"})}
+_ENVIRONMENT_NAMES = frozenset({"environ", "environb", "getenv", "getenvb"})
 
 _CALLS = 8        # how many calls deep `start` follows functions held by globals (the whole chain of
                   # helpers a library function calls, typically 1 to 5; each code object is read once)
@@ -112,22 +113,26 @@ _ANY = _AnyType()
 
 
 
-def _process_facts() -> frozenset:
-    """ids of the objects of _PROCESS_FACTS in the modules imported now (they live as long as the process)."""
-    found = set()
+def _process_facts() -> dict:
+    """id -> "environment" or "machine", for the objects of _PROCESS_FACTS in the modules imported
+    now (they live as long as the process)."""
+    found = {}
     for module_name, names in _PROCESS_FACTS.items():
         namespace = vars(sys.modules[module_name]) if module_name in sys.modules else {}
         for name in namespace if names is None else names:
             obj = namespace.get(name)
             if obj is not None and (names is not None or callable(obj)):
-                found.add(id(obj))
-    return frozenset(found)
+                found[id(obj)] = _process_read(sys.modules[module_name], name)
+    return found
 
 
-def _reads_process(module, attribute) -> bool:
-    """Whether `module.attribute` is a read of _PROCESS_FACTS."""
+def _process_read(module, attribute) -> str | None:
+    """"environment" if `module.attribute` reads the process environment, "machine" if it reads
+    another fact of _PROCESS_FACTS, else None."""
     names = _PROCESS_FACTS.get(getattr(module, "__name__", None), ())
-    return isinstance(module, types.ModuleType) and (names is None or attribute in names)
+    if not isinstance(module, types.ModuleType) or names is not None and attribute not in names:
+        return None
+    return "environment" if module is os and attribute in _ENVIRONMENT_NAMES else "machine"
 
 
 def read_global(namespace: dict, name: str):
@@ -442,7 +447,8 @@ class PythonReads:
         self.framework_functions: dict = {}
         self._state_classes: set = set()   # classes whose methods' framework state reads are noted
         self.modules: set = set()   # names of the modules of that code
-        self.environment = False    # its code reads the process environment or machine facts (not stored on disk)
+        self.environment = False    # its code reads the process environment (a guard compares it; not stored)
+        self.machine = False        # its code reads another fact of the process or machine (not stored on disk)
         self._facts = None          # _process_facts(), taken at the first plain global read
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
@@ -469,6 +475,13 @@ class PythonReads:
             for value in _flat(read_defaults(fn)):
                 if isinstance(value, (list, dict, set)):
                     yield value, None
+
+    def _note_process(self, kind) -> None:
+        """A read of _PROCESS_FACTS: "environment" or "machine" (or nothing to note)."""
+        if kind == "environment":
+            self.environment = True
+        elif kind == "machine":
+            self.machine = True
 
     # ---- before and while the trace runs ------------------------------------------------
     def start(self, fn):
@@ -578,8 +591,7 @@ class PythonReads:
             done[(where, chain)] = (value, depth, namespace)     # (holding it: its id stays its own)
             if self._facts is None:
                 self._facts = _process_facts()
-            if id(value) in self._facts or len(chain) > 1 and _reads_process(value, chain[1]):
-                self.environment = True
+            self._note_process(self._facts.get(id(value)) or len(chain) > 1 and _process_read(value, chain[1]))
             if len(chain) == 1:             # a plain global (most reads)
                 self._global(namespace, name, depth)
                 continue
@@ -666,8 +678,7 @@ class PythonReads:
         if module is None:
             return False
         first, *rest = attributes[:-1] if attributes[-1] == _STORED else attributes
-        if _reads_process(module, first):
-            self.environment = True
+        self._note_process(_process_read(module, first))
         if self._state_reads:           # `from torch import are_deterministic_algorithms_enabled`
             self._framework_state(module, (name, first, *rest))
         self._framework_function(module, (first, *rest))     # `import jax.numpy as jnp` ... `jnp.sin`

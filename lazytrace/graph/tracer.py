@@ -1026,7 +1026,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     plan.packages = tuple(sorted(session.reads.packages))
     plan.code_globals = tuple(sorted(session.reads.code_globals, key=str))
     plan.framework_functions = tuple((m, n, f) for (m, n), f in session.reads.framework_functions.items())
-    plan.reads_environment = session.reads.environment
+    plan.reads_environment = session.reads.environment or session.reads.machine
     plan.constant_state = backend.constant_state(plan)
     plan.modules = tuple(sorted(session.reads.modules))
     if plan.untraceable:
