@@ -283,6 +283,38 @@ def test_tensorflow_graphs_replay_in_a_fresh_process_and_read_variables_live(tli
         assert stats["traces"] == 0 and stats["hits"] == stats["calls"] > 0, (name, stats)
 
 
+@pytest.mark.parametrize("prewarm", [True, False])
+def test_tf_prewarm_starts_the_context_a_plain_preload_leaves_it_to_the_user(tlib, tmp_path, prewarm):
+    """A TF graph's key names the logical devices, known once TensorFlow's context starts. A
+    process that calls trace_graph(..., prewarm=True) before making any tensor: prewarm runs the
+    graphs, so it starts the context and preloads them (it had left them all to their first call).
+    Without prewarm the context is left alone: the user can still configure devices."""
+    import tensorflow as tf
+    cache = tmp_path / "cache"
+    lazy = lazytrace.trace_graph(tlib.mix, cache=cache)
+    lazy(tf.constant(np.random.rand(3).astype(np.float32)))
+    assert lazy.stats.stored == 1
+    result = run_fresh(tlib, cache, f"""
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+        mix = lazytrace.trace_graph(lib.mix, cache=cache, prewarm={prewarm})
+        started = context.context()._initialized
+        if not started:        # the user's own configuration is still allowed
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()])
+        x = tf.constant(np.random.default_rng(5).random(3, dtype=np.float32))
+        ok = all(np.array_equal(g.numpy(), w.numpy()) for g, w in zip(mix(x), lib.mix(x)))
+        print(json.dumps({{"started": started, "ok": ok, "stats": mix.stats.as_dict()}}))
+    """)
+    stats = result["stats"]
+    assert result["ok"] and result["started"] is prewarm
+    assert stats["traces"] == 0 and stats["loaded"] == 1 and stats["hits"] == 1, stats
+    assert stats["prewarmed"] == (1 if prewarm else 0), stats
+    if not prewarm:
+        assert list(stats["not_preloaded"]) == ["TensorFlow's context has not started: the devices its key "
+                                                "names are not known yet"], stats
+
+
 # ---- both ----------------------------------------------------------------------------------------
 
 def _one_stored(framework, temp_library, cache):

@@ -563,3 +563,45 @@ def test_on_off_environment_settings_are_spelled_alike_and_other_values_are_refu
     monkeypatch.setenv(variable, "2")        # LAZYTRACE_DISABLE=2 disabled, LAZYTRACE_PREWARM=2 was off: silently
     with pytest.raises(ValueError, match=f"{variable}='2'"):
         read()
+
+
+LAZY_MODULE_LIBRARY = '''
+import os
+import torch
+
+SCALE = float(os.environ.get("LAZYTRACE_TEST_SCALE", "2"))     # data computed at import
+
+def unless_exporting(x):
+    if torch.onnx.is_in_onnx_export():        # torch imports torch.onnx at this first use
+        return x.clone()
+    return x * SCALE + 1
+'''
+
+
+def test_a_graph_reading_a_framework_module_imported_at_first_use_preloads(temp_library, tmp_path, monkeypatch):
+    """kornia's resize, rescale and denormalize read `torch.onnx.is_in_onnx_export()`; torch
+    imports `torch.onnx` at that first use, so a fresh process has not imported it when the
+    graphs preload: they were all dropped as 'changed' (silently) and traced again."""
+    name, _ = temp_library(LAZY_MODULE_LIBRARY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    import torch.onnx       # imported in the process that stores (by an earlier call), as in a kornia warm-up
+    store_calls(lib, cache, ("unless_exporting", (torch.rand(2, 3),)))
+    code = """
+        lazy_before = "torch.onnx" in sys.modules
+        x = torch.rand(2, 3)
+        ok = torch.equal(traced.unless_exporting(x), real.unless_exporting(x))
+        print(json.dumps({"summary": summary, "ok": ok, "lazy_before": lazy_before,
+                          "after": traced.unless_exporting.stats.as_dict()}))
+    """
+    result = fresh(lib, cache, code)
+    assert result["ok"] and not result["lazy_before"]
+    assert result["summary"]["loaded"] == 1, result
+    assert result["after"]["traces"] == 0 and result["after"]["hits"] == 1, result["after"]
+    monkeypatch.setenv("LAZYTRACE_TEST_SCALE", "3")        # the module's data differs in that process
+    result = fresh(lib, cache, code)
+    assert result["ok"] and result["summary"]["loaded"] == 0
+    assert result["after"]["traces"] == 1 and result["after"]["loaded"] == 0
+    assert list(result["after"]["not_preloaded"]) == [
+        "the code or module data its trace ran changed since it was stored (a function replaced, a library global "
+        "set): its first call traces anew"]

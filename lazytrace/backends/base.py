@@ -336,9 +336,11 @@ class Backend:
     #: modules a stored graph's calls are named in ('module:attr' or 'module:Class.attr')
     persist_roots: tuple = ()
 
-    def persist_environment(self) -> dict:
+    def persist_environment(self, start: bool = False) -> dict:
         """What else of this process a stored graph's key holds: facts code reads in Python
-        that stay the same within a process but not from one to the next (JAX: its devices)."""
+        that stay the same within a process but not from one to the next (JAX: its devices).
+        Known only once the framework's runtime has started: Unavailable before, unless `start`
+        (prewarm, which runs graphs and so starts it anyway) starts it now."""
         return {}
 
     def persist_root(self, module: str) -> bool:

@@ -509,12 +509,12 @@ class JaxBackend(Backend):
             self._distribution = ("jax", "jaxlib", *plugins)
         return self._distribution
 
-    def persist_environment(self):
+    def persist_environment(self, start=False):
         """The devices of each started platform and the number of processes: code reads them in
         Python (`len(jax.devices())`, `jax.device_count()`), which a graph bakes; another process
         can have others (jax_num_cpu_devices, XLA_FLAGS, CUDA_VISIBLE_DEVICES). Not known before
         JAX's runtimes start (Unavailable: the graphs wait for the first call)."""
-        if not (xla_bridge.backends_are_initialized() or _cpu_only("cpu")):
+        if not (start or xla_bridge.backends_are_initialized() or _cpu_only("cpu")):
             from ..persist.codec import Unavailable
             raise Unavailable("JAX's runtimes have not started: the devices its key names are not known yet")
         return {"devices": {name: [d.device_kind for d in backend.devices()]

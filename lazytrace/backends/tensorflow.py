@@ -569,12 +569,13 @@ class TensorflowBackend(Backend):
             self._distribution = tuple(name for name, _ in distribution_versions("tensorflow")) or ("tensorflow",)
         return self._distribution
 
-    def persist_environment(self):
+    def persist_environment(self, start=False):
         """The logical devices and the thread pools' sizes, fixed when TensorFlow's context starts:
         code reads them in Python (len(tf.config.list_logical_devices()), get_*_parallelism_threads),
         which a graph bakes; another process can configure others. Not read before the context
-        starts (that would start it, and forbid the user's own configuration): Unavailable."""
-        if not getattr(context.context(), "_initialized", True):      # (a private flag: assumed started if gone)
+        starts (that would start it, and forbid the user's own configuration): Unavailable, unless
+        `start` (prewarm: its graphs run now, which starts the context anyway)."""
+        if not start and not getattr(context.context(), "_initialized", True):   # (private: assumed started if gone)
             from ..persist.codec import Unavailable
             raise Unavailable("TensorFlow's context has not started: the devices its key names are not known yet")
         threading = tf.config.threading

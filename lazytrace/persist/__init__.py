@@ -11,6 +11,7 @@ and the function is traced again (the new trace replaces the file).
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 import logging
 import warnings
@@ -78,11 +79,12 @@ class PersistentCache:
             raise NotStorable(f"the {backend.name} backend does not store graphs on disk")
         return (backend, *self._ident(backend, identity.key_text(key, backend)))
 
-    def _ident(self, backend, signature: str) -> tuple[dict, Path]:
-        """(full key, file path) of one signature (its stable text) of this function."""
+    def _ident(self, backend, signature: str, start_devices=False) -> tuple[dict, Path]:
+        """(full key, file path) of one signature (its stable text) of this function; with
+        `start_devices` (prewarm), a runtime that has not started is started to know its devices."""
         fixed = self._fixed.get(backend.name)
         if fixed is None:      # the key's parts that do not depend on the call, once per backend
-            ident = {**identity.environment(backend), **self._function, "options": self._options}
+            ident = {**identity.environment(backend, start_devices), **self._function, "options": self._options}
             fixed = self._fixed[backend.name] = (ident, json.dumps(ident, sort_keys=True))
         module, _, function = self._function["function"].partition(":")
         return ({**fixed[0], "signature": signature},
@@ -139,7 +141,7 @@ class PersistentCache:
         if framework[0] not in available():
             raise Unavailable(f"its framework {framework[0]!r:.40} is not imported")
         backend = get_backend(framework[0])
-        ident, own_path = self._ident(backend, signature)
+        ident, own_path = self._ident(backend, signature, start_devices)
         if own_path != path:        # an older version, another process's
             raise Unavailable("stored under another key (another version of the function, its library, the "
                               "framework or lazytrace, or another Python)")
@@ -152,7 +154,10 @@ class PersistentCache:
         except Exception as exc:    # noqa: BLE001 - e.g. a device this process does not have
             raise Unavailable(f"its call cannot be rebuilt here: {type(exc).__name__}: {exc}") from None
         plans = _plans(backend, data, content, metadata, ident)
-        return Preload(backend, signature, args, kwargs, plans, [plan_data(p) for p in plans]) if plans else None
+        if not plans:
+            raise Unavailable("the code or module data its trace ran changed since it was stored (a function "
+                              "replaced, a library global set): its first call traces anew")
+        return Preload(backend, signature, args, kwargs, plans, [plan_data(p) for p in plans])
 
     def _refused(self, path: Path, exc: Exception) -> None:
         warnings.warn(f"lazytrace: skipped the cache file {path}: {exc}; the function is traced again",
@@ -269,8 +274,24 @@ def _graphs(backend, data: bytes, ident: dict | None, content=None, metadata=Non
 
 def unchanged(plan, code) -> bool:
     """Whether the code and module data a stored plan's trace depended on are still `code` (its
-    stored code_state), checked at load."""
-    return identity.code_state(plan.packages, _code_globals(plan), plan.modules, strict=False) == code
+    stored code_state), checked at load. A framework function read through a framework module
+    this process has not imported yet (kornia's `torch.onnx.is_in_onnx_export()`: torch imports
+    `torch.onnx` at its first use) is passed over: that module is as the framework's keyed
+    version defines it, and no one has replaced its functions before importing it."""
+    now = identity.code_state(plan.packages, _code_globals(plan), plan.modules, strict=False)
+    if now == code:
+        return True
+    later = {(m, n) for m, n, f in plan.framework_functions if f is None and m not in sys.modules}
+    if not later or type(code) is not dict or type(code.get("globals")) is not list:
+        return False
+
+    def imported(state):
+        return {**state, "globals": [g for g in state["globals"] if not (type(g) is list and len(g) == 3
+                                                                         and (g[0], g[1]) in later)]}
+    try:
+        return imported(now) == imported(code)
+    except TypeError:      # an unhashable name in a tampered file: not as stored
+        return False
 
 
 def plan_data(plan) -> dict:

@@ -477,9 +477,8 @@ def _decode(backend, doc, arrays):
                         for name in _list(doc["pruned"])],
                 visible_effects=bool(doc["visible_effects"]), inputs=inputs, output_structure=dec(doc["outputs"]),
                 packages=packages, code_globals=code_globals, modules=modules,
-                framework_functions=tuple((m, n, f) for m, n in framework_functions
-                                          if (f := _global_now(m, n)) is not None))     # unchanged() compares names
-    return plan
+                framework_functions=tuple((m, n, _global_now(m, n)) for m, n in framework_functions))
+    return plan  # (a framework function of a module not imported yet holds None: unchanged() decides)
 
 
 def _global_now(module_name: str, name: str):

@@ -431,12 +431,13 @@ def _function_digest_once(fn) -> str:
     return entry[4]
 
 
-def environment(backend) -> dict:
-    """The parts of the key that describe the running software."""
+def environment(backend, start=False) -> dict:
+    """The parts of the key that describe the running software (and, `start`ing the framework's
+    runtime if it has not started, the devices it has)."""
     return {"format": FORMAT_VERSION, "python": sys.implementation.cache_tag + " " + sys.version,
             "lazytrace": package_fingerprint("lazytrace"),
             "framework": [backend.name, *framework_versions(backend.distribution)],
-            **backend.persist_environment()}
+            **backend.persist_environment(start)}
 
 
 def framework_versions(distribution) -> list:
