@@ -605,3 +605,31 @@ def test_a_graph_reading_a_framework_module_imported_at_first_use_preloads(temp_
     assert list(result["after"]["not_preloaded"]) == [
         "the code or module data its trace ran changed since it was stored (a function replaced, a library global "
         "set): its first call traces anew"]
+
+
+ASSERTING_LIBRARY = '''
+import torch
+
+def checked(x):
+    torch._assert_async((x >= 0).all(), "x must be non-negative")     # kornia's equalize checks values so
+    return x.sqrt()
+'''
+
+
+def test_a_graph_with_torchs_private_assert_op_is_stored_and_still_checks(temp_library, tmp_path):
+    """kornia's equalize calls torch._assert_async, which torch's list of overridable functions
+    leaves out: its graphs were never stored ('cannot be found again by its name')."""
+    name, _ = temp_library(ASSERTING_LIBRARY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    first = lazytrace.trace_graph(lib.checked, cache=cache)
+    first(torch.rand(4))
+    assert first.stats.stored == 1 and not first.stats.not_stored, first.stats
+    again = lazytrace.trace_graph(lib.checked, cache=cache)         # preloaded from the file
+    assert again.stats.loaded == 1
+    x = torch.rand(4)
+    assert torch.equal(again(x), lib.checked(x)) and again.stats.traces == 0
+    with pytest.raises(RuntimeError):
+        lib.checked(-x)
+    with pytest.raises(RuntimeError):              # the loaded graph still runs the check
+        again(-x)

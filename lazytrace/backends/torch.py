@@ -77,6 +77,9 @@ _CREATION = {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace",
              "randint_like", "tril_indices", "triu_indices", "hann_window", "hamming_window", "bartlett_window",
              "blackman_window", "kaiser_window"}
 _DYNAMIC_EXTRA = {"argwhere", "unique", "unique_consecutive", "masked_select"}
+#: private ops public code calls that torch's overridable list leaves out (kornia's value checks:
+#: `torch._assert_async(cond, msg)` raises when cond is false): a stored graph may name them
+_PRIVATE_OPS = {"_assert_async"}
 
 _NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special",
                "torch.nn.init", "torch._C", "torch._C._nn", "torch.functional")
@@ -746,7 +749,7 @@ class TorchBackend(Backend):
             from torch.overrides import get_overridable_functions
             allowed = {f for funcs in get_overridable_functions().values() for f in funcs}
             allowed.update(getattr(torch._C, n) for n in _STATE if hasattr(torch._C, n))
-            allowed.update(getattr(torch, n) for n in _CREATION if hasattr(torch, n))
+            allowed.update(getattr(torch, n) for n in _CREATION | _PRIVATE_OPS if hasattr(torch, n))
             allowed.update(_LOWERED_TARGETS)
             self._persistable = allowed
         try:
