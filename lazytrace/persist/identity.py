@@ -168,10 +168,11 @@ def module_data(module_name: str) -> str | None:
 
 
 #: module name -> (its globals' names, their ids, _holders, (watch, [(key, value, check)]) of its data that can
-#: change in place, hash, the version of its dict then): a module whose globals are the same objects, with that
-#: data unchanged, has the same hash (a preloaded graph's first call checks its modules again: see
-#: LazyGraph._confirm). `watch` covers in O(1) each class, dict and object of that data (versions.py); the list
-#: holds the data no version covers (other Pythons, text that fails), checked by _unchanged.
+#: change in place, hash, the version of its dict then, that dict, a view of its version): a module whose
+#: globals are the same objects, with that data unchanged, has the same hash (a preloaded graph's first call
+#: checks its modules again: see LazyGraph._confirm). `watch` covers in O(1) each class, dict and object of
+#: that data (versions.py); the list holds the data no version covers (other Pythons, text that fails),
+#: checked by _unchanged. The dict is held so that its view reads a live object.
 _data_memo: dict = {}
 _FROZEN = frozenset({type(None), bool, int, float, complex, str, bytes})
 
@@ -180,18 +181,23 @@ def _module_data(module_name: str) -> str | None:
     module = sys.modules.get(module_name)
     if module is None:
         return None
-    package = module_name.partition(".")[0]
     memo = _data_memo.get(module_name)
-    live = vars(module)
-    version = versions.dict_version(live)
+    live = module.__dict__
+    package = module_name.partition(".")[0]
+    if memo is not None and memo[6] is live and memo[7] is not None and memo[7].value == memo[5] and \
+            _watched(memo[3][0]) and (not memo[3][1] or all(_unchanged(value, check, package)
+                                                          for _, value, check in memo[3][1])):
+        return memo[4]               # (the first call of each preloaded graph checks its modules: ~1 us each)
+    view = versions.dict_view(live)
+    version = None if view is None else view.value
     namespace = None
-    if memo is not None and (version is None or version != memo[5]):
+    if memo is not None and (version is None or version != memo[5] or memo[6] is not live):
         namespace = live.copy()
         if len(namespace) != len(memo[0]) or not all(map(operator.is_, namespace, memo[0])) \
                 or tuple(map(id, namespace.values())) != memo[1]:
             memo = None
         elif version is not None:                   # set again to the same objects: the same data
-            _data_memo[module_name] = memo = (*memo[:5], version)
+            _data_memo[module_name] = memo = (*memo[:5], version, live, view)
     if memo is not None and _watched(memo[3][0]) and \
             all(_unchanged(value, check, package) for _, value, check in memo[3][1]):
         return memo[4]
@@ -211,7 +217,8 @@ def _module_data(module_name: str) -> str | None:
         digest.update(f"{key}\0{text}\n".encode("utf-8", "surrogatepass"))
     _data_memo[module_name] = (tuple(namespace), tuple(map(id, namespace.values())),
                                _holders(module_name, namespace.values()), (tuple(map(tuple, watch)), mutable),
-                               digest.hexdigest(), version if version == versions.dict_version(live) else None)
+                               digest.hexdigest(), version if version == versions.dict_version(live) else None,
+                               live, view)
     return digest.hexdigest()
 
 
@@ -272,9 +279,16 @@ def _watch_parts(value, package, depth, literal, stamps, homes, items, held) -> 
 def _watched(watch) -> bool:
     """Whether everything `watch` (see _watch) covers is unchanged."""
     stamps, homes, items, _ = watch
-    return all(view.value == number for view, number in stamps) and \
-        all(type(obj) is tp and vars(obj) is attributes for obj, tp, attributes in homes) and \
-        all(len(container) == len(parts) and all(map(operator.is_, container, parts)) for container, parts in items)
+    for view, number in stamps:           # (loops, not all() of generators: most lists are empty or short)
+        if view.value != number:
+            return False
+    for obj, tp, attributes in homes:
+        if type(obj) is not tp or vars(obj) is not attributes:
+            return False
+    for container, parts in items:
+        if len(container) != len(parts) or not all(map(operator.is_, container, parts)):
+            return False
+    return True
 
 
 def _holders(module_name, values) -> list:
