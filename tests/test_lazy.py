@@ -25,6 +25,25 @@ def test_cache_is_bounded_lru(fw):
     assert lazy.stats.traces == 4
 
 
+def test_a_signature_evicted_by_another_thread_between_lookup_and_reorder_still_replays(fw):
+    """The LRU reorder of a hit runs outside the lock: another thread's trace can evict that
+    signature between the lookup and the reorder (move_to_end raised KeyError to the caller)."""
+    from collections import OrderedDict
+    lazy = lazytrace.trace_graph(lambda x: x + 1, max_signatures=3)
+    a, b, c = fw.rand(1), fw.rand(2), fw.rand(3)
+    lazy(a), lazy(b), lazy(c)
+
+    class EvictedMeanwhile(OrderedDict):
+        def get(self, key, default=None):
+            found = super().get(key, default)
+            self.pop(key, None)               # what another thread's eviction does at this moment
+            return found
+    lazy._fast = None
+    lazy._cache = EvictedMeanwhile(lazy._cache)
+    assert np.array_equal(np.asarray(lazy(a)), np.asarray(a) + 1)
+    assert lazy.stats.hits == 1 and lazy.stats.traces == 3
+
+
 def test_retrace_warning_names_the_changing_argument(fw):
     lazy = lazytrace.trace_graph(lambda x, s: x * s)
     with pytest.warns(lazytrace.RetraceWarning, match=r"args\[0\]: 4 float32 -> 5 float32"):

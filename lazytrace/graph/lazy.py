@@ -176,7 +176,10 @@ class LazyGraph:
             entry = None
         if entry is not None:
             if len(cache) > 1:
-                cache.move_to_end(key)
+                try:
+                    cache.move_to_end(key)
+                except KeyError:        # another thread evicted it since the get: this call still replays it
+                    pass
             if entry.eager_reason is not None:
                 return self._eager(entry.eager_reason, args, kwargs)
             failed = None
