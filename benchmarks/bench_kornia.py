@@ -34,6 +34,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
 import statistics
 import sys
@@ -67,6 +68,10 @@ def _parse_args(argv=None):
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads(N) (default: leave torch's default)")
     p.add_argument("--only", nargs="+", default=None, help="run functions whose name contains one of these")
+    p.add_argument("--malloc", choices=["default", "fixed"], default="default",
+                   help="fixed: glibc malloc keeps freed memory (mallopt: mmap threshold 32 MiB, no trimming), "
+                        "as MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ or jemalloc would: at large sizes, "
+                        "which of eager and the graph page-faults on every call depends on the order of frees")
     p.add_argument("--json", metavar="PATH", default=None, help="write all results as JSON to PATH")
     args = p.parse_args(argv)
     if args.sizes is None:
@@ -77,6 +82,12 @@ def _parse_args(argv=None):
 
 
 ARGS = _parse_args()
+if ARGS.malloc == "fixed":
+    import ctypes
+    _libc = ctypes.CDLL(None)
+    # M_MMAP_THRESHOLD (-3): its glibc maximum (32 MiB on 64-bit); M_TRIM_THRESHOLD (-1): never return the top
+    if not (_libc.mallopt(-3, 32 * 1024 * 1024) and _libc.mallopt(-1, 1 << 30)):
+        sys.exit("--malloc fixed: mallopt failed (not glibc?)")
 if not ARGS.warm_compile_cache and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
     # a cold cache: the compile first-call numbers are what a new process on a new machine pays
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_kornia_inductor_")
@@ -429,6 +440,13 @@ def bench_one(name, fn, build, size, opts, compile_state: CompileState, errors: 
         if eager_calls:
             res["fallback_reason"] = "; ".join(stats.reasons)
     res["speedup"] = medians["eager"] / medians["lazy"]
+    for mode in ("eager", "lazy"):       # minor page faults per call: memory the allocator gave back and takes again
+        call, margs, mkwargs = modes[mode]
+        count = min(n, 20)
+        before_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(count):
+            call(*margs, **mkwargs)
+        res[f"{mode}_faults"] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before_faults) / count
     # first call against the median eager call (the steady-state one: many calls, robust to bursts)
     res["first_over_eager"] = res["first_ns"] / medians["eager"]
     if "direct" in medians:
@@ -500,7 +518,8 @@ def print_table(size, rows):
     print(f"\n=== {size}x{size} (float32 1x3x{size}x{size}; medians per call; us = microseconds; "
           f"iqr% = interquartile range of the eager/lazy samples over their median, the larger) ===")
     head = (f"{'function':<28} {'eager us':>9} {'lazy us':>9} {'direct us':>9} {'compile us':>10} "
-            f"{'compile 1st s':>13} {'eager/lazy':>10} {'lazy/direct':>11} {'1st/eager':>9} {'calls':>6} {'iqr%':>5}  note")
+            f"{'compile 1st s':>13} {'eager/lazy':>10} {'lazy/direct':>11} {'1st/eager':>9} {'calls':>6} {'iqr%':>5} "
+            f"{'faults e/l':>11}  note")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -515,7 +534,8 @@ def print_table(size, rows):
               f"{_us(r.get('direct_ns')):>9} {_us(r.get('compile_ns')):>10} "
               f"{_x(cfirst / 1e9 if cfirst else None, '{:.1f}'):>13} {_x(r.get('speedup'), '{:.3f}'):>10} "
               f"{_x(r.get('lazy_over_direct'), '{:.3f}'):>11} {_x(r.get('first_over_eager'), '{:.1f}'):>9} "
-              f"{r.get('calls_per_mode', '-'):>6} {_x(r.get('iqr_pct'), '{:.0f}'):>5}  {'; '.join(note)}")
+              f"{r.get('calls_per_mode', '-'):>6} {_x(r.get('iqr_pct'), '{:.0f}'):>5} "
+              f"{_x(r.get('eager_faults'), '{:.0f}') + '/' + _x(r.get('lazy_faults'), '{:.0f}'):>11}  {'; '.join(note)}")
 
 
 def _pf(ok):
@@ -555,6 +575,12 @@ def summarize(results_by_size: dict) -> dict:
         print(f"max slowdown lazy vs eager at {big}x{big}: {worst:+.2f}% ({worst_fn}); "
               f"{n_over} function(s) over {TARGET_SLOWDOWN_PCT:.0f}% "
               f"[target <= {TARGET_SLOWDOWN_PCT:.0f}%] {_pf(ok)}")
+        over = [r for r in results_by_size[big] if r.get("speedup") and (1 / r["speedup"] - 1) * 100 > TARGET_SLOWDOWN_PCT]
+        faulting = [r["function"] for r in over if r.get("lazy_faults", 0) > r.get("eager_faults", 0) + 1]
+        if over:
+            print(f"  of those, {len(faulting)} page-fault more per call than eager (the allocator returns and "
+                  f"takes back memory: compare --malloc fixed): {', '.join(faulting) or '-'}")
+        summary["targets"]["max_slowdown_pct"]["over_with_more_faults"] = faulting
 
     def ratio_target(key, label, target, fmt):
         out = {}
@@ -642,7 +668,7 @@ def main(opts):
         "processor": platform.processor(), "machine": platform.machine(), "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(), "platform": platform.platform(),
         "inductor_cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR", "default"),
-        "argv": sys.argv[1:], "loadavg_start": _loadavg(),
+        "argv": sys.argv[1:], "loadavg_start": _loadavg(), "malloc": ARGS.malloc,
     }
     print(f"bench_kornia: torch {header['torch']}, kornia {header['kornia']}, lazytrace {header['lazytrace']}, "
           f"python {header['python']}")
