@@ -944,7 +944,11 @@ def test_the_module_data_memo_gives_the_hash_of_the_data_now_after_any_change_in
     first = identity.module_data(name)
     memo = identity._data_memo[name]
     assert identity.module_data(name) == first and identity._data_memo[name] is memo     # nothing changed
+    memos = identity.memos_of([name])           # what a preloaded graph's first call checks (LazyGraph._confirm)
+    assert identity.still_memoized(memos)
     _change(lib, what)
+    if what != "class method replaced":
+        assert not identity.still_memoized(memos)        # then _confirm compares the hash made afresh
     seen = identity.module_data(name)
     identity._data_memo.pop(name)
     assert seen == identity.module_data(name)                  # the memo's answer = a fresh computation

@@ -77,7 +77,7 @@ class _Entry:
         self.unsettled = False      # a trace changed Python state it reads: the next call traces again
         self.dispatch = None        # compiled check_and_call (guards.py), made on the first hit
         self.described: dict = {}   # {argument path: description} of this signature
-        self.stored_data = None     # preloaded: each graph's module data (persist.plan_data), checked at the first call
+        self.stored_data = None     # preloaded: each graph's (module data, memos) (persist.plan_data), checked at the first call
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,7 @@ class LazyGraph:
         self._trace_count = 0
         self._disabled = _disabled_by_env()
         self._fast = None           # (check_and_call, graph) of the most recently hit entry
+        self._stored_check = None   # (persist.memos_hold, persist.plan_data) once _preload stored data to check
         self._code_of = _code_holder(fn)    # the Python function whose code the graphs were traced from
         self._code = getattr(self._code_of, "__code__", None)
         self.stats = Stats()
@@ -223,12 +224,13 @@ class LazyGraph:
         """The first call of a preloaded signature: its graphs whose module data changed since
         the import that preloaded them (a library global the user set meanwhile) are dropped.
         False if none is left (the entry is gone: the call loads or traces anew)."""
-        from ..persist import plan_data
+        memos_hold, plan_data = self._stored_check      # (set by _preload: no import at this call)
         with self._lock:
             stored, entry.stored_data = entry.stored_data, None
             if stored is None:
                 return self._cache.get(key) is entry
-            kept = [graph for graph, data in zip(entry.graphs, stored) if plan_data(graph._plan) == data]
+            kept = [graph for graph, (data, memos) in zip(entry.graphs, stored)
+                    if memos_hold(memos) or plan_data(graph._plan) == data]
             if len(kept) < len(entry.graphs):
                 entry.graphs[:] = kept
                 entry.dispatch = None
@@ -323,12 +325,13 @@ class LazyGraph:
         a rebuilt call of its signature (lazytrace.persist.prewarm). Returns the graphs loaded."""
         if self._disabled:
             return 0
-        from ..persist import plan_data, prewarm, store_for
+        from ..persist import memos_hold, plan_data, prewarm, store_for
         store = store_for(self._options.cache)
         if store is None or not store.has_files(self._fn):
             return 0
         persist = self._persistent()
         warm = prewarm.wanted(self._options.prewarm)
+        self._stored_check = (memos_hold, plan_data)         # what _confirm checks stored_data with
         loaded, fast = 0, None
         skipped = self.stats.not_preloaded
         for found in persist.preload(self.max_signatures - len(self._cache), start_devices=warm, skipped=skipped):
@@ -356,7 +359,7 @@ class LazyGraph:
                 entry.dispatch = compile_dispatch(graphs[0], found.args, found.kwargs, self._signature,
                                                   backends) or False
                 fast = fast or (entry.dispatch and (key, entry))
-            for graph in graphs if warm else ():
+            for graph, (_, memos) in zip(graphs, entry.stored_data) if warm else ():
                 call = functools.partial(entry.dispatch, found.args, found.kwargs) if entry.dispatch else \
                     functools.partial(graph.fn, *leaves)         # the checks of a call too, when compiled
                 reason = prewarm.run(graph, call, MISS)
@@ -364,7 +367,7 @@ class LazyGraph:
                     self.stats.prewarmed += 1
                 else:
                     self.stats.not_prewarmed[reason] += 1
-                plan_data(graph._plan)      # the check its first call makes (_confirm): its code and memos warm too
+                memos_hold(memos)           # the check its first call makes (_confirm): its code warm too
             loaded += len(graphs)
         self.stats.loaded += loaded
         if fast:               # the most recently used signature takes the fast path at once

@@ -42,7 +42,7 @@ class Preload(NamedTuple):
     args: tuple              # a rebuilt call of the signature
     kwargs: dict
     plans: list
-    data: list               # each plan's module data (plan_data), checked again at its first call
+    data: list               # each plan's (module data (plan_data), memos (plan_memos)), checked again at its first call
 
 
 class CacheWarning(UserWarning):
@@ -157,7 +157,7 @@ class PersistentCache:
         if not plans:
             raise Unavailable("the code or module data its trace ran changed since it was stored (a function "
                               "replaced, a library global set): its first call traces anew")
-        return Preload(backend, signature, args, kwargs, plans, [plan_data(p) for p in plans])
+        return Preload(backend, signature, args, kwargs, plans, [(plan_data(p), plan_memos(p)) for p in plans])
 
     def _refused(self, path: Path, exc: Exception) -> None:
         warnings.warn(f"lazytrace: skipped the cache file {path}: {exc}; the function is traced again",
@@ -301,6 +301,15 @@ def plan_data(plan) -> dict:
     reload, whose new functions get LazyGraphs of their own, or by rebinding a function, which
     a graph does not see with or without the cache.)"""
     return {m: identity.module_data(m) for m in plan.modules}
+
+
+def plan_memos(plan) -> tuple:
+    """The memos plan_data's hashes came from (taken right after it): while memos_hold(them), the
+    plan's module data is unchanged, known without hashing or comparing (a first call's check)."""
+    return identity.memos_of(plan.modules)
+
+
+memos_hold = identity.still_memoized
 
 
 def read_description(data: bytes) -> tuple[dict, dict]:

@@ -222,6 +222,27 @@ def _module_data(module_name: str) -> str | None:
     return digest.hexdigest()
 
 
+def memos_of(module_names) -> tuple:
+    """The data memos of these modules now (module_data took them): still_memoized tells, in
+    O(1) a module, whether their data is still what they say."""
+    return tuple((name, _data_memo.get(name)) for name in module_names)
+
+
+def still_memoized(memos) -> bool:
+    """Whether each module's data is still what its memo (from memos_of) hashed: the same memo,
+    the module's same dict at the same version, its watched classes, dicts and lists unchanged,
+    and the data no version covers as _unchanged finds it. False: not known so (compare module_data)."""
+    for name, memo in memos:
+        if memo is None or _data_memo.get(name) is not memo or memo[7] is None:
+            return False
+        module = sys.modules.get(name)
+        if module is None or module.__dict__ is not memo[6] or memo[7].value != memo[5] or not _watched(memo[3][0]):
+            return False
+        if memo[3][1] and not all(_unchanged(value, check, name.partition(".")[0]) for _, value, check in memo[3][1]):
+            return False
+    return True
+
+
 def _watch(value, package: str, watch: tuple) -> bool:
     """Add to `watch` ([(version view, version)], [(object, class, its dict)], [(list or set, items)],
     [objects held]) what keeps the data text of `value` (a module global) the same: the versions of
