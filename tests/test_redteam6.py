@@ -165,10 +165,6 @@ def test_a_shallow_copy_of_a_traced_library_object_runs_its_own_attributes():
     assert vars(blur_copy)["forward"] is not vars(blur)["forward"]
 
 
-@pytest.mark.xfail(strict=True, reason="trace_graph(model) installs the LazyGraph of model.forward in the "
-                                       "instance's __dict__, which copy.copy shares with the copy (nn.Module's "
-                                       "__getstate__ copies the dict); only a change to the model's class could "
-                                       "leave it out, which trace_graph(model) does not make")
 def test_a_shallow_copy_of_a_traced_model_runs_its_own_mode():
     model = nn.Dropout(0.5)
     lazytrace.trace_graph(model)
@@ -330,9 +326,6 @@ def test_del_of_an_attribute_is_replayed_and_a_gone_attribute_fails_the_guard():
     assert traced.stats.hits >= 2 and traced.stats.eager == 0
 
 
-@pytest.mark.xfail(strict=True, reason="reads through the object's __dict__ (vars(self), self.__dict__.get) are not "
-                                       "recorded: dunder attributes are left to Python, and nn.Module reads its "
-                                       "__dict__ at every attribute lookup, so a guard on it would fail often")
 def test_an_attribute_read_through_the_instance_dict_is_checked():
     obj = Optional_()
     traced = lazytrace.trace_graph(lambda x: x.sum() + vars(obj).get("extra", 0), stateful=[obj])
@@ -357,8 +350,6 @@ def test_a_function_reading_the_environment_sees_it_change(monkeypatch):
     assert traced.stats.hits >= 1 and "environment" in traced.traces[-1].cause
 
 
-@pytest.mark.xfail(strict=True, reason="the value of a contextvars.ContextVar read by the traced code is baked "
-                                       "(its global is guarded by identity, .get() is a C call no guard sees)")
 def test_a_context_variable_read_by_the_function_is_checked():
     import contextvars
     scale = contextvars.ContextVar("scale", default=1.0)
@@ -368,8 +359,6 @@ def test_a_context_variable_read_by_the_function_is_checked():
     assert traced(torch.ones(2)).tolist() == [3.0, 3.0]
 
 
-@pytest.mark.xfail(strict=True, reason="a property of a stateful object's class is not checked by identity (a "
-                                       "method is): replacing it on the class after the trace is not seen")
 def test_a_property_replaced_on_the_class_is_seen():
     class Scaled:
         factor = property(lambda self: 2.0)
