@@ -18,6 +18,8 @@ data become guards at the start of the graph:
   submodules also have their attributes recorded, as `stateful=[...]` objects do (`.eval()`);
 - other objects with attributes (a config object, `argparse.Namespace`, a dataclass, a callable
   transform): by identity, and their attributes (data by value, objects by identity);
+- a `contextvars.ContextVar` (held by a global, a closure variable, an object's attribute): its
+  value in the calling context (read_context; `.get()` is a C call no trace sees);
 - framework state the code reads in Python, which no framework call shows
   (`torch.backends.mkldnn.enabled`, `torch.are_deterministic_algorithms_enabled()`: the backend's
   `state_reads`): by value, read again by `read_state`; also where a method of an object the code
