@@ -19,6 +19,7 @@ which autograd itself relies on.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -300,6 +301,8 @@ class TorchBackend(Backend):
             # straight into the instance dict: not a write a trace recording `obj` should replay
             # (a model reached by an outer traced function has its attribute writes recorded)
             vars(obj)["forward"] = traced
+            # a copy (copy.copy shares the instance dict's values) must not run this model's graphs
+            vars(obj)["__reduce_ex__"] = _CopiedUntraced(obj, traced)
             return obj
 
         # a forward set on the instance (accelerate's hooks, a wrapper of the user's) is what
@@ -308,7 +311,7 @@ class TorchBackend(Backend):
         forward = vars(obj).get("forward")
         if isinstance(forward, LazyGraph):
             forward = forward._fn
-        if forward is None or isinstance(forward, ModuleForward):
+        if forward is None or isinstance(forward, (ModuleForward, _RetraceCopy)):
             forward = ModuleForward(obj)
         # every submodule's plain attributes (`self.p`, kornia's `self._params`) are read and written
         # by forward: recorded like stateful objects (reads guarded, writes replayed)
@@ -957,6 +960,81 @@ class ModuleForward:
     def __signature__(self):
         import inspect
         return inspect.signature(type(self.module).forward.__get__(self.module))
+
+
+class _CopiedUntraced:
+    """`__reduce_ex__` in the __dict__ of a module traced by trace_graph(module), where copy.copy,
+    copy.deepcopy and pickle look it up: the module reduces as its class makes it do, without the
+    forward lazytrace installed (which runs this module's graphs: a shallow copy shares the values
+    of the dict) nor this hook. A copy of a LazyGraph of the module's own forward gets one of its
+    own (_RetraceCopy, with the same options); another traced forward (a Graph) is left out, and
+    the copy runs its class's forward."""
+
+    def __init__(self, module, installed):
+        self.module, self.installed = module, installed
+
+    def __call__(self, protocol):
+        from dataclasses import replace
+
+        from ..graph.lazy import LazyGraph
+        module = self.module
+        rv = type(module).__reduce_ex__(module, protocol)
+        if not (isinstance(rv, tuple) and len(rv) >= 3 and isinstance(rv[2], dict)):
+            return rv
+        state = rv[2]
+        forward = state.get("forward")
+        ours = forward is self.installed
+        state = {k: v for k, v in state.items() if not (v is self or k == "forward" and ours)}
+        if not (ours and isinstance(forward, LazyGraph) and isinstance(forward._fn, ModuleForward)
+                and forward._fn.module is module and len(rv) >= 2 and isinstance(rv[1], tuple)):
+            return (rv[0], rv[1], state, *rv[3:])
+        _, (_, options, signature_args, name, max_signatures, _) = forward.__reduce__()
+        own = {id(m) for m in module.modules()}        # bind() added them: the copy's are its own
+        options = replace(options, stateful=tuple(o for o in options.stateful if id(o) not in own))
+        return (_rebuilt_traced, (rv[0], rv[1], (options, signature_args, name, max_signatures)), state, *rv[3:])
+
+
+def _rebuilt_traced(build, args, config):
+    """A copy of a traced module, made by its class's reduction: its forward is traced anew for it."""
+    module = build(*args)
+    vars(module)["forward"] = _RetraceCopy(module, config)
+    return module
+
+
+class _RetraceCopy:
+    """The forward of a copy of a traced module until it is first used: then a LazyGraph of the
+    copy's own forward, with the original's options, is installed (its state is set by then)."""
+
+    def __init__(self, module, config):
+        self.module, self.config = module, config
+
+    def _bind(self):
+        from ..graph.lazy import LazyGraph
+        from ..graph.signature import Signature
+        module = self.module
+        if vars(module).get("forward") is not self:
+            return vars(module).get("forward") or ModuleForward(module)
+        options, signature_args, name, max_signatures = self.config
+        from . import get_backend
+        fn, extra, install, objects = get_backend("torch").bind(module)
+        lazy = LazyGraph(fn, options=dataclasses.replace(options, stateful=options.stateful + objects),
+                         signature=Signature(*signature_args), name=name, max_signatures=max_signatures,
+                         extra=extra)
+        lazy.preload()
+        install(lazy)
+        return lazy
+
+    def __call__(self, *args, **kwargs):
+        return self._bind()(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("module", "config"):
+            raise AttributeError(name)
+        return getattr(self._bind(), name)
+
+    @property
+    def __signature__(self):
+        return ModuleForward(self.module).__signature__
 
 
 #: a module's hooks, which Module.__call__ runs around forward (a submodule's are inside the trace)

@@ -17,7 +17,7 @@ import types
 
 from .ir import Kind, Source, Value
 from .passes import Plan, output_values
-from .reads import MISSING, read_global, read_unbound
+from .reads import MISSING, read_context, read_global, read_unbound
 
 _SINGLETONS = (True, False, None)
 
@@ -29,6 +29,7 @@ class GuardFailed(Exception):
 
 
 _LITERAL_TYPES = (bool, int, str, bytes, type(None))
+_INLINE_TYPES = (bool, int, float, str, type(None))      # a context variable's value checked inline
 
 
 class _Emitter:
@@ -263,6 +264,16 @@ def _guard_line(node, em, index: int) -> str:
         em.namespace["_MISSING"] = MISSING
         namespace, name = node.args
         return f"if {em.expr(namespace)}.get({name!r}, _MISSING) is not {expected[1]!r}: raise _GuardFailed({index})"
+    if node.target is read_context and expected[2] is None and type(expected[1]) in _INLINE_TYPES \
+            and expected[0] is type(expected[1]) and not special_float(expected[1]):
+        # `SCALE.get()`: `if c1.get(_MISSING) is not True`, `if type(_v := c1.get(_MISSING)) is not float or _v != 3.0`
+        em.namespace["_MISSING"] = MISSING
+        get = f"{em.expr(node.args[0])}.get(_MISSING)"
+        if expected[1] in _SINGLETONS and type(expected[1]) in (bool, type(None)):
+            return f"if {get} is not {expected[1]!r}: raise _GuardFailed({index})"
+        em.namespace["_type"] = type
+        return (f"if _type(_v := {get}) is not {em._const(type(expected[1]))} or _v != {em.expr(expected[1])}: "
+                f"raise _GuardFailed({index})")
     if node.target is read_unbound and expected is True:
         namespace, names = em.expr(node.args[0]), sorted(node.args[1])   # read_unbound inline: no call
         return f"if {' or '.join(f'{name!r} in {namespace}' for name in names)}: raise _GuardFailed({index})"

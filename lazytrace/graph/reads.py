@@ -18,6 +18,8 @@ data become guards at the start of the graph:
   submodules also have their attributes recorded, as `stateful=[...]` objects do (`.eval()`);
 - other objects with attributes (a config object, `argparse.Namespace`, a dataclass, a callable
   transform): by identity, and their attributes (data by value, objects by identity);
+- a `contextvars.ContextVar` (held by a global, a closure variable, an object's attribute): its
+  value in the calling context (read_context; `.get()` is a C call no trace sees);
 - framework state the code reads in Python, which no framework call shows
   (`torch.backends.mkldnn.enabled`, `torch.are_deterministic_algorithms_enabled()`: the backend's
   `state_reads`): by value, read again by `read_state`; also where a method of an object the code
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextvars
 import dataclasses
 import dis
 import enum
@@ -206,6 +209,19 @@ def read_state(reader):
     return type(value), value, None
 
 
+def read_context(var):
+    """What a guard compares for a contextvars.ContextVar the code reaches (`SCALE.get()`, a C call
+    no trace sees): the type and value it has in the calling context now."""
+    value = var.get(MISSING)
+    if value is MISSING:            # not set in this context: its default (`.get(d)` passes another)
+        try:
+            value = var.get()
+        except LookupError:
+            return MISSING, MISSING, None
+        return MISSING, value, _zero_sign(value)
+    return type(value), value, _zero_sign(value)
+
+
 def read_attributes(obj) -> dict:
     """The attributes of a plain object holding data, as a guard compares them."""
     return _attributes(obj)
@@ -225,7 +241,8 @@ def read_environment(environ) -> dict:
     return dict(environ)
 
 
-READERS = (read_global, read_cell, read_attributes, read_defaults, read_state, read_unbound, read_environment)
+READERS = (read_global, read_cell, read_attributes, read_defaults, read_state, read_unbound, read_environment,
+           read_context)
 
 # how views name each check, and how an explanation of a retrace says what failed
 read_global.label = lambda node: f"global {node.args[1]}"
@@ -239,6 +256,8 @@ read_unbound.describe = lambda node: ("a global the function read while it did n
                                       "a global set later) was set")
 read_state.label = lambda node: "framework state"
 read_state.describe = lambda node: f"the framework state {node.args[0].meta} changed"
+read_context.label = lambda node: f"context variable {node.args[0].obj.name}"
+read_context.describe = lambda node: f"the context variable {node.args[0].obj.name!r} holds another value"
 read_environment.label = lambda node: "environment"
 read_environment.describe = lambda node: "the process environment (os.environ) changed"
 read_defaults.label = lambda node: "default values"
@@ -459,6 +478,7 @@ class PythonReads:
         self.unbound: dict = {}     # (id(namespace), name) -> (namespace, name): globals unset when first seen
         self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
         self.states: dict = {}      # id(reader) -> (reader, what it reads, expected): framework state read
+        self.contexts: dict = {}    # id(ContextVar) -> (the variable, expected read_context)
         self.late_write = None      # a global set in a module the function imported for the first time
 
     def holders(self):
@@ -745,6 +765,16 @@ class PythonReads:
         standard library (a threading.Event ...) besides namespaces, nor objects the trace records
         itself (stateful ones, models). A random generator the trace does not record has its
         state noted (`drawn`)."""
+        if type(obj) is contextvars.ContextVar:     # `SCALE.get()`: its value, read at each call
+            if id(obj) not in self.contexts:
+                kind, value, _ = read_context(obj)
+                expected = self._expect(value) if value is not MISSING else (kind, value, None)
+                if expected is self._nothing:       # a function held: by identity
+                    expected = (_ANY, self._same(value), None)
+                if kind is MISSING:                 # its default: set to anything later is a change
+                    expected = (MISSING, *expected[1:])
+                self.contexts[id(obj)] = (obj, expected)
+            return
         if id(obj) not in self.generators:
             state = self._generator_state(obj)
             if state is not None:
@@ -811,6 +841,9 @@ class PythonReads:
         for reader, what, expected in self.states.values():
             if _differs(expected, read_state(reader)):
                 return f"framework state {what}"
+        for var, expected in self.contexts.values():
+            if _differs(expected, read_context(var)):
+                return f"context variable {var.name!r}"
         return None
 
     def drawn(self) -> str | None:
@@ -824,7 +857,8 @@ class PythonReads:
     def reached(self) -> set:
         """ids of the objects guarded by identity (arrays held by globals, closures, containers)."""
         snapshots = [e[-1] for e in self.globals.values()] + [e[-1] for e in self.cells] + \
-            [e[-1] for e in self.objects.values()] + [e[-1] for e in self.defaults]
+            [e[-1] for e in self.objects.values()] + [e[-1] for e in self.defaults] + \
+            [e[-1] for e in self.contexts.values()]
         return {id(obj) for expected in snapshots for obj in self.held(expected)}
 
     def held(self, expected):
@@ -854,3 +888,5 @@ class PythonReads:
             yield read_unbound, (namespace, frozenset(names)), True, f"globals of {namespace.get('__name__', '?')}"
         for reader, what, expected in self.states.values():
             yield read_state, (reader,), expected, what
+        for var, expected in self.contexts.values():
+            yield read_context, (var,), expected, f"context variable {var.name}"

@@ -9,10 +9,12 @@ see plain attribute access.
 """
 from __future__ import annotations
 
+import dis
 import functools
+import sys
 import threading
 from contextlib import contextmanager
-from types import MethodType
+from types import FunctionType, MethodType
 
 import wrapt
 
@@ -33,6 +35,70 @@ def _describe_read(node) -> str:
 
 
 read_attribute.describe = _describe_read
+
+
+def read_class_attribute(obj, name: str):
+    """What a graph's guard reads for a property or other descriptor of a stateful object's class
+    (`self.factor` of `factor = property(...)`): the object found for `name` on the class, as
+    Python finds it (an attribute set on the object hides one that is not a data descriptor)."""
+    for klass in type(obj).__mro__:
+        found = klass.__dict__.get(name, MISSING)
+        if found is not MISSING:
+            if not hasattr(type(found), "__set__"):
+                return getattr(obj, "__dict__", _NO_DICT).get(name, found)
+            return found
+    return MISSING
+
+
+_NO_DICT: dict = {}
+
+
+def read_instance_item(obj, key: str):
+    """What a guard reads for `vars(obj).get(key)`, `obj.__dict__[key]`: the object's own entry
+    (not a class attribute), or MISSING."""
+    return getattr(obj, "__dict__", _NO_DICT).get(key, MISSING)
+
+
+def read_instance_dict(obj) -> dict:
+    """What a guard reads where the code used the object's whole __dict__ (`vars(obj).items()`)."""
+    return dict(getattr(obj, "__dict__", _NO_DICT))
+
+
+read_instance_item.describe = lambda node: (f"the entry {node.args[1]!r} of the __dict__ of a stateful object "
+                                            f"changed")
+read_instance_dict.describe = lambda node: "the __dict__ of a stateful object, read whole, changed"
+
+#: (id(code), offset) -> the key the instruction after a read of `__dict__` at `offset` looks up
+#: (`.get('k' ...)`, `['k']`), or None (the dict is used otherwise)
+_DICT_KEYS: dict = {}
+_SIMPLE_LOADS = frozenset({"LOAD_CONST", "LOAD_FAST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME"})
+
+
+def dict_key_read(code, offset: int):
+    """The key a code object reads from the __dict__ it got at `offset` (the instruction that read
+    `__dict__`: `obj.__dict__`, or a call of `vars(obj)`), when it only looks one literal key up:
+    `.get('k')`, `.get('k', default)` with a plain default, `['k']`. None otherwise."""
+    entry = _DICT_KEYS.get((id(code), offset), _NO_DICT)
+    if entry is not _NO_DICT and entry[0] is code:
+        return entry[1]
+    key = None
+    instructions = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "PRECALL", "PUSH_NULL")]
+    at = next((n for n, ins in enumerate(instructions) if ins.offset == offset), None)
+    following = instructions[at + 1:at + 5] if at is not None else []
+    names = [ins.opname for ins in following]
+    if names[:2] == ["LOAD_CONST", "BINARY_SUBSCR"] and type(following[0].argval) is str:
+        key = following[0].argval
+    elif len(names) >= 3 and names[0] in ("LOAD_METHOD", "LOAD_ATTR") and following[0].argval == "get" and \
+            names[1] == "LOAD_CONST" and type(following[1].argval) is str:
+        if names[2] == "CALL" and following[2].arg == 1 or \
+                len(names) == 4 and names[2] in _SIMPLE_LOADS and names[3] == "CALL" and following[3].arg == 2:
+            key = following[1].argval
+    if len(_DICT_KEYS) > 4096:
+        _DICT_KEYS.clear()
+    _DICT_KEYS[(id(code), offset)] = (code, key)
+    return key
+read_class_attribute.describe = lambda node: (f"the class attribute {node.args[1]!r} of a stateful object (a "
+                                              f"property or other descriptor) was replaced")
 
 
 class SessionProxy(wrapt.ObjectProxy):
@@ -93,6 +159,13 @@ class StatefulProxy(SessionProxy):
         delattr(self.__wrapped__, name)
         self._self_session.on_delattr(self.__wrapped__, name)
 
+    @property
+    def __dict__(self):
+        """`vars(obj)`, `obj.__dict__`: the object's own dict, with what the code reads of it recorded."""
+        found = self.__wrapped__.__dict__
+        self._self_session.on_instance_dict(self.__wrapped__, sys._getframe(1))
+        return found
+
 
 #: class swaps are installed and undone one at a time (two threads tracing with one object)
 _swap_lock = threading.Lock()
@@ -130,6 +203,21 @@ def _class_data(cls, name) -> bool:
     return False
 
 
+def _class_descriptor(cls, name):
+    """The property, staticmethod, classmethod or other descriptor (not a plain function: a method
+    is checked as the bound method it gives) that `name` finds on `cls`, or None; none of the
+    framework's, the standard library's or a tool's own classes."""
+    for klass in cls.__mro__:
+        namespace = vars(klass)
+        if name in namespace:
+            found = namespace[name]
+            if isinstance(found, FunctionType) or not hasattr(type(found), "__get__") or \
+                    str(getattr(klass, "__module__", "")).partition(".")[0] in UNWATCHED:
+                return None
+            return found
+    return None
+
+
 def _raise(name):
     raise AttributeError(name)
 
@@ -138,12 +226,20 @@ def _recorder(obj, active):
     cls = type(obj)
     sessions: list = []
     class_data: dict = {}       # name -> _class_data(cls, name), for this recording
+    descriptors: dict = {}      # name -> _class_descriptor(cls, name), for this recording
 
     def is_class_data(name):
         found = class_data.get(name)
         if found is None:
             found = class_data[name] = _class_data(cls, name)
         return found
+
+    def descriptor(name):
+        try:
+            return descriptors[name]
+        except KeyError:
+            found = descriptors[name] = _class_descriptor(cls, name)
+            return found
 
     def __getattribute__(self, name):
         try:
@@ -156,12 +252,20 @@ def _recorder(obj, active):
             except AttributeError:
                 session_of().on_missing_attribute(self, name)
                 raise
-        if not name.startswith("__") and (
-                name in getattr(self, "__dict__", ()) or type(value) is MethodType and value.__self__ is self
-                or is_class_data(name)):
+        if name == "__dict__":          # vars(obj), obj.__dict__.get(...): what the code reads of it
             session = active()
             if session is not None and session in sessions:
-                return session.on_getattr(self, name, value)   # a method: one set on the object later hides it
+                session.on_instance_dict(self, sys._getframe(1))
+        elif not name.startswith("__"):
+            if (name in getattr(self, "__dict__", ()) or type(value) is MethodType and value.__self__ is self
+                    or is_class_data(name)):
+                session = active()
+                if session is not None and session in sessions:
+                    return session.on_getattr(self, name, value)   # a method: one set on the object later hides it
+            elif descriptor(name) is not None:     # a property: replaced on the class later, it gives another value
+                session = active()
+                if session is not None and session in sessions:
+                    session.on_class_attribute(self, name, descriptor(name))
         return value
 
     def session_of():

@@ -26,9 +26,10 @@ from ..backends import Backend, CallKind, foreign_rng_tokens, generator_state, g
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
-from .reads import MISSING, READERS, PythonReads, read_environment, signed
+from .reads import MISSING, READERS, UNWATCHED, PythonReads, read_environment, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
-from .stateful import SessionProxy, StatefulProxy, read_attribute, recording_class
+from .stateful import (SessionProxy, StatefulProxy, dict_key_read, read_attribute, read_class_attribute,
+                       read_instance_dict, read_instance_item, recording_class)
 
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
     "lazytrace_active_session", default=None)
@@ -509,6 +510,46 @@ class TraceSession:
             state = generator_state(self.backend, obj)
             if state is not None:
                 self._unrecorded_rngs[id(obj)] = (obj, state, what)
+
+    def on_class_attribute(self, obj, name: str, descriptor) -> None:
+        """`obj.name` found a property or other descriptor on the object's class: what it gave was
+        recorded as it ran (a property's own reads of the object), so the same one must be there."""
+        if self.untraceable is not None or (id(obj), name) in self._checked_callables:
+            return
+        self._checked_callables.add((id(obj), name))
+        with self.backend.suspended():
+            inputs: list[Value] = []
+            args = self._lift((obj, name), inputs)
+            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_class_attribute, args, {}, inputs,
+                                   [self.version(v) for v in inputs], expected=_Same(descriptor)))
+
+    def on_instance_dict(self, obj, frame) -> None:
+        """The code at `frame` read the __dict__ of a stateful object (`vars(obj).get("k", 0)`,
+        `obj.__dict__["k"]`), which no attribute read shows: a guard checks the entry it looks up,
+        or the whole dict where it uses it otherwise. Reads by the frameworks' own code (nn.Module
+        looks at its __dict__ at every attribute access), the standard library's and tools' are not
+        the function's."""
+        if self.untraceable is not None or \
+                str(frame.f_globals.get("__name__", "")).partition(".")[0] in UNWATCHED:
+            return
+        key = dict_key_read(frame.f_code, frame.f_lasti)
+        if key is not None and ((id(obj), key) in self._written or key in self.backend.bookkeeping_attributes):
+            return              # what the function set itself earlier in this call
+        with self.backend.suspended():
+            inputs: list[Value] = []
+            what = "entry" if key is not None else "whole __dict__"
+            args = self._lift((obj, key) if key is not None else (obj,), inputs)
+            if key is not None:
+                reader, found = read_instance_item, read_instance_item(obj, key)
+                expected = _Same(MISSING) if found is MISSING else self._snapshot(found)
+            else:
+                reader, expected = read_instance_dict, self._snapshot(read_instance_dict(obj))
+            if expected is _NOTHING:
+                self.fail(f"reads the {what} of the __dict__ of a stateful object ({type(obj).__name__}) "
+                          f"holding something lazytrace cannot record")
+                return
+            self.nodes.append(Node(len(self.nodes), Kind.GUARD, reader, args, {}, inputs,
+                                   [self.version(v) for v in inputs], expected=expected))
 
     def _record_callable(self, obj, name, value):
         if (id(obj), name) in self._checked_callables:
