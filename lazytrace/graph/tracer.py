@@ -489,7 +489,9 @@ class TraceSession:
             node = Node(len(self.nodes), Kind.GETATTR, getattr, args, {}, inputs, versions)
             if self.value_of(value) is None and type(value) is not self.backend.tracer_class:
                 value = self.backend.wrap_input(value, self)     # NumPy: its methods are recorded too
-            self._register_outputs(node, value, False, False)
+            # read live, its shape, dtype and device are in no key (another object of a class traced
+            # with `self` stateful, the attribute set anew): what the code reads of them is checked
+            self._register_outputs(node, value, False, True)
             self.nodes.append(node)
         else:
             self._note_rng(value, f"a {type(value).__name__} held by attribute {name!r}")
