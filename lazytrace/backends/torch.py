@@ -1017,7 +1017,9 @@ class ModuleLiveInputs:
             held.add(id(t))
             tensors.append((name, TorchBackend.describe(t)))
         held.update(id(m) for _, m in named)
-        return (tuple(parts), tuple(tensors)), tuple(m for _, m in named), frozenset(held)
+        # the code of its class's forward (edited in place by a reload tool: graphs of the old code)
+        code = getattr(getattr(type(module), "forward", None), "__code__", None)
+        return (tuple(parts), tuple(tensors), code), tuple(m for _, m in named), frozenset(held)
 
     def held(self) -> frozenset:
         """ids of the objects the module and its submodules hold in plain attributes now."""
