@@ -311,3 +311,25 @@ def test_plain_class_objects_share_and_check_tensor_shapes(lib):
         w = torch.ones(n)
         assert torch.equal(L.Scaler(w).apply(x), original.Scaler(w).apply(x))
     assert L.Scaler.apply.stats.hits >= 1
+
+
+def test_tensor_attributes_of_a_shared_graph_are_read_live(K):
+    x = img(5, (2, 3, 16, 16))
+    std = torch.tensor([0.2, 0.3, 0.4])
+    for mean in ([0.1, 0.2, 0.3], [0.5, 0.5, 0.5], [0.9, 0.0, 0.3]):
+        m = torch.tensor(mean)
+        traced = K.enhance.Normalize(m, std)
+        assert torch.equal(traced(x), kornia.enhance.Normalize(m, std)(x))
+    assert traced.forward.stats.shared == 1
+
+
+def test_augmentations_made_per_call_draw_as_eager(K):
+    x = img(6, (2, 3, 16, 16))
+    for seed in range(3):
+        traced = K.augmentation.RandomAffine(degrees=30.0, p=1.0)
+        eager = kornia.augmentation.RandomAffine(degrees=30.0, p=1.0)
+        torch.manual_seed(seed)
+        got = traced(x)
+        torch.manual_seed(seed)
+        assert torch.equal(got, eager(x))
+        assert torch.equal(traced.transform_matrix, eager.transform_matrix)
