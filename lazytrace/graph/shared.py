@@ -69,7 +69,12 @@ class SharedGraphs:
     def describe(extra):
         """(structure, modules, held) of the object `extra` reads live inputs from, or None."""
         shareable = getattr(extra, "shareable", None)
-        return shareable() if shareable is not None else None
+        try:
+            described = shareable() if shareable is not None else None
+            hash(described)
+        except Exception:       # noqa: BLE001 - an attribute that cannot be described: not shared
+            return None
+        return described
 
     @staticmethod
     def describe_held(extra) -> frozenset:

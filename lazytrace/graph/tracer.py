@@ -872,6 +872,7 @@ def read_array_metadata(obj, name: str, backend):
     return backend.describe(value) if isinstance(value, backend.array_types) else MISSING
 
 
+read_array_metadata.hoistable = True       # reads the object, not arrays the graph computed: passes.py
 read_array_metadata.describe = lambda node: (f"the array in attribute {node.args[1]!r} of a stateful object was "
                                              f"{node.expected!r} when traced and is another now")
 

@@ -199,7 +199,10 @@ class TracedLibrary:
                 trace_graph(instance, **self.settings)      # the backend installs it on the instance
                 qualified = f"{cls.__module__}.{cls.__qualname__}.{name}"
                 lazy = self._register(vars(instance)[name], qualified)
-                if isinstance(lazy, LazyGraph):
+                # (not with frozen random draws, nor a compiler: a graph made from a template runs
+                # the generated code, and draws frozen by one object are not another's)
+                if isinstance(lazy, LazyGraph) and self.settings.get("include_generators", True) and \
+                        not self.settings.get("return_backend_traced_fn"):
                     shared = self._shared.get((cls, name))
                     if shared is None:
                         shared = self._shared[(cls, name)] = SharedGraphs(qualified)
