@@ -20,10 +20,12 @@ which autograd itself relies on.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import json
 import sys
 from contextlib import contextmanager
+from types import BuiltinFunctionType, FunctionType, ModuleType
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -31,6 +33,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from ..graph.ir import Source, Value
+from ..graph.signature import _value_key
 from .base import Backend, CallKind, operator_syntax
 from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering
 
@@ -1059,6 +1062,52 @@ class ModuleLiveInputs:
         key = (modules, tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors), hooks)
         return key, tensors
 
+    def shareable(self):
+        """(structure, modules, held) for sharing graphs with other objects of the module's class
+        (graph/shared.py), or None: the structure is the modules' classes and names, their
+        parameters' and buffers' names and metadata, and their plain attributes (numbers,
+        strings, dtypes and containers of them by value, functions and classes by identity,
+        tensors by metadata: read live); no hooks. `held`: ids of the objects they hold, which
+        a shared graph must not hold. Objects holding anything else share nothing."""
+        module = self.module
+        named = tuple(module.named_modules())
+        held: set = set()
+        parts = []
+        for name, m in named:
+            if any(vars(m)[d] for d in _HOOK_DICTS):
+                return None
+            attributes = []
+            for attribute, value in vars(m).items():
+                if attribute in TorchBackend.bookkeeping_attributes:
+                    continue
+                if attribute == "forward" and _forward_of(value, m):
+                    continue            # its own forward, traced (a LazyGraph installed on it)
+                described = _configuration(value, held)
+                if described is _UNSHAREABLE:
+                    return None
+                attributes.append((attribute, described))
+            parts.append((name, type(m), tuple((k, v is None) for k, v in m._parameters.items()),
+                          tuple((k, v is None) for k, v in m._buffers.items()),
+                          tuple((k, v is None) for k, v in m._modules.items()),
+                          tuple(sorted(m._non_persistent_buffers_set)), tuple(attributes)))
+        tensors = []
+        for name, t in (*module.named_parameters(), *module.named_buffers()):
+            held.add(id(t))
+            tensors.append((name, TorchBackend.describe(t)))
+        held.update(id(m) for _, m in named)
+        # the code of its class's forward (edited in place by a reload tool: graphs of the old code)
+        code = getattr(getattr(type(module), "forward", None), "__code__", None)
+        return (tuple(parts), tuple(tensors), code), tuple(m for _, m in named), frozenset(held)
+
+    def held(self) -> frozenset:
+        """ids of the objects the module and its submodules hold in plain attributes now."""
+        held: set = set()
+        for m in self.module.modules():
+            for attribute, value in vars(m).items():
+                if attribute not in TorchBackend.bookkeeping_attributes:
+                    _configuration(value, held)
+        return frozenset(held)
+
     def describe(self, key) -> dict[str, str]:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
@@ -1066,9 +1115,49 @@ class ModuleLiveInputs:
         names = [n for n, _ in module.named_modules()]
         out = {f"self{'.' if n else ''}{n}.training": repr(t) for n, t in zip(names, training)}
         names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
-        backend = TorchBackend()
+        from . import get_backend
+        backend = get_backend("torch")
         out.update((f"self.{n}", backend.format_brief((d[1], d[3], d[4], d[5]))) for n, d in zip(names, tensors))
         return out
+
+
+_UNSHAREABLE = object()
+_CONFIG_LITERALS = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis), range)
+
+
+def _configuration(value, held: set, depth=0):
+    """A plain attribute of a module as part of the structure its class's objects share graphs
+    by (ModuleLiveInputs.shareable), or _UNSHAREABLE; ids of the objects in it go to `held`."""
+    tp = type(value)
+    if tp in _CONFIG_LITERALS:
+        return _value_key(value)
+    if isinstance(value, (enum.Enum, *TorchBackend.static_types)):
+        return (tp, value)
+    if isinstance(value, (type, FunctionType, BuiltinFunctionType, ModuleType)):
+        return ("is", value)            # (module-level functions and classes: the same for every object)
+    if tp in (list, dict, set) or isinstance(value, torch.Tensor):
+        held.add(id(value))             # (a graph holding one would hold this object's: tuples are values)
+    if isinstance(value, torch.Tensor):
+        return ("tensor", TorchBackend.describe(value))
+    if depth > 4:
+        return _UNSHAREABLE
+    if tp in (tuple, list, set, frozenset) or isinstance(value, tuple) and hasattr(tp, "_fields"):
+        items = [_configuration(x, held, depth + 1) for x in value]
+        if any(x is _UNSHAREABLE for x in items):
+            return _UNSHAREABLE
+        return (tp, frozenset(items) if tp in (set, frozenset) else tuple(items))
+    if tp is dict:
+        items = [(_configuration(k, held, depth + 1), _configuration(v, held, depth + 1)) for k, v in value.items()]
+        if any(x is _UNSHAREABLE for kv in items for x in kv):
+            return _UNSHAREABLE
+        return (dict, tuple(items))
+    return _UNSHAREABLE
+
+
+def _forward_of(value, module) -> bool:
+    """Whether `value` is the module's own forward traced (a LazyGraph of ModuleForward(module))."""
+    fn = getattr(value, "_fn", None)
+    return type(fn) is ModuleForward and fn.module is module
 
 
 #: where torch's C functions live when a torch namespace holds a Python wrapper by their name (_VF.einsum)

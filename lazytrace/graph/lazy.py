@@ -57,6 +57,7 @@ class Stats:
     stored: int = 0              # graphs written to it
     not_stored: Counter = field(default_factory=Counter)   # why a traced graph was not written
     prewarmed: int = 0           # preloaded graphs run once on constant-filled inputs (prewarm=True)
+    shared: int = 0              # graphs another object of the class traced, taken at a first call (graph/shared.py)
     not_prewarmed: Counter = field(default_factory=Counter)   # why a preloaded graph was not run
     not_preloaded: Counter = field(default_factory=Counter)   # why a stored signature was left to its first call
 
@@ -64,7 +65,7 @@ class Stats:
         return {"calls": self.calls, "hits": self.hits, "traces": self.traces, "eager": self.eager,
                 "guard_failures": self.guard_failures, "reasons": dict(self.reasons),
                 "loaded": self.loaded, "stored": self.stored, "not_stored": dict(self.not_stored),
-                "prewarmed": self.prewarmed, "not_prewarmed": dict(self.not_prewarmed),
+                "prewarmed": self.prewarmed, "not_prewarmed": dict(self.not_prewarmed), "shared": self.shared,
                 "not_preloaded": dict(self.not_preloaded)}
 
 
@@ -128,6 +129,7 @@ class LazyGraph:
         self._stored_check = None   # (persist.memos_hold, persist.plan_data) once _preload stored data to check
         self._code_of = _code_holder(fn)    # the Python function whose code the graphs were traced from
         self._code = getattr(self._code_of, "__code__", None)
+        self._shared = None         # the SharedGraphs of the object's class (a traced library's module object)
         self.stats = Stats()
         functools.update_wrapper(self, fn, updated=())
         _registry.add(self)
@@ -271,11 +273,15 @@ class LazyGraph:
                     owner = False
             if owner:
                 try:
+                    # described before the call: what it sets on the object is not its configuration
+                    shared = self._shared.describe(self._extra) if self._shared is not None else None
                     if entry is None and leaves is not None:
                         out = self._load(key, backends, leaves, args, kwargs)
+                        if out is MISS and shared is not None:
+                            out = self._adopt(shared, key, backends, leaves, args, kwargs)
                         if out is not MISS:
                             return out
-                    return self._trace(key, backends, self._cache.get(key), args, kwargs, failed)
+                    return self._trace(key, backends, self._cache.get(key), args, kwargs, failed, shared)
                 finally:
                     with self._lock:
                         del self._pending[key]
@@ -283,7 +289,37 @@ class LazyGraph:
             event.wait()
         return self(*args, **kwargs)
 
-    def _trace(self, key, backends, entry, args, kwargs, failed=None):
+    def _adopt(self, shared, key, backends, leaves, args, kwargs):
+        """Replay a graph another object of the same class and structure traced for this signature
+        (graph/shared.py), rebound to this object, if its guards pass for it (else MISS)."""
+        for template in self._shared.candidates(shared, key):
+            graph = template.graph(shared[1], key=key, signature=self._signature, original=self._fn,
+                                   extra=self._extra, state=template.backend.global_state())
+            try:
+                out = graph.fn(*leaves)
+            except GuardFailed:
+                if graph.has_state_changes:
+                    graph.backend.restore_global_state(graph._state)
+                continue
+            except Exception:
+                if graph.has_state_changes:
+                    graph.backend.restore_global_state(graph._state)
+                if not graph.replay_safe:
+                    raise
+                continue                # the trace decides
+            self._store(key, None, graph)
+            self.stats.hits += 1
+            self.stats.shared += 1
+            described = explain.describe_call(args, kwargs, self._signature, backends, self._extra,
+                                              key[1] if self._extra is not None else None)
+            with self._lock:
+                current = self._cache.get(key)
+                if current is not None:
+                    current.described = described
+            return out
+        return MISS
+
+    def _trace(self, key, backends, entry, args, kwargs, failed=None, shared=None):
         stats = self.stats
         try:
             graph, result = trace(self._fn, args, kwargs, key=key, backends=backends,
@@ -305,6 +341,8 @@ class LazyGraph:
             log.info("lazytrace: %s runs eagerly for this signature: %s", self._name, graph.reason)
         else:
             self._save(key, backends, args, kwargs)
+            if shared is not None:
+                self._shared.publish(shared, key, graph, self._shared.describe_held(self._extra))
         self._explain(key, backends, args, kwargs, failed)
         return result
 

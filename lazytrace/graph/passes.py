@@ -165,7 +165,9 @@ def _hoist_external_guards(kept: list[Node]) -> list[Node]:
     the dtype of tensors they hold after drawing their parameters)."""
     hoisted, rest, written = [], [], set()
     for n in kept:
-        if (n.kind is Kind.GUARD and n.inputs and all(v.source is Source.EXTERNAL for v in n.inputs)
+        # (so are checks of what an object passed in holds: the metadata of a tensor attribute)
+        if (n.kind is Kind.GUARD and n.inputs and (getattr(n.target, "hoistable", False) or
+                                                    all(v.source is Source.EXTERNAL for v in n.inputs))
                 and not any(v.storage in written for v in n.inputs)):
             hoisted.append(n)
         else:

@@ -67,6 +67,7 @@ class TraceSession:
         self.proxied = False                    # objects passed in were handed as SessionProxy
         self._written: dict = {}                # (id(stateful object), attribute) -> (real, value, object, layout)
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
+        self._checked_arrays: dict = {}         # (id(stateful object), attribute) -> array whose metadata is guarded
         self._deleted: set = set()              # (id(stateful object), attribute) deleted by the function
         self._rng: dict[int, tuple] = {}        # id(RNG) -> (RNG, its state after the last draw seen)
         self._input_writes: list = []           # (input array, its Value, its write count before the call)
@@ -492,6 +493,12 @@ class TraceSession:
                 value = self.backend.wrap_input(value, self)     # NumPy: its methods are recorded too
             self._register_outputs(node, value, False, False)
             self.nodes.append(node)
+            # read live, its shape, dtype, device ... are in no key (another object of a class traced
+            # with `self` stateful, the attribute set anew): checked (once), before anything runs
+            array = self.backend.unwrap(value)
+            if self._checked_arrays.setdefault((id(obj), name), array) is array:
+                self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_array_metadata, (*args, self.backend), {},
+                                       inputs, versions, expected=self.backend.describe(array)))
         else:
             self._note_rng(value, f"a {type(value).__name__} held by attribute {name!r}")
             expected = self._snapshot(value)        # numbers, strings, a dict of flags or of samplers ...
@@ -897,6 +904,18 @@ def _contains(obj, types) -> bool:
 
 
 _NOTHING = object()
+
+
+def read_array_metadata(obj, name: str, backend):
+    """What a guard compares for an array read from an attribute of a stateful object: its
+    description in a cache key (type, shape, dtype, device ...), or MISSING if it is no array."""
+    value = getattr(obj, name, MISSING)
+    return backend.describe(value) if isinstance(value, backend.array_types) else MISSING
+
+
+read_array_metadata.hoistable = True       # reads the object, not arrays the graph computed: passes.py
+read_array_metadata.describe = lambda node: (f"the array in attribute {node.args[1]!r} of a stateful object was "
+                                             f"{node.expected!r} when traced and is another now")
 
 
 class _Same:

@@ -31,6 +31,7 @@ import wrapt
 
 from ..backends import available, backend_for_type, get_backend
 from ..graph.lazy import LazyGraph, Stats, _disabled_by_env as lazy_disabled
+from ..graph.shared import SharedGraphs
 
 
 class TracedLibrary:
@@ -45,6 +46,7 @@ class TracedLibrary:
         self._made: dict[int, tuple] = {}     # id(original) -> (original, traced)
         self._stats: dict[int, tuple[str, Stats]] = {}     # id(LazyGraph) -> its name and stats
         self._retired: dict[str, Stats] = {}                # name -> the summed stats of those gone
+        self._shared: dict[tuple, SharedGraphs] = {}        # (class, method) -> graphs its instances share
         self._lock = threading.RLock()
         self._preloaded = False
 
@@ -187,13 +189,24 @@ class TracedLibrary:
             return cls
 
     def bind(self, instance, name: str, cls: type):
-        """The traced method `name` (of class `cls`) of an instance, installed on it by the backend."""
+        """The traced method `name` (of class `cls`) of an instance, installed on it by the backend.
+        The instances of a class share graphs (graph/shared.py): a module made per call replays
+        what one of the same configuration traced."""
         with self._lock:
             lazy = vars(instance).get(name)
             if not isinstance(lazy, LazyGraph):
                 from ..api import trace_graph
                 trace_graph(instance, **self.settings)      # the backend installs it on the instance
-                lazy = self._register(vars(instance)[name], f"{cls.__module__}.{cls.__qualname__}.{name}")
+                qualified = f"{cls.__module__}.{cls.__qualname__}.{name}"
+                lazy = self._register(vars(instance)[name], qualified)
+                # (not with frozen random draws, nor a compiler: a graph made from a template runs
+                # the generated code, and draws frozen by one object are not another's)
+                if isinstance(lazy, LazyGraph) and self.settings.get("include_generators", True) and \
+                        not self.settings.get("return_backend_traced_fn"):
+                    shared = self._shared.get((cls, name))
+                    if shared is None:
+                        shared = self._shared[(cls, name)] = SharedGraphs(qualified)
+                    lazy._shared = shared
         return lazy
 
     # ---- reporting -----------------------------------------------------------------
@@ -203,12 +216,13 @@ class TracedLibrary:
         with self._lock:
             entries = [*self._stats.values(), *self._retired.items()]
         out = {"functions": 0, "calls": 0, "hits": 0, "traces": 0, "eager": 0, "guard_failures": 0,
-               "loaded": 0, "stored": 0, "prewarmed": 0, "reasons": {}, "not_stored": {}, "not_prewarmed": {},
+               "loaded": 0, "stored": 0, "prewarmed": 0, "shared": 0, "reasons": {}, "not_stored": {}, "not_prewarmed": {},
                "not_preloaded": {},
                "skipped": dict(self.skipped)}
         out["functions"] = len({name for name, stats in entries if stats.calls})
         for name, stats in entries:
-            for field in ("calls", "hits", "traces", "eager", "guard_failures", "loaded", "stored", "prewarmed"):
+            for field in ("calls", "hits", "traces", "eager", "guard_failures", "loaded", "stored", "prewarmed",
+                          "shared"):
                 out[field] += getattr(stats, field)
             for group, reasons in (("reasons", stats.reasons), ("not_stored", stats.not_stored),
                                    ("not_prewarmed", stats.not_prewarmed),
