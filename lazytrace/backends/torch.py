@@ -1080,8 +1080,8 @@ class ModuleLiveInputs:
             for attribute, value in vars(m).items():
                 if attribute in TorchBackend.bookkeeping_attributes:
                     continue
-                if attribute == "forward" and _forward_of(value, m):
-                    continue            # its own forward, traced (a LazyGraph installed on it)
+                if attribute == "forward" and _forward_of(value, m) or type(value) is _CopiedUntraced:
+                    continue            # its own forward, traced (a LazyGraph installed on it), and how it copies
                 described = _configuration(value, held)
                 if described is _UNSHAREABLE:
                     return None
@@ -1104,7 +1104,7 @@ class ModuleLiveInputs:
         held: set = set()
         for m in self.module.modules():
             for attribute, value in vars(m).items():
-                if attribute not in TorchBackend.bookkeeping_attributes:
+                if attribute not in TorchBackend.bookkeeping_attributes and type(value) is not _CopiedUntraced:
                     _configuration(value, held)
         return frozenset(held)
 
