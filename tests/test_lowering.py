@@ -308,3 +308,30 @@ def test_a_stored_graph_with_lowered_calls_reloads_in_a_fresh_process(temp_libra
     assert result["ok"] == [True, True]
     assert result["loaded"] == 1 and result["traces"] == 1          # a retrace after the replacement only
     assert {"upsample_bilinear2d", "pad", "einsum", "dropout"} <= set(result["targets"])
+
+
+def test_a_wrapper_the_user_put_in_torch_nn_functional_before_lazytrace_loaded_torch():
+    """`F.pad = logged(F.pad)` (a profiling wrapper taking *args, **kwargs) set before lazytrace's
+    torch backend is loaded: torch hands the wrapper to the trace's mode (its pad dispatches by
+    the name torch.nn.functional.pad); lowering bound it by torch's signature and raised KeyError."""
+    prelude = """
+        import json, torch, torch.nn.functional as F
+        original = F.pad
+        def logged(*args, **kwargs):
+            return original(*args, **kwargs)
+        F.pad = logged
+        import lazytrace
+    """
+    result = run_fresh_python(prelude, """
+        def f(x):
+            return F.pad(x, (1, 2), value=0.5) * 3.0
+
+        lazy = lazytrace.trace_graph(f)
+        ok = []
+        for _ in range(3):
+            x = torch.rand(2, 3)
+            ok.append(torch.equal(lazy(x), f(x)))
+        print(json.dumps({"ok": ok, "stats": lazy.stats.as_dict()}))
+    """)
+    assert result["ok"] == [True, True, True], result
+    assert result["stats"]["traces"] == 1 and result["stats"]["eager"] == 0, result

@@ -607,6 +607,31 @@ def test_a_graph_reading_a_framework_module_imported_at_first_use_preloads(temp_
         "set): its first call traces anew"]
 
 
+
+def test_a_framework_function_replaced_after_the_preload_before_the_first_call(temp_library, tmp_path):
+    """The preload passes over `torch.onnx.is_in_onnx_export` while torch.onnx is not imported;
+    imported and replaced before the first call, the stored graph (the other branch) must not
+    replay: the call traces anew and returns what eager returns."""
+    name, _ = temp_library(LAZY_MODULE_LIBRARY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    import torch.onnx
+    store_calls(lib, cache, ("unless_exporting", (torch.rand(2, 3),)))
+    result = fresh(lib, cache, """
+        lazy_before = "torch.onnx" in sys.modules
+        import torch.onnx
+        torch.onnx.is_in_onnx_export = lambda: True
+        ok = []
+        for _ in range(3):
+            x = torch.rand(2, 3)
+            ok.append(torch.equal(traced.unless_exporting(x), real.unless_exporting(x)))
+        print(json.dumps({"summary": summary, "ok": ok, "lazy_before": lazy_before,
+                          "after": traced.unless_exporting.stats.as_dict()}))
+    """)
+    assert not result["lazy_before"] and result["summary"]["loaded"] == 1
+    assert result["ok"] == [True, True, True], result
+    assert result["after"]["traces"] >= 1 or result["after"]["eager"] >= 1, result["after"]
+
 ASSERTING_LIBRARY = '''
 import torch
 
@@ -633,3 +658,22 @@ def test_a_graph_with_torchs_private_assert_op_is_stored_and_still_checks(temp_l
         lib.checked(-x)
     with pytest.raises(RuntimeError):              # the loaded graph still runs the check
         again(-x)
+
+
+def test_torchs_private_assert_op_replaced_after_the_trace_is_seen(temp_library, tmp_path, monkeypatch):
+    """A graph calls torch._assert_async by name (a guard of the graph): one replaced after the
+    trace, or before a preloaded graph's first call, runs, as in eager."""
+    name, _ = temp_library(ASSERTING_LIBRARY)
+    lib = __import__(name)
+    first = lazytrace.trace_graph(lib.checked, cache=tmp_path / "cache")
+    first(torch.rand(4))
+    again = lazytrace.trace_graph(lib.checked, cache=tmp_path / "cache")       # preloaded
+    assert again.stats.loaded == 1
+
+    def refusing(cond, msg=None):
+        raise ValueError("refused by the user's check")
+    monkeypatch.setattr(torch, "_assert_async", refusing)
+    for graph in (first, again):
+        for _ in range(3):
+            with pytest.raises(ValueError, match="refused"):
+                graph(torch.rand(4))

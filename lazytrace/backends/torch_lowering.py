@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import inspect
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, _VF
@@ -213,6 +215,16 @@ def _other_modes() -> bool:
     return any(not isinstance(m, DeviceContext) for m in _get_current_function_mode_stack())
 
 
+def _torchs(func) -> bool:
+    """Whether `func` is torch's own wrapper, not one the user put in torch.nn.functional before
+    this module read it (`F.pad = my_pad`: its arguments are not the wrapper's)."""
+    code = getattr(func, "__code__", None)
+    return code is not None and os.path.dirname(os.path.abspath(code.co_filename)).startswith(_TORCH_DIR)
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
 def _tensors(obj):
     if isinstance(obj, Tensor):
         yield obj
@@ -226,7 +238,7 @@ class Lowering:
 
     def __init__(self, enabled: bool = True):
         release = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-        self._table = {w: (inspect.signature(s), lower) for w, (s, lower) in _TABLE.items()} \
+        self._table = {w: (inspect.signature(s), lower) for w, (s, lower) in _TABLE.items() if _torchs(w)} \
             if enabled and release == REVIEWED else {}
 
     def __contains__(self, func) -> bool:

@@ -299,9 +299,7 @@ def function_homes(backend, plan: Plan) -> tuple:
     the graph is made (code generation waits for the first replay; a function replaced
     meanwhile must be seen too)."""
     homes, called, seen = [], {}, set()
-    for node in plan.nodes:
-        if node.kind is Kind.GUARD:
-            continue
+    for node in plan.nodes:       # (a guard's call too: `torch._assert_async(cond)` replaced must be seen)
         # a lowered call (F.pad replayed as torch._C._nn.pad): the wrapper the code called is checked too
         for func in (node.target, node.wrapper) if node.wrapper is not None else (node.target,):
             if id(func) in seen:

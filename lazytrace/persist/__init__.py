@@ -300,16 +300,28 @@ def plan_data(plan) -> dict:
     global between the import that preloaded it and that call. (Its code changes only by a
     reload, whose new functions get LazyGraphs of their own, or by rebinding a function, which
     a graph does not see with or without the cache.)"""
-    return {m: identity.module_data(m) for m in plan.modules}
+    data = {m: identity.module_data(m) for m in plan.modules}
+    data[None] = _imported_later(plan)
+    return data
+
+
+def _imported_later(plan) -> list:
+    """The framework modules not imported when the plan was loaded (its functions passed over by
+    unchanged()) that are imported now: one may have been replaced before the import
+    (`torch.onnx.is_in_onnx_export = ...`), which the stored code state cannot be compared with
+    any more, so the plan is dropped at its first call (traced anew)."""
+    return sorted({m for m, _, f in plan.framework_functions if f is None and m in sys.modules})
 
 
 def plan_memos(plan) -> tuple:
     """The memos plan_data's hashes came from (taken right after it): while memos_hold(them), the
     plan's module data is unchanged, known without hashing or comparing (a first call's check)."""
-    return identity.memos_of(plan.modules)
+    return identity.memos_of(plan.modules), tuple({m for m, _, f in plan.framework_functions if f is None})
 
 
-memos_hold = identity.still_memoized
+def memos_hold(memos) -> bool:
+    memo, later = memos
+    return identity.still_memoized(memo) and not any(m in sys.modules for m in later)
 
 
 def read_description(data: bytes) -> tuple[dict, dict]:
