@@ -333,3 +333,34 @@ def test_augmentations_made_per_call_draw_as_eager(K):
         torch.manual_seed(seed)
         assert torch.equal(got, eager(x))
         assert torch.equal(traced.transform_matrix, eager.transform_matrix)
+
+
+SLOTTED_LIBRARY = '''
+import torch
+
+
+class Slotted(torch.nn.Module):
+    __slots__ = ("k",)          # kept outside the object's __dict__
+
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        return x * self.k
+'''
+
+
+def test_a_slot_attribute_of_a_module_is_read_live(temp_library):
+    """A module class with __slots__: the slot's value was baked in (the read was taken for a
+    class descriptor's), so an object made later replayed the first object's value, and one
+    whose slot was set after its trace kept the old one."""
+    name, _ = temp_library(SLOTTED_LIBRARY)
+    original = __import__(name)
+    L = lazytrace.trace_graph(original)
+    for k in (1.0, 2.0, 3.0):
+        traced, x = L.Slotted(k), torch.rand(2, 3)
+        assert torch.equal(traced(x), original.Slotted(k)(x))
+        traced.k = k + 10.0
+        x = torch.rand(2, 3)
+        assert torch.equal(traced(x), original.Slotted(k + 10.0)(x))

@@ -14,7 +14,7 @@ import functools
 import sys
 import threading
 from contextlib import contextmanager
-from types import FunctionType, MethodType
+from types import FunctionType, MemberDescriptorType, MethodType
 
 import wrapt
 
@@ -258,7 +258,7 @@ def _recorder(obj, active):
                 session.on_instance_dict(self, sys._getframe(1))
         elif not name.startswith("__"):
             if (name in getattr(self, "__dict__", ()) or type(value) is MethodType and value.__self__ is self
-                    or is_class_data(name)):
+                    or is_class_data(name) or type(descriptor(name)) is MemberDescriptorType):   # (a slot's value)
                 session = active()
                 if session is not None and session in sessions:
                     return session.on_getattr(self, name, value)   # a method: one set on the object later hides it
