@@ -608,15 +608,26 @@ def test_a_graph_reading_a_framework_module_imported_at_first_use_preloads(temp_
 
 
 
-def test_a_framework_function_replaced_after_the_preload_before_the_first_call(temp_library, tmp_path):
+@pytest.mark.parametrize("imported_at_store", [True, False])
+def test_a_framework_function_replaced_after_the_preload_before_the_first_call(temp_library, tmp_path,
+                                                                               imported_at_store):
     """The preload passes over `torch.onnx.is_in_onnx_export` while torch.onnx is not imported;
     imported and replaced before the first call, the stored graph (the other branch) must not
-    replay: the call traces anew and returns what eager returns."""
+    replay: the call traces anew and returns what eager returns. Not imported in the process that
+    stored it either (torch imported it during the trace), the read was not recorded at all."""
     name, _ = temp_library(LAZY_MODULE_LIBRARY)
     lib = __import__(name)
     cache = tmp_path / "cache"
-    import torch.onnx
-    store_calls(lib, cache, ("unless_exporting", (torch.rand(2, 3),)))
+    if imported_at_store:
+        import torch.onnx
+        store_calls(lib, cache, ("unless_exporting", (torch.rand(2, 3),)))
+    else:
+        stored_by = fresh(lib, cache, """
+            before = "torch.onnx" in sys.modules
+            traced.unless_exporting(torch.rand(2, 3))
+            print(json.dumps({"before": before, "stats": traced.unless_exporting.stats.as_dict()}))
+        """)
+        assert not stored_by["before"] and stored_by["stats"]["stored"] == 1, stored_by
     result = fresh(lib, cache, """
         lazy_before = "torch.onnx" in sys.modules
         import torch.onnx

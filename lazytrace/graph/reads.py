@@ -475,6 +475,7 @@ class PythonReads:
         self.defaults: list = []    # (function, expected): defaults that can change in place (a list, a dict ...)
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
         self._imports: list = []    # (level, module, attributes, namespace, depth): see settle
+        self._submodules_later: list = []   # (framework module, attributes) through a submodule not imported yet
         self.unbound: dict = {}     # (id(namespace), name) -> (namespace, name): globals unset when first seen
         self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
         self.states: dict = {}      # id(reader) -> (reader, what it reads, expected): framework state read
@@ -653,6 +654,11 @@ class PythonReads:
         does not name; replacing it after the trace must be seen (codegen.function_homes)."""
         for i, attribute in enumerate(attributes):
             value = vars(module).get(attribute)
+            if value is None and i < len(attributes) - 1 and f"{module.__name__}.{attribute}" not in sys.modules:
+                # a submodule not imported yet (`torch.onnx`: torch imports it at its first use, in this
+                # call): its function is recorded once the call has run (settle)
+                self._submodules_later.append((module, attributes))
+                return
             if not isinstance(value, types.ModuleType):
                 break
             module = value
@@ -684,6 +690,10 @@ class PythonReads:
             if self._import(level, name, attributes, namespace, depth) and attributes[-1] == _STORED:
                 self.late_write = f"global {attributes[-2]!r} of {name}"
         self._imports.clear()
+        later, self._submodules_later = self._submodules_later, []
+        for module, attributes in later:
+            if f"{module.__name__}.{attributes[0]}" in sys.modules:
+                self._framework_function(module, attributes)
 
     def _import(self, level, name, attributes, namespace, depth) -> bool:
         """`import name` (relative at `level`) then `name.attributes...` in code of `namespace`:
