@@ -119,6 +119,7 @@ class Template:
 
     def __init__(self, plan: Plan, backend, name: str):
         self.plan, self.backend, self.name = plan, backend, name
+        self.described = None       # {argument path: description} of its signature, made at the first adoption
         plan.function_homes = codegen.function_homes(backend, plan)
         self._generated = None
         self._lock = threading.Lock()

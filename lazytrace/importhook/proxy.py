@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import copyreg
-import dataclasses
 import enum
 import fnmatch
 import functools
@@ -235,11 +234,8 @@ class TracedLibrary:
 
 def _added(total: Stats | None, stats: Stats) -> Stats:
     """The sum of two Stats (counts and reason counters)."""
-    out = Stats()
-    for part in (total, stats):
-        for field in dataclasses.fields(Stats) if part is not None else ():
-            setattr(out, field.name, getattr(out, field.name) + getattr(part, field.name))
-    return out
+    total = total if total is not None else Stats()
+    return Stats(**{name: getattr(total, name) + getattr(stats, name) for name in Stats.__dataclass_fields__})
 
 
 def _stored_function(stem: str, package: str):
