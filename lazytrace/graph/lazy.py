@@ -310,8 +310,12 @@ class LazyGraph:
             self._store(key, None, graph)
             self.stats.hits += 1
             self.stats.shared += 1
-            described = explain.describe_call(args, kwargs, self._signature, backends, self._extra,
-                                              key[1] if self._extra is not None else None)
+            # a function of the template's pool key (this key's signature and the object's
+            # structure, its train/eval flags and tensors' metadata included): described once
+            described = template.described
+            if described is None:
+                described = template.described = explain.describe_call(
+                    args, kwargs, self._signature, backends, self._extra, key[1] if self._extra is not None else None)
             with self._lock:
                 current = self._cache.get(key)
                 if current is not None:

@@ -121,6 +121,7 @@ class Template:
         self.plan, self.backend, self.name = plan, backend, name
         plan.function_homes = codegen.function_homes(backend, plan)
         self._generated = None
+        self.described = None       # {path: description} of the calls adopting it (LazyGraph.signatures)
         self._lock = threading.Lock()
 
     def graph(self, modules, *, key, signature, original, extra, state) -> Graph:

@@ -149,7 +149,10 @@ class TracedLibrary:
     def _retire(self, key: int) -> None:
         with self._lock:
             name, stats = self._stats.pop(key)
-            self._retired[name] = _added(self._retired.get(name), stats)
+            total = self._retired.get(name)
+            if total is None:
+                total = self._retired[name] = Stats()
+            _add_into(total, stats)
 
     def invalidate(self, module: ModuleType) -> None:
         """Forget what the proxy of `module` remembered (after importlib.reload)."""
@@ -233,13 +236,18 @@ class TracedLibrary:
         return out
 
 
-def _added(total: Stats | None, stats: Stats) -> Stats:
-    """The sum of two Stats (counts and reason counters)."""
-    out = Stats()
-    for part in (total, stats):
-        for field in dataclasses.fields(Stats) if part is not None else ():
-            setattr(out, field.name, getattr(out, field.name) + getattr(part, field.name))
-    return out
+_STATS_FIELDS = tuple(field.name for field in dataclasses.fields(Stats))
+
+
+def _add_into(total: Stats, stats: Stats) -> None:
+    """Add `stats` to `total` in place (counts, and reason counters that are not empty)."""
+    for name in _STATS_FIELDS:
+        value = getattr(stats, name)
+        if value:
+            if type(value) is int:
+                setattr(total, name, getattr(total, name) + value)
+            else:
+                getattr(total, name).update(value)
 
 
 def _stored_function(stem: str, package: str):
