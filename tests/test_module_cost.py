@@ -2,6 +2,7 @@
 object of a class (api.traced_like), the description of an adopted graph's signature (one per
 template), the stats of the objects gone (summed in place). Each must stay the object's own."""
 import gc
+import weakref
 
 import pytest
 import torch
@@ -74,6 +75,20 @@ def test_a_users_subclass_is_named_as_itself(lib):
     assert mine.forward._name == "test_a_users_subclass_is_named_as_itself.<locals>.Mine.forward"
     assert torch.equal(mine(x_(1)), _eager_like(original, mine)(x_(1)))
     assert traced.Affine(4).forward._name == "Affine.forward"
+
+
+def test_what_is_kept_per_class_does_not_keep_a_users_class(lib):
+    _, traced = lib
+
+    class Mine(traced.Affine):
+        pass
+
+    for _ in range(2):              # the second one made as the first (api.traced_like)
+        assert Mine(4).forward._name.endswith("<locals>.Mine.forward")
+    gone = weakref.ref(Mine)        # (never called: no graph of it is pooled)
+    del Mine
+    gc.collect()
+    assert gone() is None
 
 
 def test_signatures_of_adopting_objects_describe_their_own_mode(lib):

@@ -47,7 +47,8 @@ class TracedLibrary:
         self._stats: dict[int, tuple[str, Stats]] = {}     # id(LazyGraph) -> its name and stats
         self._retired: dict[str, Stats] = {}                # name -> the summed stats of those gone
         self._shared: dict[tuple, SharedGraphs] = {}        # (class, method) -> graphs its instances share
-        self._like: dict[tuple, tuple] = {}     # (type of instance, method) -> what api.traced_like takes
+        # type of instance -> {method: what api.traced_like takes} (weak: a user's subclass may go)
+        self._like: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.RLock()
         self._preloaded = False
 
@@ -200,14 +201,15 @@ class TracedLibrary:
             lazy = vars(instance).get(name)
             if not isinstance(lazy, LazyGraph):
                 from ..api import like_options, trace_graph, traced_like
-                like = self._like.get((type(instance), name))
+                likes = self._like.get(type(instance))
+                like = likes.get(name) if likes else None
                 # the backend installs it on the instance (a module made per call: as on the last one)
                 if like is None or not traced_like(instance, *like):
                     trace_graph(instance, **self.settings)
                 qualified = f"{cls.__module__}.{cls.__qualname__}.{name}"
                 lazy = self._register(vars(instance)[name], qualified)
                 if like is None and type(lazy) is LazyGraph:       # (not a Converting proxy: to=)
-                    self._like[(type(instance), name)] = like_options(instance, lazy)
+                    self._like.setdefault(type(instance), {})[name] = like_options(instance, lazy)
                 # (not with frozen random draws, nor a compiler: a graph made from a template runs
                 # the generated code, and draws frozen by one object are not another's)
                 if isinstance(lazy, LazyGraph) and self.settings.get("include_generators", True) and \
