@@ -16,7 +16,12 @@ For every framework and function, on a float32 3x32x32 input:
              own trace work, once the framework has met the function's calls under a trace
 The first trace in a process also pays one-time set-up (lazytrace's modules, the backend):
 it is timed apart, on an identity function, before the table ("set-up"). First calls are
-timed as timeit times calls: after gc.collect(), with the cyclic GC off.
+timed as timeit times calls, with the cyclic GC off, after gc.collect() and then one eager
+call of the function: the collection walks every object of the process (~350k with
+TensorFlow loaded) and leaves the CPU caches cold, which the median eager call it is compared
+with never is (right after gc.collect(), one eager call of TF's softmax took 503 us against
+142 us warm, JAX's swish 278 us against 46 us: session 8, 2026-11-23; without that eager call,
+a first call's ratio also counted the cold caches the benchmark itself made).
 Per-call times are medians (us) of calls timed one by one; modes alternate in rounds so
 that machine noise hits all alike. Ratios: eager / mode (> 1: faster than eager).
 """
@@ -130,10 +135,14 @@ def native(name, fn):
     return None
 
 
-def time_first(call, done) -> float:
+def time_first(call, done, rewarm=None) -> float:
     """One call, timed as timeit times: after a collection, with the cyclic GC off (with jax and
-    tensorflow loaded, a full collection landing in a single timed call costs ~100 ms)."""
+    tensorflow loaded, a full collection landing in a single timed call costs ~100 ms); then
+    `rewarm()` (an eager call: the caches the collection evicted warm again, as the eager
+    median's are)."""
     gc.collect()
+    if rewarm is not None:
+        rewarm()
     gc.disable()
     try:
         t0 = time.perf_counter_ns()
@@ -152,13 +161,14 @@ def bench(name):
         modes = {"eager": fn}
         for _ in range(3):                 # the framework's own first-call costs are not the trace's
             done(fn(x))
-        first_lazy = time_first(lambda: lazytrace.trace_graph(fn)(x), done)
-        retrace = time_first(lambda: lazytrace.trace_graph(fn)(x), done)
+        rewarm = lambda: done(fn(x))       # noqa: E731 - (the function of this iteration)
+        first_lazy = time_first(lambda: lazytrace.trace_graph(fn)(x), done, rewarm)
+        retrace = time_first(lambda: lazytrace.trace_graph(fn)(x), done, rewarm)
         modes["lazy"] = lazytrace.trace_graph(fn)
         nat = native(name, fn)
         first_native = None
         if nat is not None:
-            first_native = time_first(lambda: nat(x), done)
+            first_native = time_first(lambda: nat(x), done, rewarm)
             modes["native"] = nat
             modes["lazy+nat"] = lazytrace.trace_graph(fn, return_backend_traced_fn=True)
         for f in modes.values():          # warm-up: traces, graph generation, compiles

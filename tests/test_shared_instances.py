@@ -333,3 +333,20 @@ def test_augmentations_made_per_call_draw_as_eager(K):
         torch.manual_seed(seed)
         assert torch.equal(got, eager(x))
         assert torch.equal(traced.transform_matrix, eager.transform_matrix)
+
+
+def test_an_adopted_graph_lists_its_signature_with_the_objects_own_parameters(lib):
+    """The signature of a graph taken from another object is described as a traced one is: the
+    arguments, the global state, and this object's own parameters and modes."""
+    _, traced = lib
+    first, second = traced.Affine(4), traced.Affine(4)
+    first(torch.randn(2, 4))
+    second.train(False)
+    first.train(False)
+    first(torch.randn(2, 4))
+    second(torch.randn(2, 4))
+    assert second.forward.stats.shared == 1 and second.forward.stats.traces == 0
+    listed = second.forward.signatures[0].signature
+    assert listed == first.forward.signatures[-1].signature
+    assert listed["args[0]"].startswith("2x4 float32") and listed["self.training"] == "False"
+    assert "self.lin.weight" in listed and any("grad_enabled" in path for path in listed)

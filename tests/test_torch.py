@@ -835,3 +835,76 @@ def test_values_a_passed_generator_gives_in_python_are_not_baked():
     for seed in range(3):
         x = torch.rand(3)
         assert torch.equal(lazy(x, torch.Generator().manual_seed(seed)), x + seed)
+
+
+def test_a_module_hit_takes_the_fast_path_and_still_sees_every_change_of_the_module():
+    """A traced module's hit checks its parameters, buffers, submodules, modes and hooks in its
+    compiled fast path (no general key): each change below must reach the next call."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Dropout(0.5))
+    model.eval()
+    lazytrace.trace_graph(model)
+    lazy = vars(model)["forward"]
+    x = torch.randn(8, 4)
+    model(x), model(x)
+    assert lazy._fast is not None and "extra_key" in lazy._fast[0].source
+
+    def check(**tolerance):
+        eager = torch.nn.Sequential.forward(model, x)
+        out = model(x)
+        assert out.shape == eager.shape and torch.allclose(out, eager, **tolerance)
+
+    check()
+    model[0].weight = torch.nn.Parameter(torch.randn(3, 4))          # another parameter object
+    check()
+    model[0] = torch.nn.Linear(4, 3)                                 # a submodule replaced
+    check()
+    model[1].running_mean.add_(1.0)                                  # a buffer updated in place
+    check()
+    model[0].weight.requires_grad_(False)                           # requires_grad of a parameter
+    check()
+    out = model(x)
+    assert not model[0].weight.requires_grad and out.requires_grad   # (the bias still requires it)
+    handle = model[0].register_forward_hook(lambda m, args, result: result * 10.0)   # a hook
+    check()
+    handle.remove()
+    check()
+    model[0] = torch.nn.Linear(4, 5)                                 # another shape: another signature
+    model[1] = torch.nn.BatchNorm1d(5).eval()
+    check()
+    model.train()                                                    # the mode
+    assert any(not torch.equal(model(x), model(x)) for _ in range(4))
+
+
+def test_the_live_inputs_of_a_module_are_what_its_own_methods_walk():
+    """ModuleLiveInputs walks modules, parameters and buffers without torch's generators: the
+    same ones, in the same order (shared submodules and tied parameters once), and a module
+    class with its own named_parameters is walked by it."""
+    from lazytrace.backends.torch import ModuleLiveInputs, _named_modules, _named_tensors
+
+    shared = torch.nn.Linear(2, 2)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Sequential(torch.nn.Linear(3, 3), shared, torch.nn.BatchNorm1d(3))
+            self.b = shared
+            self.c = None
+            self.p = torch.nn.Parameter(torch.ones(2))
+            self.tied = self.p
+            self.register_buffer("z", torch.ones(1))
+            self.d = torch.nn.ModuleDict({"x": torch.nn.Conv2d(1, 1, 1), "y": self.a})
+
+    class Hiding(torch.nn.Linear):
+        def named_parameters(self, *args, **kwargs):       # hides its bias
+            return ((n, p) for n, p in super().named_parameters(*args, **kwargs) if n != "bias")
+
+    for module in (Net(), Hiding(2, 2), torch.nn.Sequential(Hiding(2, 2), torch.nn.ReLU())):
+        _, tensors = ModuleLiveInputs(module)()
+        expected = tuple(module.parameters()) + tuple(module.buffers())
+        assert len(tensors) == len(expected) and all(a is b for a, b in zip(tensors, expected))
+        named, walked = _named_modules(module)
+        assert [(n, id(m)) for n, m in named] == [(n, id(m)) for n, m in module.named_modules()]
+        pairs = _named_tensors(module, named, walked)
+        reference = [*module.named_parameters(), *module.named_buffers()]
+        assert [(n, id(t)) for n, t in pairs] == [(n, id(t)) for n, t in reference]

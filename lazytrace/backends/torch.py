@@ -1053,8 +1053,13 @@ class ModuleLiveInputs:
 
     def __call__(self):
         module = self.module
-        tensors = tuple(module.parameters()) + tuple(module.buffers())
-        modules = tuple(module.modules())
+        walked = _walk(module)
+        if walked is None:
+            modules = tuple(module.modules())
+            tensors = tuple(module.parameters()) + tuple(module.buffers())
+        else:
+            modules = tuple([m for _, m in walked])
+            tensors = tuple(_members(modules, "_parameters")) + tuple(_members(modules, "_buffers"))
         hooks = tuple([tuple(d) for m in modules for d in (m._forward_pre_hooks, m._forward_hooks,
                                                            m._backward_pre_hooks, m._backward_hooks) if d])
         # the submodules themselves (by identity): a graph replays what the ones it saw did, so a
@@ -1070,7 +1075,7 @@ class ModuleLiveInputs:
         tensors by metadata: read live); no hooks. `held`: ids of the objects they hold, which
         a shared graph must not hold. Objects holding anything else share nothing."""
         module = self.module
-        named = tuple(module.named_modules())
+        named, walked = _named_modules(module)
         held: set = set()
         parts = []
         for name, m in named:
@@ -1091,7 +1096,7 @@ class ModuleLiveInputs:
                           tuple((k, v is None) for k, v in m._modules.items()),
                           tuple(sorted(m._non_persistent_buffers_set)), tuple(attributes)))
         tensors = []
-        for name, t in (*module.named_parameters(), *module.named_buffers()):
+        for name, t in _named_tensors(module, named, walked):
             held.add(id(t))
             tensors.append((name, TorchBackend.describe(t)))
         held.update(id(m) for _, m in named)
@@ -1102,7 +1107,7 @@ class ModuleLiveInputs:
     def held(self) -> frozenset:
         """ids of the objects the module and its submodules hold in plain attributes now."""
         held: set = set()
-        for m in self.module.modules():
+        for _, m in _named_modules(self.module)[0]:
             for attribute, value in vars(m).items():
                 if attribute not in TorchBackend.bookkeeping_attributes and type(value) is not _CopiedUntraced:
                     _configuration(value, held)
@@ -1112,13 +1117,71 @@ class ModuleLiveInputs:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
         _, training, tensors, _ = key
-        names = [n for n, _ in module.named_modules()]
-        out = {f"self{'.' if n else ''}{n}.training": repr(t) for n, t in zip(names, training)}
-        names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
+        named, walked = _named_modules(module)
+        out = {f"self{'.' if n else ''}{n}.training": repr(t) for (n, _), t in zip(named, training)}
+        names = [n for n, _ in _named_tensors(module, named, walked)]
         from . import get_backend
         backend = get_backend("torch")
         out.update((f"self.{n}", backend.format_brief((d[1], d[3], d[4], d[5]))) for n, d in zip(names, tensors))
         return out
+
+
+_MODULE_WALKS = (torch.nn.Module.named_modules, torch.nn.Module.named_parameters, torch.nn.Module.named_buffers)
+
+
+def _walk(module):
+    """[(name, module)] as `module.named_modules()` gives them (pre-order, each module once), walked
+    without its generators (a module's every call reads it: ~3x faster); None if a class in the
+    tree defines its own walk (named_modules, named_parameters or named_buffers), which is then
+    the one to use."""
+    out, memo, stack = [], set(), [("", module)]
+    while stack:
+        prefix, m = stack.pop()
+        if id(m) in memo:
+            continue
+        tp = type(m)
+        if (tp.named_modules, tp.named_parameters, tp.named_buffers) != _MODULE_WALKS:
+            return None
+        memo.add(id(m))
+        out.append((prefix, m))
+        children = m._modules
+        if children:
+            stack.extend(reversed([(f"{prefix}.{n}" if prefix else n, c) for n, c in children.items()
+                                   if c is not None]))
+    return out
+
+
+def _named_modules(module) -> tuple:
+    """(named modules, whether _walk found them: False if the module's own methods did)."""
+    walked = _walk(module)
+    return (tuple(walked), True) if walked is not None else (tuple(module.named_modules()), False)
+
+
+def _members(modules, attribute):
+    """The tensors of `attribute` (_parameters or _buffers) of each module, each once: what
+    parameters() or buffers() give for the modules `_walk` found."""
+    seen = set()
+    for m in modules:
+        for t in vars(m)[attribute].values():
+            if t is not None and id(t) not in seen:
+                seen.add(id(t))
+                yield t
+
+
+def _named_tensors(module, named, walked) -> list:
+    """[(name, tensor)] as named_parameters() then named_buffers() give them; `named, walked`:
+    what _named_modules gave."""
+    if not walked:
+        return [*module.named_parameters(), *module.named_buffers()]
+    out = []
+    for attribute in ("_parameters", "_buffers"):
+        seen = set()
+        for prefix, m in named:
+            for k, t in vars(m)[attribute].items():
+                if t is not None and id(t) not in seen:
+                    seen.add(id(t))
+                    out.append((f"{prefix}.{k}" if prefix else k, t))
+    return out
 
 
 _UNSHAREABLE = object()

@@ -70,9 +70,14 @@ def describe_call(args, kwargs, signature, backends, extra=None, extra_key=None)
     for backend in backends:
         out.update(backend.describe_global_state(backend.global_state()))
     if extra is not None:
-        describe = getattr(extra, "describe", None)
-        out.update(describe(extra_key) if describe else {"extra inputs": f"key {hash(extra_key):x}"})
+        out.update(describe_extra(extra, extra_key))
     return out
+
+
+def describe_extra(extra, extra_key) -> dict:
+    """{path: description} of the extra live inputs' part of a cache key (a module's flags and parameters)."""
+    describe = getattr(extra, "describe", None)
+    return describe(extra_key) if describe else {"extra inputs": f"key {hash(extra_key):x}"}
 
 
 def diff(old: dict, new: dict) -> tuple:

@@ -89,9 +89,11 @@ class _Builder:
             raise _CannotCompile(tp)     # slices, static types, live objects: general path only
 
 
-def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list):
-    """A fast `check_and_call(args, kwargs)` for `graph`, or None if this signature has none."""
-    if graph._extra is not None or len(backends) != 1:
+def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list, extra_key=None):
+    """A fast `check_and_call(args, kwargs)` for `graph`, or None if this signature has none.
+    A graph with extra live inputs (a module's parameters: `graph._extra()` gives their key and
+    arrays) checks that their key is still `extra_key`, the one its signature was cached under."""
+    if graph._extra is not None and extra_key is None or len(backends) != 1:
         return None
     b = _Builder(signature)
     names = [f"p{i}" for i in range(len(args))]
@@ -121,6 +123,13 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
                             " and ".join(f"{b.leaves[i]} {'is' if pattern[j] == pattern[i] else 'is not'} "
                                          f"{b.leaves[j]}" for j in range(len(b.leaves)) for i in range(j)))
     b.namespace["graph_fn"] = graph.fn
+    call = f"graph_fn({', '.join(b.leaves)})"
+    extra = ""
+    if graph._extra is not None:
+        extra = (f"    extra_key, extra_leaves = {b.const(graph._extra)}()\n"
+                 f"    if extra_key != {b.const(extra_key)}:\n"
+                 f"        return MISS\n")
+        call = f"graph_fn({''.join(leaf + ', ' for leaf in b.leaves)}*extra_leaves)"
     shape = (f"len(kwargs) != {len(kwargs)} or tuple(kwargs) != {b.const(tuple(kwargs))}" if kwargs
              else "kwargs") + f" or len(args) != {len(args)}"
     unpack = f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args\n" if names else ""
@@ -131,7 +140,8 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
               f"{unpack}"
               f"    if not ({test}):\n"
               f"        return MISS\n"
-              f"    return graph_fn({', '.join(b.leaves)})\n")
+              f"{extra}"
+              f"    return {call}\n")
     exec(compile(source, f"<lazytrace guards #{next(_counter)}>", "exec"), b.namespace)
     fn = b.namespace["check_and_call"]
     fn.source = source

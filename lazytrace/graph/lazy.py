@@ -70,7 +70,7 @@ class Stats:
 
 
 class _Entry:
-    __slots__ = ("graphs", "eager_reason", "dispatch", "described", "unsettled", "stored_data")
+    __slots__ = ("graphs", "eager_reason", "dispatch", "described", "described_extra", "unsettled", "stored_data")
 
     def __init__(self):
         self.graphs: list = []
@@ -78,6 +78,7 @@ class _Entry:
         self.unsettled = False      # a trace changed Python state it reads: the next call traces again
         self.dispatch = None        # compiled check_and_call (guards.py), made on the first hit
         self.described: dict = {}   # {argument path: description} of this signature
+        self.described_extra = None  # (extra, its key): described when listed (a module made per call rarely is)
         self.stored_data = None     # preloaded: each graph's (module data, memos) (persist.plan_data), checked at the first call
 
 
@@ -199,7 +200,7 @@ class LazyGraph:
                     return self._graph_raised(graph, args, kwargs)
                 stats.hits += 1
                 if len(entry.graphs) == 1:
-                    self._remember_fast(entry, graph, args, kwargs, backends)
+                    self._remember_fast(entry, graph, args, kwargs, backends, key)
                 return out
             return self._miss(key, backends, entry, args, kwargs, failed)
         return self._miss(key, backends, entry, args, kwargs, leaves=leaves)
@@ -240,9 +241,10 @@ class LazyGraph:
                     del self._cache[key]
             return bool(kept)
 
-    def _remember_fast(self, entry, graph, args, kwargs, backends):
+    def _remember_fast(self, entry, graph, args, kwargs, backends, key):
         if entry.dispatch is None:
-            entry.dispatch = compile_dispatch(graph, args, kwargs, self._signature, backends) or False
+            entry.dispatch = compile_dispatch(graph, args, kwargs, self._signature, backends,
+                                              key[1] if self._extra is not None else None) or False
         if entry.dispatch:
             self._fast = (entry.dispatch, graph)
 
@@ -312,16 +314,14 @@ class LazyGraph:
             self._store(key, None, graph)
             self.stats.hits += 1
             self.stats.shared += 1
-            # a function of the template's pool key (this key's signature and the object's
-            # structure, its train/eval flags and tensors' metadata included): described once
-            described = template.described
+            described = template.described         # (the arguments' part: the same signature as the template's)
             if described is None:
-                described = template.described = explain.describe_call(
-                    args, kwargs, self._signature, backends, self._extra, key[1] if self._extra is not None else None)
+                described = template.described = explain.describe_call(args, kwargs, self._signature, backends)
             with self._lock:
                 current = self._cache.get(key)
                 if current is not None:
                     current.described = described
+                    current.described_extra = (self._extra, key[1])
             return out
         return MISS
 
@@ -547,7 +547,10 @@ class LazyGraph:
     def signatures(self) -> list[SignatureInfo]:
         """The cached signatures (least recently used first), described argument by argument."""
         with self._lock:
-            return [SignatureInfo(e.described, len(e.graphs), e.eager_reason) for e in self._cache.values()]
+            entries = list(self._cache.values())
+        return [SignatureInfo(e.described if e.described_extra is None else
+                              {**e.described, **explain.describe_extra(*e.described_extra)},
+                              len(e.graphs), e.eager_reason) for e in entries]
 
     @property
     def traces(self) -> list:

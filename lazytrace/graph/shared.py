@@ -119,9 +119,9 @@ class Template:
 
     def __init__(self, plan: Plan, backend, name: str):
         self.plan, self.backend, self.name = plan, backend, name
+        self.described = None       # {argument path: description} of its signature, made at the first adoption
         plan.function_homes = codegen.function_homes(backend, plan)
         self._generated = None
-        self.described = None       # {path: description} of the calls adopting it (LazyGraph.signatures)
         self._lock = threading.Lock()
 
     def graph(self, modules, *, key, signature, original, extra, state) -> Graph:
