@@ -5,7 +5,10 @@ inside a loop). Each object made by a traced library has its own LazyGraph of fo
 of the same structure as one traced before adopts that one's graph (lazytrace/graph/shared.py)
 instead of tracing again. This times, per call (median of many, modes interleaved), on a float32
 1x3x32x32 input: eager kornia and `trace_graph(kornia)`, with the module made at every call and
-made once; it prints the ratios and the traced library's stats.
+made once; it prints the ratios and the traced library's stats. `make` columns: making the object
+alone (eager) and making it with its forward bound (traced: the LazyGraph installed); what a
+traced object made per call costs beyond its make and a cached call is its first call's miss
+(signature key, structure described, a template adopted).
 
     python benchmarks/bench_module_per_call.py [--size 32] [--rounds 15] [--calls 20]
 """
@@ -39,11 +42,12 @@ def main():
     print(f"torch {torch.__version__}, kornia {kornia.__version__}; 1x3x{ns.size}x{ns.size} float32, 1 thread; "
           f"us per call, median of {ns.rounds} rounds x {ns.calls} calls, modes interleaved")
     print(f"{'module':38} {'eager/call':>10} {'traced/call':>11} {'ratio':>6} {'eager once':>10} {'traced once':>11} "
-          f"{'ratio':>6}  a new traced object's first call")
+          f"{'ratio':>6} {'eager make':>10} {'traced make':>11} {'1st call miss':>13}  a new traced object's first call")
     for label, make in MODULES.items():
         once = {"eager": make(kornia), "traced": make(traced)}
         modes = {"eager/call": lambda: make(kornia)(x), "traced/call": lambda: make(traced)(x),
-                 "eager once": lambda: once["eager"](x), "traced once": lambda: once["traced"](x)}
+                 "eager once": lambda: once["eager"](x), "traced once": lambda: once["traced"](x),
+                 "eager make": lambda: make(kornia), "traced make": lambda: make(traced).forward}
         for f in modes.values():
             f(), f()
         times = {m: [] for m in modes}
@@ -59,7 +63,8 @@ def main():
         stats = fresh.forward.stats
         print(f"{label:38} {med['eager/call']:10.1f} {med['traced/call']:11.1f} "
               f"{med['eager/call'] / med['traced/call']:6.2f} {med['eager once']:10.1f} {med['traced once']:11.1f} "
-              f"{med['eager once'] / med['traced once']:6.2f}  traces={stats.traces} shared={stats.shared} "
+              f"{med['eager once'] / med['traced once']:6.2f} {med['eager make']:10.1f} {med['traced make']:11.1f} "
+              f"{med['traced/call'] - med['traced make'] - med['traced once']:13.1f}  traces={stats.traces} shared={stats.shared} "
               f"hits={stats.hits}")
     print("ratio = eager / traced (above 1: the traced library is faster)")
 

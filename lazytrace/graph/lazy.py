@@ -267,9 +267,10 @@ class LazyGraph:
                 current = self._cache.get(key)
                 if current is not None and current is not entry:
                     break                      # another thread traced it meanwhile
-                event = self._pending.get(key)
-                if event is None:
-                    event = self._pending[key] = threading.Event()
+                claim = self._pending.get(key)       # held by the thread tracing the key (a Lock: cheaper than an Event)
+                if claim is None:
+                    claim = self._pending[key] = threading.Lock()
+                    claim.acquire()
                     owner = True
                 else:
                     owner = False
@@ -287,8 +288,9 @@ class LazyGraph:
                 finally:
                     with self._lock:
                         del self._pending[key]
-                    event.set()
-            event.wait()
+                    claim.release()
+            with claim:             # until the owner is done
+                pass
         return self(*args, **kwargs)
 
     def _adopt(self, shared, key, backends, leaves, args, kwargs):

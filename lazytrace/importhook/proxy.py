@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import copyreg
+import dataclasses
 import enum
 import fnmatch
 import functools
@@ -46,6 +47,8 @@ class TracedLibrary:
         self._stats: dict[int, tuple[str, Stats]] = {}     # id(LazyGraph) -> its name and stats
         self._retired: dict[str, Stats] = {}                # name -> the summed stats of those gone
         self._shared: dict[tuple, SharedGraphs] = {}        # (class, method) -> graphs its instances share
+        # type of instance -> {method: what api.traced_like takes} (weak: a user's subclass may go)
+        self._like: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.RLock()
         self._preloaded = False
 
@@ -148,7 +151,10 @@ class TracedLibrary:
     def _retire(self, key: int) -> None:
         with self._lock:
             name, stats = self._stats.pop(key)
-            self._retired[name] = _added(self._retired.get(name), stats)
+            total = self._retired.get(name)
+            if total is None:
+                total = self._retired[name] = Stats()
+            _add_into(total, stats)
 
     def invalidate(self, module: ModuleType) -> None:
         """Forget what the proxy of `module` remembered (after importlib.reload)."""
@@ -194,10 +200,16 @@ class TracedLibrary:
         with self._lock:
             lazy = vars(instance).get(name)
             if not isinstance(lazy, LazyGraph):
-                from ..api import trace_graph
-                trace_graph(instance, **self.settings)      # the backend installs it on the instance
+                from ..api import like_options, trace_graph, traced_like
+                likes = self._like.get(type(instance))
+                like = likes.get(name) if likes else None
+                # the backend installs it on the instance (a module made per call: as on the last one)
+                if like is None or not traced_like(instance, *like):
+                    trace_graph(instance, **self.settings)
                 qualified = f"{cls.__module__}.{cls.__qualname__}.{name}"
                 lazy = self._register(vars(instance)[name], qualified)
+                if like is None and type(lazy) is LazyGraph:       # (not a Converting proxy: to=)
+                    self._like.setdefault(type(instance), {})[name] = like_options(instance, lazy)
                 # (not with frozen random draws, nor a compiler: a graph made from a template runs
                 # the generated code, and draws frozen by one object are not another's)
                 if isinstance(lazy, LazyGraph) and self.settings.get("include_generators", True) and \
@@ -232,10 +244,18 @@ class TracedLibrary:
         return out
 
 
-def _added(total: Stats | None, stats: Stats) -> Stats:
-    """The sum of two Stats (counts and reason counters)."""
-    total = total if total is not None else Stats()
-    return Stats(**{name: getattr(total, name) + getattr(stats, name) for name in Stats.__dataclass_fields__})
+_STATS_FIELDS = tuple(field.name for field in dataclasses.fields(Stats))
+
+
+def _add_into(total: Stats, stats: Stats) -> None:
+    """Add `stats` to `total` in place (counts, and reason counters that are not empty)."""
+    for name in _STATS_FIELDS:
+        value = getattr(stats, name)
+        if value:
+            if type(value) is int:
+                setattr(total, name, getattr(total, name) + value)
+            else:
+                getattr(total, name).update(value)
 
 
 def _stored_function(stem: str, package: str):
