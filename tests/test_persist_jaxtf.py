@@ -136,6 +136,72 @@ def test_jax_graphs_replay_in_a_fresh_process_without_tracing(jlib, tmp_path):
     assert result["stats"]["mix"]["prewarmed"] == 1
 
 
+#: new inputs of different placement and dtype: uncommitted (jnp.asarray), committed to its
+#: device (jax.device_put(x, device): jit compiles the two apart), bfloat16 (run here and in the
+#: fresh process)
+FIRST_CALLS = """
+def first_calls(rng):
+    x = jnp.asarray(rng.random((3, 4), dtype=np.float32))
+    b = jnp.asarray(rng.random(3, dtype=np.float32), dtype=jnp.bfloat16)
+    return [("mix", (x,)), ("weak", (jax.device_put(b, jax.devices()[0]),)), ("bf16", (b,))]
+"""
+
+
+@pytest.mark.parametrize("prewarm", [True, False])
+def test_a_prewarmed_jax_first_call_compiles_nothing(jlib, tmp_path, prewarm):
+    """After prewarm, the user's first calls in a fresh process (new inputs of the stored
+    signatures, committed or not) stage no jaxpr, compile no XLA program and take no Python
+    dispatch path of jit (each op a hit of JAX's C++ dispatch cache); a plain preload leaves
+    all that to those calls (what the counters see). Outputs equal eager's."""
+    cache = tmp_path / "cache"
+    space = {"jax": jax, "jnp": jnp, "np": np}
+    exec(FIRST_CALLS, space)
+    for name, args in space["first_calls"](np.random.default_rng(0)):
+        lazytrace.trace_graph(getattr(jlib, name), cache=cache)(*args)
+    result = run_fresh(jlib, cache, f"""
+        import collections
+        import jax, jax.numpy as jnp
+        from jax._src import dispatch, pjit
+        exec({FIRST_CALLS!r})
+        names = ("mix", "weak", "bf16")
+        graphs = {{name: lazytrace.trace_graph(getattr(lib, name), cache=cache, prewarm={prewarm})
+                  for name in names}}
+        calls = first_calls(np.random.default_rng(5))         # new inputs, made before counting
+        jax.block_until_ready([args for _, args in calls])
+        seen = collections.Counter()
+        events = (dispatch.JAXPR_TRACE_EVENT, dispatch.BACKEND_COMPILE_EVENT)
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda event, _secs, **_: seen.update([event] if event in events else []))
+        infer = pjit._infer_params                      # jit's Python path: a miss of its C++ cache
+
+        def counted(*a, **k):
+            seen["python dispatch"] += 1
+            return infer(*a, **k)
+        pjit._infer_params = counted
+        outs = [graphs[name](*args) for name, args in calls]
+        first = dict(seen)
+        pjit._infer_params = infer
+        same = []
+        for (name, args), out in zip(calls, outs):
+            got, want = jax.tree.leaves(out), jax.tree.leaves(getattr(lib, name)(*args))
+            same.append(all(g.dtype == w.dtype and g.aval.weak_type == w.aval.weak_type and
+                            g.sharding == w.sharding and np.array_equal(np.asarray(g, np.float32),
+                                                                        np.asarray(w, np.float32))
+                            for g, w in zip(got, want)))
+        print(json.dumps({{"first": first, "same": same,
+                          "stats": {{name: g.stats.as_dict() for name, g in graphs.items()}}}}))
+    """)
+    assert all(result["same"]), result
+    stats = result["stats"]
+    assert all(s["loaded"] == 1 and s["traces"] == 0 and s["hits"] == s["calls"] for s in stats.values()), stats
+    if prewarm:
+        assert all(s["prewarmed"] == 1 for s in stats.values()), stats
+        assert result["first"] == {}, result["first"]
+    else:
+        assert result["first"].get("/jax/core/compile/backend_compile_duration", 0) > 0, result["first"]
+        assert result["first"].get("python dispatch", 0) > 0, result["first"]
+
+
 def test_a_jax_graph_stored_with_other_devices_misses(temp_library, tmp_path):
     """Code reading the number of devices in Python (len(jax.devices()), jax.device_count()) bakes
     it: a process with other devices (jax_num_cpu_devices, XLA_FLAGS, CUDA_VISIBLE_DEVICES) replayed
