@@ -238,7 +238,7 @@ class TracedLibrary:
             for group, reasons in (("reasons", stats.reasons), ("not_stored", stats.not_stored),
                                    ("not_prewarmed", stats.not_prewarmed),
                                    ("not_preloaded", stats.not_preloaded)):
-                for reason, count in reasons.items():
+                for reason, count in list(reasons.items()):     # (one C call: other threads add to these)
                     per = out[group].setdefault(reason, {})
                     per[name] = per.get(name, 0) + count
         return out
