@@ -37,7 +37,6 @@ each call (~150 us) from `torch.backends.opt_einsum` settings a graph does not k
 from __future__ import annotations
 
 import inspect
-
 import os
 
 import torch
@@ -215,14 +214,15 @@ def _other_modes() -> bool:
     return any(not isinstance(m, DeviceContext) for m in _get_current_function_mode_stack())
 
 
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
 def _torchs(func) -> bool:
     """Whether `func` is torch's own wrapper, not one the user put in torch.nn.functional before
-    this module read it (`F.pad = my_pad`: its arguments are not the wrapper's)."""
+    this module read it (`F.pad = my_pad`: its arguments are not the wrapper's); a sibling
+    package (torchvision) is not torch."""
     code = getattr(func, "__code__", None)
-    return code is not None and os.path.dirname(os.path.abspath(code.co_filename)).startswith(_TORCH_DIR)
-
-
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+    return code is not None and os.path.abspath(code.co_filename).startswith(_TORCH_DIR)
 
 
 def _tensors(obj):

@@ -310,13 +310,18 @@ def _imported_later(plan) -> list:
     unchanged()) that are imported now: one may have been replaced before the import
     (`torch.onnx.is_in_onnx_export = ...`), which the stored code state cannot be compared with
     any more, so the plan is dropped at its first call (traced anew)."""
-    return sorted({m for m, _, f in plan.framework_functions if f is None and m in sys.modules})
+    return sorted(m for m in _not_imported(plan) if m in sys.modules)
+
+
+def _not_imported(plan) -> set:
+    """The framework modules of the functions the plan read that were not imported at its load."""
+    return {m for m, _, f in plan.framework_functions if f is None}
 
 
 def plan_memos(plan) -> tuple:
     """The memos plan_data's hashes came from (taken right after it): while memos_hold(them), the
     plan's module data is unchanged, known without hashing or comparing (a first call's check)."""
-    return identity.memos_of(plan.modules), tuple({m for m, _, f in plan.framework_functions if f is None})
+    return identity.memos_of(plan.modules), tuple(_not_imported(plan))
 
 
 def memos_hold(memos) -> bool:
