@@ -332,6 +332,9 @@ class TorchBackend(Backend):
     tracked_types = (torch.Tensor,)
     static_types = (torch.dtype, torch.device, torch.layout, torch.memory_format)
     live_types = (torch.Generator,)
+    # (a Generator takes no proxy: torch's argument parsing wants the object itself)
+    live_unseen_methods = frozenset({"initial_seed", "seed", "manual_seed", "get_state", "set_state",
+                                     "graphsafe_get_state", "graphsafe_set_state", "clone_state"})
     sees_every_array = True
 
     def __init__(self):
