@@ -823,18 +823,56 @@ def test_a_constant_set_as_an_inputs_grad_is_a_new_tensor_at_every_call():
     assert lazy.stats.hits == 2
 
 
-@pytest.mark.xfail(strict=True, reason="a torch.Generator passed in is handed to the function as itself (torch's "
-                   "calls take no proxy), so its own methods that draw nothing (initial_seed(), get_state()) "
-                   "reach no TorchFunctionMode: their values are baked. Fix: hand a recording proxy to Python "
-                   "code and the real generator to torch calls, or fail a trace whose code reads them (not done)")
-def test_values_a_passed_generator_gives_in_python_are_not_baked():
+def _seed_of(g):
+    return g.initial_seed()
+
+
+@pytest.mark.parametrize("read", [lambda g: g.initial_seed(), lambda g: _seed_of(g),
+                                  lambda g: int(g.get_state()[:8].sum())],
+                         ids=["initial_seed", "through_a_helper", "get_state"])
+def test_values_a_passed_generator_gives_in_python_are_not_baked(read):
+    """A torch.Generator passed in is handed to the function as itself (torch's argument parsing
+    takes no proxy), so its methods that draw nothing reach no function mode: code naming them
+    runs eagerly, with the reason."""
     def fn(x, g):
-        return x + g.initial_seed()
+        return x + read(g)
 
     lazy = lazytrace.trace_graph(fn)
     for seed in range(3):
         x = torch.rand(3)
-        assert torch.equal(lazy(x, torch.Generator().manual_seed(seed)), x + seed)
+        assert torch.equal(lazy(x, torch.Generator().manual_seed(seed)), fn(x, torch.Generator().manual_seed(seed)))
+    assert lazy.stats.hits == 0 and lazy.stats.eager == 3
+    assert any("RNG generator is passed in" in reason for reason in lazy.stats.reasons)
+
+
+class _SeedReader:
+    def read(self, g):
+        return g.initial_seed()
+
+
+@pytest.mark.xfail(strict=True, reason="a method of another object reading the generator, which makes no framework "
+                                       "call, is on no stack the trace sees and is not called by name: not walked")
+def test_a_passed_generator_read_by_a_method_of_another_object_is_not_baked():
+    reader = _SeedReader()
+
+    def fn(x, g):
+        return x + reader.read(g)
+
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(3):
+        x = torch.rand(3)
+        assert torch.equal(lazy(x, torch.Generator().manual_seed(seed)), fn(x, torch.Generator().manual_seed(seed)))
+
+
+def test_a_passed_generator_only_drawn_from_still_gives_a_graph():
+    def fn(x, g):
+        return x + torch.rand(3, generator=g)
+
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(3):
+        x = torch.rand(3)
+        assert torch.equal(lazy(x, torch.Generator().manual_seed(seed)), fn(x, torch.Generator().manual_seed(seed)))
+    assert lazy.stats.hits == 2 and lazy.stats.eager == 0
 
 
 def test_a_module_hit_takes_the_fast_path_and_still_sees_every_change_of_the_module():

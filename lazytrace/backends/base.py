@@ -38,6 +38,9 @@ class Backend:
     static_types: tuple = ()
     #: objects passed as arguments that the graph takes as live inputs (RNG generators)
     live_types: tuple = ()
+    #: methods of a live input that give Python values or change it with no call the backend sees
+    #: (torch.Generator's initial_seed(), get_state() ...): code naming one runs eagerly
+    live_unseen_methods: frozenset = frozenset()
     #: the class of the objects handed to the traced function in place of arrays, if any
     tracer_class: type | None = None
     internal_modules: tuple = ("lazytrace.",)   # module name prefixes of code that sees tracers as such

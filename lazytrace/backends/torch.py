@@ -22,10 +22,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import gc
 import json
 import sys
 from contextlib import contextmanager
-from types import BuiltinFunctionType, FunctionType, ModuleType
+from types import (BuiltinFunctionType, ClassMethodDescriptorType, FunctionType, GetSetDescriptorType,
+                   MemberDescriptorType, MethodDescriptorType, MethodWrapperType, ModuleType, WrapperDescriptorType)
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -35,7 +37,7 @@ from torch.overrides import TorchFunctionMode
 from ..graph.ir import Source, Value
 from ..graph.signature import _value_key
 from .base import Backend, CallKind, operator_syntax
-from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering
+from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, torchs_own
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
 _ESCAPE = {"numpy", "__array__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
@@ -207,7 +209,7 @@ class _Info:
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
     __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand",
-                 "writes", "setter", "inplace", "training")
+                 "writes", "setter", "inplace", "training", "foreign")
 
     def __init__(self, func, kind):
         name = self.name = _func_name(func)
@@ -222,6 +224,9 @@ class _Info:
         self.scalar_operand = name in _SCALAR_OPERAND_OPS
         self.inplace = _inplace_position(func)      # F.dropout(x, inplace=True) writes x
         self.training = _training_switch(func) if kind is CallKind.GENERATOR else None
+        # Python code that is not torch's, handed to the mode by torch's dispatch (see _dispatcher)
+        self.foreign = not isinstance(func, _C_CALLABLES) and not torchs_own(func) and \
+            not str(getattr(type(func), "__module__", "")).startswith("torch")
 
     def writes_first(self, args, kwargs) -> bool:
         """Whether this call writes its first argument (x.add_(1), F.relu(x, inplace=True))."""
@@ -255,6 +260,44 @@ def _inplace_position(func) -> int | None:
     return names.index("inplace") if "inplace" in names else None
 
 
+_C_CALLABLES = (BuiltinFunctionType, MethodDescriptorType, WrapperDescriptorType, MethodWrapperType,
+                GetSetDescriptorType, MemberDescriptorType, ClassMethodDescriptorType)
+_HANDLE_TORCH_FUNCTION = torch.overrides.handle_torch_function.__code__
+
+
+class ReplacedTorchFunction(Exception):
+    """The trace met a replacement of a torch function whose original it cannot call (the call
+    runs eagerly: Backend.caused_by_tracing)."""
+
+
+def _dispatcher(func, frame):
+    """The function torch's dispatch came from, when it handed the mode `func`, Python code that is
+    not torch's: torch's Python functions dispatch by their public name (`handle_torch_function(
+    torch.nn.functional.pad, ...)`), so a replacement put there (`F.pad = lambda *a, **k: original(*a,
+    **k) + 100`) is handed over from inside the original it called; calling it again, as a mode does,
+    would apply it twice. Returns that original, None where `func` is the function dispatching (a
+    library's `handle_torch_function(my_op, ...)` inside `my_op`, or through a helper it passes
+    `my_op` to), or NotImplemented when the original cannot be found."""
+    if frame is None or frame.f_code is not _HANDLE_TORCH_FUNCTION or frame.f_back is None:
+        return None
+    caller = frame.f_back
+    code = caller.f_code
+    if code is getattr(func, "__code__", None) or any(v is func for v in caller.f_locals.values()):
+        return None
+    held, seen = [func], set()
+    while held:                 # what the replacement holds: __wrapped__, partial.func, its closure
+        obj = held.pop()
+        if id(obj) in seen or len(seen) > 64:
+            continue
+        seen.add(id(obj))
+        if getattr(obj, "__code__", None) is code:
+            return obj
+        held.extend(o for o in (getattr(obj, "__wrapped__", None), getattr(obj, "func", None)) if o is not None)
+        held.extend(c.cell_contents for c in getattr(obj, "__closure__", None) or () if c.cell_contents is not None)
+    found = [f for f in gc.get_referrers(code) if type(f) is FunctionType and f.__code__ is code]
+    return found[0] if len(found) == 1 else NotImplemented
+
+
 class _Mode(TorchFunctionMode):
     def __init__(self, session):
         super().__init__()
@@ -263,8 +306,18 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         backend = self.session.backend
-        if kwargs.get("out") is not None or args and (backend._infos.get(func) or backend._info(func)).writes_first(
-                args, kwargs):
+        info = backend._infos.get(func) or backend._info(func)
+        if info.foreign:
+            original = _dispatcher(func, sys._getframe(1))
+            if original is NotImplemented:
+                reason = (f"torch handed its function mode {_func_name(func)!r}, a replacement of a torch "
+                          f"function, from inside the original, which it does not hold: a graph would apply "
+                          f"the replacement twice")
+                self.session.fail(reason)
+                raise ReplacedTorchFunction(reason)
+            if original is not None:
+                func, info = original, backend._infos.get(original) or backend._info(original)
+        if kwargs.get("out") is not None or args and info.writes_first(args, kwargs):
             target = kwargs.get("out") if kwargs.get("out") is not None else args[0]
             if isinstance(target, torch.Tensor):
                 self.session.before_write(target)       # put back if the function must run again
@@ -279,6 +332,9 @@ class TorchBackend(Backend):
     tracked_types = (torch.Tensor,)
     static_types = (torch.dtype, torch.device, torch.layout, torch.memory_format)
     live_types = (torch.Generator,)
+    # (a Generator takes no proxy: torch's argument parsing wants the object itself)
+    live_unseen_methods = frozenset({"initial_seed", "seed", "manual_seed", "get_state", "set_state",
+                                     "graphsafe_get_state", "graphsafe_set_state", "clone_state"})
     sees_every_array = True
 
     def __init__(self):
@@ -295,6 +351,9 @@ class TorchBackend(Backend):
     # nn.Module's own containers; `training` is not among them: reading it is recorded (a
     # module bound by trace_graph(module) also has it in its key)
     bookkeeping_attributes = frozenset(vars(torch.nn.Module())) - {"training"}
+
+    def caused_by_tracing(self, exc):
+        return str(exc) if isinstance(exc, ReplacedTorchFunction) else super().caused_by_tracing(exc)
 
     def bind(self, obj):
         if not isinstance(obj, torch.nn.Module):

@@ -217,7 +217,7 @@ def _other_modes() -> bool:
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
-def _torchs(func) -> bool:
+def torchs_own(func) -> bool:
     """Whether `func` is torch's own wrapper, not one the user put in torch.nn.functional before
     this module read it (`F.pad = my_pad`: its arguments are not the wrapper's); a sibling
     package (torchvision) is not torch."""
@@ -238,7 +238,7 @@ class Lowering:
 
     def __init__(self, enabled: bool = True):
         release = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-        self._table = {w: (inspect.signature(s), lower) for w, (s, lower) in _TABLE.items() if _torchs(w)} \
+        self._table = {w: (inspect.signature(s), lower) for w, (s, lower) in _TABLE.items() if torchs_own(w)} \
             if enabled and release == REVIEWED else {}
 
     def __contains__(self, func) -> bool:

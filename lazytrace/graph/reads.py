@@ -829,6 +829,11 @@ class PythonReads:
                         self._framework_state(func.__globals__.get(chain[0]), chain)
 
     # ---- after the trace ---------------------------------------------------------------
+    def names_used(self, names: frozenset) -> set:
+        """Those of `names` that the watched code (the function's own, not the frameworks') uses
+        as an attribute or a global name."""
+        return {name for i in self._watched for name in self._codes[i].co_names if name in names}
+
     def changed(self) -> str | None:
         """What the function itself changed among the values read, if anything."""
         if self.late_write is not None:

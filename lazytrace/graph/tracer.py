@@ -54,6 +54,7 @@ class TraceSession:
         self._replays = type(backend).replay_call is not Backend.replay_call
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
+        self.live_handed = False                # a live input handed to the function as itself
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
         self._made: list = []                   # (array, Value, its write count, writes recorded) of call outputs
@@ -104,6 +105,7 @@ class TraceSession:
             else:
                 handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
                 self.proxied = self.proxied or isinstance(handed, SessionProxy)
+                self.live_handed = self.live_handed or handed is obj
             token = self.backend.rng_token(obj) if kind == "live" else None
             if token is not None:
                 self._rng[id(obj)] = (obj, token)
@@ -1067,6 +1069,12 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             raise NotTraceable(cause if isinstance(cause, str) else
                                f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
     session.reads.settle()
+    if session.live_handed and backend.live_unseen_methods:
+        named = session.reads.names_used(backend.live_unseen_methods)
+        if named:
+            session.fail(f"a {backend.name} RNG generator is passed in and the code calls "
+                         f"{', '.join(sorted(named))}() on something: what that gives or changes in "
+                         f"Python, no call shows (a graph would bake it)")
     if backend.tracer_class is not None or session.proxied:
         # a global or an object the function filled holds arrays, not tracers, and the objects
         # passed in, not the proxies the function was handed (escapes.release)
