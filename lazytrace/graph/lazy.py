@@ -11,6 +11,7 @@ cache on, graphs stored by earlier processes are loaded when the LazyGraph is ma
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import sys
@@ -111,11 +112,15 @@ class LazyGraph:
         if type(max_signatures) is not int or max_signatures < 1:
             raise ValueError(f"max_signatures must be a positive int (signatures kept in the cache), "
                              f"got {max_signatures!r}")
-        self._fn = fn
         self._options = options or TraceOptions()
-        self._signature = signature or Signature()
-        self._key = self._signature.key
-        self._name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "fn")
+        self._setup(fn, signature or Signature(), name or getattr(fn, "__qualname__", None) or
+                    getattr(fn, "__name__", "fn"), max_signatures, extra)
+
+    def _setup(self, fn, signature: Signature, name: str, max_signatures: int, extra):
+        self._fn = fn
+        self._signature = signature
+        self._key = signature.key
+        self._name = name
         self._extra = extra
         self._persist = _UNSET      # the PersistentCache, made on the first miss (or None)
         self.max_signatures = max_signatures
@@ -134,6 +139,12 @@ class LazyGraph:
         self.stats = Stats()
         functools.update_wrapper(self, fn, updated=())
         _registry.add(self)
+
+    @functools.cached_property
+    def _options(self) -> TraceOptions:
+        """(made by Recipe.make on first use: its options and the objects of the LazyGraph's own)"""
+        options, stateful = self._own_state
+        return dataclasses.replace(options, stateful=options.stateful + stateful)
 
     # ---- the call path ---------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -595,6 +606,29 @@ class LazyGraph:
 
     def __repr__(self):
         return f"<lazytrace.LazyGraph {self._name}: {len(self._cache)} signatures>"
+
+
+class Recipe:
+    """How a LazyGraph was made, less its function and its own stateful objects: its options,
+    Signature (shared: it caches only per type), name and bound. `make` gives another one (a
+    traced library's module made per call) without reading trace_graph's arguments again."""
+
+    __slots__ = ("options", "signature", "name", "max_signatures")
+
+    def __init__(self, options: TraceOptions, signature: Signature, name: str, max_signatures: int):
+        self.options, self.signature, self.name, self.max_signatures = options, signature, name, max_signatures
+
+    def make(self, fn, extra, stateful: tuple) -> LazyGraph:
+        """A LazyGraph of `fn` with these settings, `stateful` added to its options' (on first use)."""
+        from ..persist.store import store_for
+        lazy = LazyGraph.__new__(LazyGraph)
+        lazy._own_state = (self.options, stateful)
+        lazy._setup(fn, self.signature, self.name, self.max_signatures, extra)
+        if store_for(self.options.cache) is None:
+            lazy._persist = None        # no persistent cache now: nothing to preload, nor to load at its first call
+        else:
+            lazy.preload()
+        return lazy
 
 
 def _restore(fn, options, signature_args, name, max_signatures, extra):
