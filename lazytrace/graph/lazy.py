@@ -46,6 +46,12 @@ class RetraceWarning(UserWarning):
     """A LazyGraph keeps tracing new signatures."""
 
 
+def _counter() -> Counter:
+    """An empty Counter, made without Counter.__init__ (a Python-level update(): each LazyGraph
+    of a module made per call makes four)."""
+    return Counter.__new__(Counter)
+
+
 @dataclass
 class Stats:
     calls: int = 0
@@ -53,14 +59,14 @@ class Stats:
     traces: int = 0
     eager: int = 0
     guard_failures: int = 0
-    reasons: Counter = field(default_factory=Counter)
+    reasons: Counter = field(default_factory=_counter)
     loaded: int = 0              # graphs read from the persistent cache (preloaded or at a call)
     stored: int = 0              # graphs written to it
-    not_stored: Counter = field(default_factory=Counter)   # why a traced graph was not written
+    not_stored: Counter = field(default_factory=_counter)   # why a traced graph was not written
     prewarmed: int = 0           # preloaded graphs run once on constant-filled inputs (prewarm=True)
     shared: int = 0              # graphs another object of the class traced, taken at a first call (graph/shared.py)
-    not_prewarmed: Counter = field(default_factory=Counter)   # why a preloaded graph was not run
-    not_preloaded: Counter = field(default_factory=Counter)   # why a stored signature was left to its first call
+    not_prewarmed: Counter = field(default_factory=_counter)   # why a preloaded graph was not run
+    not_preloaded: Counter = field(default_factory=_counter)   # why a stored signature was left to its first call
 
     def as_dict(self) -> dict:
         return {"calls": self.calls, "hits": self.hits, "traces": self.traces, "eager": self.eager,
@@ -322,17 +328,12 @@ class LazyGraph:
                 if not graph.replay_safe:
                     raise
                 continue                # the trace decides
-            self._store(key, None, graph)
-            self.stats.hits += 1
-            self.stats.shared += 1
             described = template.described         # (the arguments' part: the same signature as the template's)
             if described is None:
                 described = template.described = explain.describe_call(args, kwargs, self._signature, backends)
-            with self._lock:
-                current = self._cache.get(key)
-                if current is not None:
-                    current.described = described
-                    current.described_extra = (self._extra, key[1])
+            self._store(key, None, graph, (described, (self._extra, key[1])))
+            self.stats.hits += 1
+            self.stats.shared += 1
             return out
         return MISS
 
@@ -485,12 +486,16 @@ class LazyGraph:
         else:
             self.stats.stored += 1
 
-    def _store(self, key, entry, graph):
+    def _store(self, key, entry, graph, described=None):
+        """Keep `graph` (or why the signature runs eagerly) for `key`; `described`: (the call's
+        description, (extra, its key)) of a graph adopted from another object (_adopt)."""
         with self._lock:
             self._fast = None
             if entry is None:
                 entry = self._cache.get(key) or _Entry()
                 self._cache[key] = entry
+            if described is not None:
+                entry.described, entry.described_extra = described
             if isinstance(graph, NotTraceable) and graph.transient and not entry.unsettled:
                 entry.unsettled = True      # e.g. a cache the first call filled: try once more
             elif isinstance(graph, NotTraceable):

@@ -201,12 +201,12 @@ class TracedLibrary:
             lazy = vars(instance).get(name)
             if isinstance(lazy, LazyGraph):
                 return lazy
-            from ..api import like_options, trace_graph, traced_like
             made = self._like.get(type(instance))
             known = made.get(name) if made else None
             # the backend installs it on the instance (a module made per call: as the first one was)
-            lazy = traced_like(instance, known[0]) if known else None
+            lazy = _api().traced_like(instance, known[0]) if known else None
             if lazy is None:
+                from ..api import like_options, trace_graph
                 trace_graph(instance, **self.settings)
                 lazy = vars(instance)[name]
                 qualified = f"{cls.__module__}.{cls.__qualname__}.{name}"
@@ -250,6 +250,11 @@ class TracedLibrary:
                     per = out[group].setdefault(reason, {})
                     per[name] = per.get(name, 0) + count
         return out
+
+
+def _api():
+    """lazytrace.api (which imports this module)."""
+    return sys.modules["lazytrace.api"]
 
 
 _STATS_FIELDS = tuple(field.name for field in dataclasses.fields(Stats))
