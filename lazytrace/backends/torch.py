@@ -318,7 +318,9 @@ class TorchBackend(Backend):
             forward = ModuleForward(obj)
         # every submodule's plain attributes (`self.p`, kornia's `self._params`) are read and written
         # by forward: recorded like stateful objects (reads guarded, writes replayed)
-        return forward, ModuleLiveInputs(obj), install, tuple(obj.modules())
+        walked = _walk(obj)
+        return forward, ModuleLiveInputs(obj), install, \
+            tuple(obj.modules()) if walked is None else tuple([m for _, m in walked])
 
     def reached_model(self, obj):
         if not isinstance(obj, torch.nn.Module):
