@@ -121,24 +121,10 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
     return install(traced) if install else traced
 
 
-def traced_like(obj, like: tuple) -> LazyGraph | None:
-    """What trace_graph(obj) does to a framework object (its method's LazyGraph installed on it,
-    the object's own parts recorded as stateful), made as `like` (from like_options) says: a
-    traced library's modules made per call skip reading trace_graph's arguments again. None if
-    the backend that bound the first object does not bind `obj`."""
-    backend, recipe = like
-    binding = backend.bind(obj)
-    if binding is None:
-        return None
-    fn, extra, install, state_objects = binding
-    lazy = recipe.make(fn, extra, state_objects)
-    install(lazy)
-    return lazy
-
-
 def like_options(obj, lazy: LazyGraph) -> tuple | None:
     """(backend, Recipe) of `lazy`, which trace_graph(obj) installed on `obj`, without obj's own
-    parts (for traced_like on another object); None if no backend binds `obj`."""
+    parts: a traced library binds the later objects of obj's class with them, without reading
+    trace_graph's arguments again; None if no backend binds `obj`."""
     for name in available():
         backend = get_backend(name)
         binding = backend.bind(obj)

@@ -1,6 +1,7 @@
 """What a traced library keeps to make a module made per call cheap: the options of the first
-object of a class (api.traced_like), the description of an adopted graph's signature (one per
-template), the stats of the objects gone (summed in place). Each must stay the object's own."""
+object of a class (api.like_options, graph.lazy.Recipe), the description of an adopted graph's
+signature (one per template), the stats of the objects gone (summed in place). Each must stay
+the object's own."""
 import gc
 import weakref
 
@@ -83,7 +84,7 @@ def test_what_is_kept_per_class_does_not_keep_a_users_class(lib):
     class Mine(traced.Affine):
         pass
 
-    for _ in range(2):              # the second one made as the first (api.traced_like)
+    for _ in range(2):              # the second one made as the first (a Recipe)
         assert Mine(4).forward._name.endswith("<locals>.Mine.forward")
     gone = weakref.ref(Mine)        # (never called: no graph of it is pooled)
     del Mine

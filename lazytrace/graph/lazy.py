@@ -148,7 +148,8 @@ class LazyGraph:
 
     @functools.cached_property
     def _options(self) -> TraceOptions:
-        """(made by Recipe.make on first use: its options and the objects of the LazyGraph's own)"""
+        """The trace options: set by __init__; for a LazyGraph made by Recipe.make, made at first
+        use from its recipe's and the stateful objects of its own."""
         options, stateful = self._own_state
         return dataclasses.replace(options, stateful=options.stateful + stateful)
 

@@ -47,7 +47,7 @@ class TracedLibrary:
         self._stats: dict[int, tuple] = {}     # id(LazyGraph) -> its name, stats and a weakref to it
         self._retired: dict[str, Stats] = {}                # name -> the summed stats of those gone
         self._shared: dict[tuple, SharedGraphs] = {}        # (class, method) -> graphs its instances share
-        # type of instance -> {method: (what api.traced_like takes, name, SharedGraphs)} (weak: a user's subclass may go)
+        # type of instance -> {method: ((backend, Recipe), name, SharedGraphs)} (weak: a user's subclass may go)
         self._like: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.RLock()
         self._preloaded = False
@@ -204,7 +204,7 @@ class TracedLibrary:
             made = self._like.get(type(instance))
             known = made.get(name) if made else None
             # the backend installs it on the instance (a module made per call: as the first one was)
-            lazy = _api().traced_like(instance, known[0]) if known else None
+            lazy = _made_like(instance, *known[0]) if known else None
             if lazy is None:
                 from ..api import like_options, trace_graph
                 trace_graph(instance, **self.settings)
@@ -252,9 +252,18 @@ class TracedLibrary:
         return out
 
 
-def _api():
-    """lazytrace.api (which imports this module)."""
-    return sys.modules["lazytrace.api"]
+def _made_like(instance, backend, recipe):
+    """What trace_graph(instance) does to a framework object (its method's LazyGraph installed on
+    it, the object's own parts recorded as stateful), made by the `backend` and `recipe` of the
+    first object of its class (api.like_options): without reading trace_graph's arguments again.
+    None if that backend does not bind `instance`."""
+    binding = backend.bind(instance)
+    if binding is None:
+        return None
+    fn, extra, install, state_objects = binding
+    lazy = recipe.make(fn, extra, state_objects)
+    install(lazy)
+    return lazy
 
 
 _STATS_FIELDS = tuple(field.name for field in dataclasses.fields(Stats))
