@@ -10,9 +10,16 @@ alone (eager) and making it with its forward bound (traced: the LazyGraph instal
 traced object made per call costs beyond its make and a cached call is its first call's miss
 (signature key, structure described, a template adopted).
 
-    python benchmarks/bench_module_per_call.py [--size 32] [--rounds 15] [--calls 20]
+    python benchmarks/bench_module_per_call.py [--size 32] [--rounds 15] [--calls 20] [--breakdown]
+
+`--breakdown` then times, per module, the stages of binding and of the first call of objects made
+in advance (thread CPU time, medians; each stage wrapped, so the stages add ~1 us each), and
+counts the container objects an object made and called leaves to the cyclic garbage collector.
 """
 import argparse
+import collections
+import contextlib
+import gc
 import statistics
 import time
 
@@ -35,6 +42,7 @@ def main():
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     parser.add_argument("--calls", type=int, default=20, help="calls per mode per round (default 20)")
+    parser.add_argument("--breakdown", action="store_true", help="also time the stages of a new object's first call")
     ns = parser.parse_args()
     torch.set_num_threads(1)
     x = torch.rand(1, 3, ns.size, ns.size)
@@ -67,6 +75,75 @@ def main():
               f"{med['traced/call'] - med['traced make'] - med['traced once']:13.1f}  traces={stats.traces} shared={stats.shared} "
               f"hits={stats.hits}")
     print("ratio = eager / traced (above 1: the traced library is faster)")
+    if ns.breakdown:
+        for label, make in MODULES.items():
+            breakdown(label, make, traced, x)
+
+
+#: (owner, method, label) of the stages --breakdown times
+def _stages():
+    from lazytrace.backends.torch import ModuleLiveInputs
+    from lazytrace.graph.lazy import LazyGraph
+    from lazytrace.graph.shared import SharedGraphs, Template
+    from lazytrace.importhook.proxy import TracedLibrary
+    return [(TracedLibrary, "bind", "bind (first read of .forward)"), (LazyGraph, "__call__", "  LazyGraph.__call__"),
+            (ModuleLiveInputs, "__call__", "    the module key"), (LazyGraph, "_miss", "    miss"),
+            (SharedGraphs, "describe", "      structure (shareable)"), (LazyGraph, "_adopt", "      adopt"),
+            (SharedGraphs, "candidates", "        templates"), (Template, "graph", "        Graph for the object"),
+            (LazyGraph, "_store", "        store")]
+
+
+@contextlib.contextmanager
+def _timed(stages, times):
+    saved = [(owner, name, vars(owner)[name]) for owner, name, _ in stages]
+    for owner, name, label in stages:
+        f = vars(owner)[name]
+        static = isinstance(f, staticmethod)
+
+        def timed(*a, _f=f.__func__ if static else f, _label=label, **k):
+            t0 = time.thread_time_ns()
+            try:
+                return _f(*a, **k)
+            finally:
+                times[_label].append(time.thread_time_ns() - t0)
+        setattr(owner, name, staticmethod(timed) if static else timed)
+    try:
+        yield
+    finally:
+        for owner, name, f in saved:
+            setattr(owner, name, f)
+
+
+def breakdown(label, make, traced, x, n=400):
+    stages = _stages()
+    times = collections.defaultdict(list)
+    objects = [make(traced) for _ in range(n)]
+    with _timed(stages, times):
+        for o in objects:
+            o.forward
+        for o in objects:
+            t0 = time.thread_time_ns()
+            o(x)
+            times["first call: Module.__call__"].append(time.thread_time_ns() - t0)
+    hit, key = [], []
+    for _ in range(n):
+        t0 = time.thread_time_ns()
+        objects[0](x)
+        hit.append(time.thread_time_ns() - t0)
+        t0 = time.thread_time_ns()
+        objects[0].forward._extra()
+        key.append(time.thread_time_ns() - t0)
+    del objects
+    gc.collect()
+    before = gc.get_count()[0]
+    make(traced)(x)
+    left = gc.get_count()[0] - before
+    print(f"{label}: us (thread CPU time, medians of {n} objects); containers left to the cyclic GC per object: {left}")
+    order = [stages[0][2], "first call: Module.__call__"] + [stage for _, _, stage in stages[1:]]
+    for stage in order:
+        print(f"  {stage:40} {statistics.median(times[stage]) / 1e3:8.1f}")
+    print(f"  {'a hit: Module.__call__':40} {statistics.median(hit) / 1e3:8.1f}")
+    print(f"  {'a hit: the module key':40} {statistics.median(key) / 1e3:8.1f}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Any
 from .backends import available, get_backend
 from .convert import Converting, convert_arguments
 from .graph.ir import Graph
-from .graph.lazy import LazyGraph
+from .graph.lazy import LazyGraph, Recipe
 from .graph.signature import Signature
 from .graph.tracer import NotTraceable, TraceOptions, trace
 from .importhook.proxy import TracedLibrary
@@ -121,30 +121,19 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
     return install(traced) if install else traced
 
 
-def traced_like(obj, options: TraceOptions, signature_args: tuple, name: str, max_signatures: int) -> bool:
-    """What trace_graph(obj) does to a framework object (its method's LazyGraph installed on it,
-    the object's own parts recorded as stateful), with the options, Signature arguments and name
-    trace_graph gave another object of its class: a traced library's modules made per call skip
-    reading trace_graph's arguments again. False if no backend binds `obj`."""
-    binding = _bind(obj)
-    if binding is None:
-        return False
-    fn, extra, install, state_objects = binding
-    traced = LazyGraph(fn, options=dataclasses.replace(options, stateful=options.stateful + tuple(state_objects)),
-                       signature=Signature(*signature_args), name=name, extra=extra, max_signatures=max_signatures)
-    traced.preload()
-    install(traced)
-    return True
-
-
-def like_options(obj, lazy: LazyGraph) -> tuple:
-    """(options, Signature arguments, name, max_signatures) of `lazy`, which trace_graph(obj)
-    installed on `obj`, without obj's own parts (for traced_like on another object)."""
-    own = {id(o) for o in _bind(obj)[3]}
-    options = dataclasses.replace(lazy._options, stateful=tuple(o for o in lazy._options.stateful if id(o) not in own))
-    sig = lazy._signature
-    return options, (tuple(sig.static_argnums), tuple(sig.static_argnames), tuple(sig.stateful_argnums),
-                     tuple(sig.stateful_argnames)), lazy._name, lazy.max_signatures
+def like_options(obj, lazy: LazyGraph) -> tuple | None:
+    """(backend, Recipe) of `lazy`, which trace_graph(obj) installed on `obj`, without obj's own
+    parts: a traced library binds the later objects of obj's class with them, without reading
+    trace_graph's arguments again; None if no backend binds `obj`."""
+    for name in available():
+        backend = get_backend(name)
+        binding = backend.bind(obj)
+        if binding is not None:
+            own = {id(o) for o in binding[3]}
+            options = dataclasses.replace(lazy._options, stateful=tuple(o for o in lazy._options.stateful
+                                                                        if id(o) not in own))
+            return backend, Recipe(options, lazy._signature, lazy._name, lazy.max_signatures)
+    return None
 
 
 def _by_position_and_name(obj, nums: tuple, names: tuple, option: str) -> tuple[tuple, tuple]:

@@ -1,6 +1,7 @@
 """What a traced library keeps to make a module made per call cheap: the options of the first
-object of a class (api.traced_like), the description of an adopted graph's signature (one per
-template), the stats of the objects gone (summed in place). Each must stay the object's own."""
+object of a class (api.like_options, graph.lazy.Recipe), the description of an adopted graph's
+signature (one per template), the stats of the objects gone (summed in place). Each must stay
+the object's own."""
 import gc
 import weakref
 
@@ -83,7 +84,7 @@ def test_what_is_kept_per_class_does_not_keep_a_users_class(lib):
     class Mine(traced.Affine):
         pass
 
-    for _ in range(2):              # the second one made as the first (api.traced_like)
+    for _ in range(2):              # the second one made as the first (a Recipe)
         assert Mine(4).forward._name.endswith("<locals>.Mine.forward")
     gone = weakref.ref(Mine)        # (never called: no graph of it is pooled)
     del Mine
@@ -125,3 +126,98 @@ def test_summary_is_unchanged_when_objects_are_freed(lib):
     assert after == before
     assert after["calls"] == 18 and after["hits"] + after["traces"] == 18
     assert after["traces"] == 2 and after["shared"] == 10
+
+
+# ---- session 9: what a module made per call is bound and keyed with -------------------------------
+
+def test_later_objects_follow_the_environment_at_their_own_binding(lib, monkeypatch):
+    """A later object is made from its class's Recipe, yet reads LAZYTRACE_DISABLE when bound,
+    as trace_graph would: one bound after it is set runs the original."""
+    original, traced = lib
+    traced.Affine(4)(x_(0))
+    monkeypatch.setenv("LAZYTRACE_DISABLE", "1")
+    later = traced.Affine(4)
+    assert torch.equal(later(x_(1)), _eager_like(original, later)(x_(1)))
+    assert later.forward.stats.calls == 0 and later.forward.stats.shared == 0
+    monkeypatch.delenv("LAZYTRACE_DISABLE")
+    again = traced.Affine(4)
+    again(x_(2))
+    assert again.forward.stats.shared == 1
+
+
+def test_a_later_objects_options_are_the_firsts_with_its_own_parts(lib):
+    """(made from the Recipe at their first use, once)"""
+    import dataclasses
+
+    _, traced = lib
+    first = traced.Affine(4)
+    first(x_(0))
+    second = traced.Affine(4)
+    second(x_(1))
+    options = second.forward._options
+    assert options is second.forward._options
+    assert [id(o) for o in options.stateful] == [id(m) for m in second.modules()]
+    assert dataclasses.replace(options, stateful=()) == dataclasses.replace(first.forward._options, stateful=())
+
+
+def test_a_later_object_pickles_and_copies_as_the_first(lib):
+    import copy
+    import pickle
+
+    original, traced = lib
+    traced.Affine(4)(x_(0))
+    second = traced.Affine(4)
+    second(x_(1))
+    for clone in (copy.deepcopy(second), pickle.loads(pickle.dumps(second))):
+        assert torch.equal(clone(x_(2)), _eager_like(original, second)(x_(2)))
+        assert clone.forward is not second.forward and clone.forward.max_signatures == 3
+    lazy = copy.deepcopy(second.forward)          # the LazyGraph alone, rebuilt from what made it
+    assert lazy.max_signatures == 3 and lazy._name == second.forward._name
+
+
+def test_an_attribute_set_on_one_object_is_part_of_its_structure(lib):
+    """The plain attribute names of a module are looked at once per layout of its __dict__: an
+    object with one more attribute (set after construction) has a structure of its own."""
+    original, traced = lib
+    traced.Affine(4)(x_(0))
+    odd = traced.Affine(4)
+    odd.note = "mine"
+    plain = traced.Affine(4)
+    assert odd.forward._extra.shareable()[0] != plain.forward._extra.shareable()[0]
+    odd.note = 3
+    assert odd.forward._extra.shareable()[0] != plain.forward._extra.shareable()[0]
+    assert torch.equal(odd(x_(1)), _eager_like(original, odd)(x_(1)))
+
+
+LEAVES = '''
+import torch
+
+
+class Leaf(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+        self.register_parameter("same_w", self.w)          # one tensor under two names: once
+        self.register_buffer("b", torch.zeros(3))
+        self.register_parameter("none", None)
+
+    def forward(self, x):
+        return x * self.w + self.b
+'''
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_a_leaf_modules_key_is_the_general_walks(temp_library, hooked):
+    """A module without submodules is keyed without the general walk: the same key and tensors."""
+    from lazytrace.backends.torch import ModuleLiveInputs
+
+    name, _ = temp_library(LEAVES)
+    leaf = __import__(name).Leaf()
+    if hooked:
+        leaf.register_forward_hook(lambda m, i, o: None)
+    key, tensors = ModuleLiveInputs(leaf)()
+    assert [id(t) for t in tensors] == [id(t) for t in (*leaf.parameters(), *leaf.buffers())]
+    parent = torch.nn.Sequential(leaf)               # the general walk, keyed for the same tensors
+    general, _ = ModuleLiveInputs(parent)()
+    assert key[2] == general[2] and key[1] == general[1][1:] and key[3] == general[3]
+    assert bool(key[3]) is hooked

@@ -11,6 +11,7 @@ cache on, graphs stored by earlier processes are loaded when the LazyGraph is ma
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import sys
@@ -45,6 +46,12 @@ class RetraceWarning(UserWarning):
     """A LazyGraph keeps tracing new signatures."""
 
 
+def _counter() -> Counter:
+    """An empty Counter, made without Counter.__init__ (a Python-level update(): each LazyGraph
+    of a module made per call makes four)."""
+    return Counter.__new__(Counter)
+
+
 @dataclass
 class Stats:
     calls: int = 0
@@ -52,14 +59,14 @@ class Stats:
     traces: int = 0
     eager: int = 0
     guard_failures: int = 0
-    reasons: Counter = field(default_factory=Counter)
+    reasons: Counter = field(default_factory=_counter)
     loaded: int = 0              # graphs read from the persistent cache (preloaded or at a call)
     stored: int = 0              # graphs written to it
-    not_stored: Counter = field(default_factory=Counter)   # why a traced graph was not written
+    not_stored: Counter = field(default_factory=_counter)   # why a traced graph was not written
     prewarmed: int = 0           # preloaded graphs run once on constant-filled inputs (prewarm=True)
     shared: int = 0              # graphs another object of the class traced, taken at a first call (graph/shared.py)
-    not_prewarmed: Counter = field(default_factory=Counter)   # why a preloaded graph was not run
-    not_preloaded: Counter = field(default_factory=Counter)   # why a stored signature was left to its first call
+    not_prewarmed: Counter = field(default_factory=_counter)   # why a preloaded graph was not run
+    not_preloaded: Counter = field(default_factory=_counter)   # why a stored signature was left to its first call
 
     def as_dict(self) -> dict:
         return {"calls": self.calls, "hits": self.hits, "traces": self.traces, "eager": self.eager,
@@ -111,11 +118,15 @@ class LazyGraph:
         if type(max_signatures) is not int or max_signatures < 1:
             raise ValueError(f"max_signatures must be a positive int (signatures kept in the cache), "
                              f"got {max_signatures!r}")
-        self._fn = fn
         self._options = options or TraceOptions()
-        self._signature = signature or Signature()
-        self._key = self._signature.key
-        self._name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "fn")
+        self._setup(fn, signature or Signature(), name or getattr(fn, "__qualname__", None) or
+                    getattr(fn, "__name__", "fn"), max_signatures, extra)
+
+    def _setup(self, fn, signature: Signature, name: str, max_signatures: int, extra):
+        self._fn = fn
+        self._signature = signature
+        self._key = signature.key
+        self._name = name
         self._extra = extra
         self._persist = _UNSET      # the PersistentCache, made on the first miss (or None)
         self.max_signatures = max_signatures
@@ -134,6 +145,13 @@ class LazyGraph:
         self.stats = Stats()
         functools.update_wrapper(self, fn, updated=())
         _registry.add(self)
+
+    @functools.cached_property
+    def _options(self) -> TraceOptions:
+        """The trace options: set by __init__; for a LazyGraph made by Recipe.make, made at first
+        use from its recipe's and the stateful objects of its own."""
+        options, stateful = self._own_state
+        return dataclasses.replace(options, stateful=options.stateful + stateful)
 
     # ---- the call path ---------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -311,17 +329,12 @@ class LazyGraph:
                 if not graph.replay_safe:
                     raise
                 continue                # the trace decides
-            self._store(key, None, graph)
-            self.stats.hits += 1
-            self.stats.shared += 1
             described = template.described         # (the arguments' part: the same signature as the template's)
             if described is None:
                 described = template.described = explain.describe_call(args, kwargs, self._signature, backends)
-            with self._lock:
-                current = self._cache.get(key)
-                if current is not None:
-                    current.described = described
-                    current.described_extra = (self._extra, key[1])
+            self._store(key, None, graph, (described, (self._extra, key[1])))
+            self.stats.hits += 1
+            self.stats.shared += 1
             return out
         return MISS
 
@@ -474,12 +487,16 @@ class LazyGraph:
         else:
             self.stats.stored += 1
 
-    def _store(self, key, entry, graph):
+    def _store(self, key, entry, graph, described=None):
+        """Keep `graph` (or why the signature runs eagerly) for `key`; `described`: (the call's
+        description, (extra, its key)) of a graph adopted from another object (_adopt)."""
         with self._lock:
             self._fast = None
             if entry is None:
                 entry = self._cache.get(key) or _Entry()
                 self._cache[key] = entry
+            if described is not None:
+                entry.described, entry.described_extra = described
             if isinstance(graph, NotTraceable) and graph.transient and not entry.unsettled:
                 entry.unsettled = True      # e.g. a cache the first call filled: try once more
             elif isinstance(graph, NotTraceable):
@@ -595,6 +612,29 @@ class LazyGraph:
 
     def __repr__(self):
         return f"<lazytrace.LazyGraph {self._name}: {len(self._cache)} signatures>"
+
+
+class Recipe:
+    """How a LazyGraph was made, less its function and its own stateful objects: its options,
+    Signature (shared: it caches only per type), name and bound. `make` gives another one (a
+    traced library's module made per call) without reading trace_graph's arguments again."""
+
+    __slots__ = ("options", "signature", "name", "max_signatures")
+
+    def __init__(self, options: TraceOptions, signature: Signature, name: str, max_signatures: int):
+        self.options, self.signature, self.name, self.max_signatures = options, signature, name, max_signatures
+
+    def make(self, fn, extra, stateful: tuple) -> LazyGraph:
+        """A LazyGraph of `fn` with these settings, `stateful` added to its options' (on first use)."""
+        from ..persist.store import store_for
+        lazy = LazyGraph.__new__(LazyGraph)
+        lazy._own_state = (self.options, stateful)
+        lazy._setup(fn, self.signature, self.name, self.max_signatures, extra)
+        if store_for(self.options.cache) is None:
+            lazy._persist = None        # no persistent cache now: nothing to preload, nor to load at its first call
+        else:
+            lazy.preload()
+        return lazy
 
 
 def _restore(fn, options, signature_args, name, max_signatures, extra):

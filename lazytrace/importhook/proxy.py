@@ -44,10 +44,10 @@ class TracedLibrary:
         self.exclude = tuple(exclude or ())
         self.skipped: dict[str, str] = {}     # qualified name -> why it runs as the original
         self._made: dict[int, tuple] = {}     # id(original) -> (original, traced)
-        self._stats: dict[int, tuple[str, Stats]] = {}     # id(LazyGraph) -> its name and stats
+        self._stats: dict[int, tuple] = {}     # id(LazyGraph) -> its name, stats and a weakref to it
         self._retired: dict[str, Stats] = {}                # name -> the summed stats of those gone
         self._shared: dict[tuple, SharedGraphs] = {}        # (class, method) -> graphs its instances share
-        # type of instance -> {method: what api.traced_like takes} (weak: a user's subclass may go)
+        # type of instance -> {method: ((backend, Recipe), name, SharedGraphs)} (weak: a user's subclass may go)
         self._like: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.RLock()
         self._preloaded = False
@@ -143,14 +143,14 @@ class TracedLibrary:
     def _register(self, lazy: LazyGraph, name: str) -> LazyGraph:
         """Count `lazy` in summary(); when it is gone (a module instance made per call has one
         each) its stats are added to its name's, so that what is kept does not grow with them."""
+        key = id(lazy)
         with self._lock:
-            self._stats[id(lazy)] = (name, lazy.stats)
-        weakref.finalize(lazy, self._retire, id(lazy))
+            self._stats[key] = (name, lazy.stats, weakref.ref(lazy, lambda _, key=key: self._retire(key)))
         return lazy
 
     def _retire(self, key: int) -> None:
         with self._lock:
-            name, stats = self._stats.pop(key)
+            name, stats, _ = self._stats.pop(key)
             total = self._retired.get(name)
             if total is None:
                 total = self._retired[name] = Stats()
@@ -199,25 +199,33 @@ class TracedLibrary:
         what one of the same configuration traced."""
         with self._lock:
             lazy = vars(instance).get(name)
-            if not isinstance(lazy, LazyGraph):
-                from ..api import like_options, trace_graph, traced_like
-                likes = self._like.get(type(instance))
-                like = likes.get(name) if likes else None
-                # the backend installs it on the instance (a module made per call: as on the last one)
-                if like is None or not traced_like(instance, *like):
-                    trace_graph(instance, **self.settings)
+            if isinstance(lazy, LazyGraph):
+                return lazy
+            made = self._like.get(type(instance))
+            known = made.get(name) if made else None
+            # the backend installs it on the instance (a module made per call: as the first one was)
+            lazy = _made_like(instance, *known[0]) if known else None
+            if lazy is None:
+                from ..api import like_options, trace_graph
+                trace_graph(instance, **self.settings)
+                lazy = vars(instance)[name]
                 qualified = f"{cls.__module__}.{cls.__qualname__}.{name}"
-                lazy = self._register(vars(instance)[name], qualified)
-                if like is None and type(lazy) is LazyGraph:       # (not a Converting proxy: to=)
-                    self._like.setdefault(type(instance), {})[name] = like_options(instance, lazy)
                 # (not with frozen random draws, nor a compiler: a graph made from a template runs
                 # the generated code, and draws frozen by one object are not another's)
+                shared = None
                 if isinstance(lazy, LazyGraph) and self.settings.get("include_generators", True) and \
                         not self.settings.get("return_backend_traced_fn"):
                     shared = self._shared.get((cls, name))
                     if shared is None:
                         shared = self._shared[(cls, name)] = SharedGraphs(qualified)
-                    lazy._shared = shared
+                like = like_options(instance, lazy) if type(lazy) is LazyGraph else None   # (not to='s Converting)
+                if like is not None and known is None:
+                    self._like.setdefault(type(instance), {})[name] = (like, qualified, shared)
+            else:
+                _, qualified, shared = known
+            self._register(lazy, qualified)
+            if shared is not None:
+                lazy._shared = shared
         return lazy
 
     # ---- reporting -----------------------------------------------------------------
@@ -225,7 +233,7 @@ class TracedLibrary:
         """Totals over every LazyGraph this library made (one per function, per module instance);
         `functions`: the functions and methods called (by name: the instances of a class count once)."""
         with self._lock:
-            entries = [*self._stats.values(), *self._retired.items()]
+            entries = [*((name, stats) for name, stats, _ in self._stats.values()), *self._retired.items()]
         out = {"functions": 0, "calls": 0, "hits": 0, "traces": 0, "eager": 0, "guard_failures": 0,
                "loaded": 0, "stored": 0, "prewarmed": 0, "shared": 0, "reasons": {}, "not_stored": {}, "not_prewarmed": {},
                "not_preloaded": {},
@@ -242,6 +250,20 @@ class TracedLibrary:
                     per = out[group].setdefault(reason, {})
                     per[name] = per.get(name, 0) + count
         return out
+
+
+def _made_like(instance, backend, recipe):
+    """What trace_graph(instance) does to a framework object (its method's LazyGraph installed on
+    it, the object's own parts recorded as stateful), made by the `backend` and `recipe` of the
+    first object of its class (api.like_options): without reading trace_graph's arguments again.
+    None if that backend does not bind `instance`."""
+    binding = backend.bind(instance)
+    if binding is None:
+        return None
+    fn, extra, install, state_objects = binding
+    lazy = recipe.make(fn, extra, state_objects)
+    install(lazy)
+    return lazy
 
 
 _STATS_FIELDS = tuple(field.name for field in dataclasses.fields(Stats))
