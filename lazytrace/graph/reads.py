@@ -121,11 +121,21 @@ def _process_facts() -> dict:
     now (they live as long as the process)."""
     found = {}
     for module_name, names in _PROCESS_FACTS.items():
-        namespace = vars(sys.modules[module_name]) if module_name in sys.modules else {}
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        namespace = vars(module)
+        if names is None and module is not os and isinstance(module, types.ModuleType) and \
+                _PROCESS_FACTS.get(getattr(module, "__name__", None), ()) is None:
+            # a whole module (platform): _process_read gives "machine" for each of its names
+            for obj in namespace.values():
+                if obj is not None and callable(obj):
+                    found[id(obj)] = "machine"
+            continue
         for name in namespace if names is None else names:
             obj = namespace.get(name)
             if obj is not None and (names is not None or callable(obj)):
-                found[id(obj)] = _process_read(sys.modules[module_name], name)
+                found[id(obj)] = _process_read(module, name)
     return found
 
 
@@ -592,6 +602,9 @@ class PythonReads:
             self.modules.add(namespace["__name__"])
         done, where = self._done, id(namespace)
         state_reads, readers, module_type = self._state_reads, self._state_readers, types.ModuleType
+        if reads and self._facts is None:
+            self._facts = _process_facts()
+        facts = self._facts
         for chain in reads:
             name = chain[0]
             value = namespace.get(name)
@@ -610,9 +623,11 @@ class PythonReads:
             elif state_reads and id(value) in readers:
                 self._framework_state(value, chain)
             done[(where, chain)] = (value, depth, namespace)     # (holding it: its id stays its own)
-            if self._facts is None:
-                self._facts = _process_facts()
-            self._note_process(self._facts.get(id(value)) or len(chain) > 1 and _process_read(value, chain[1]))
+            fact = facts.get(id(value))
+            if fact is None and len(chain) > 1 and getattr(value, "__name__", None) in _PROCESS_FACTS:
+                fact = _process_read(value, chain[1])   # (None for a module not in _PROCESS_FACTS)
+            if fact is not None:
+                self._note_process(fact)
             if len(chain) == 1:             # a plain global (most reads)
                 self._global(namespace, name, depth)
                 continue
