@@ -605,24 +605,30 @@ class PythonReads:
         if reads and self._facts is None:
             self._facts = _process_facts()
         facts = self._facts
+        framework_state, framework_function = self._framework_state, self._framework_function
         for chain in reads:
             name = chain[0]
             value = namespace.get(name)
             # the same read in another code object of this module, with the same object there:
             # already handled, at this depth or a shallower one (which followed at least as far;
             # what it reads of the framework does not depend on the depth)
-            seen = done.get((where, chain))
+            key = (where, chain)
+            seen = done.get(key)
+            framework = False       # a module of a package not watched (torch): _chain has nothing to do
             if seen is not None and seen[0] is value:
                 if seen[1] <= depth:
                     continue
             elif type(value) is module_type or isinstance(value, module_type):
-                if state_reads:
-                    self._framework_state(value, chain)
-                if len(chain) > 1:
-                    self._framework_function(value, chain[1:])
+                if len(chain) > 1:      # (a module read alone reads no state nor function of it)
+                    # _framework_state reads on from a (module, attribute) of state_reads, or a submodule
+                    if state_reads and ((value.__name__, chain[1]) in state_reads
+                                        or isinstance(vars(value).get(chain[1]), module_type)):
+                        framework_state(value, chain)
+                    framework_function(value, chain[1:])
+                    framework = value.__name__.partition(".")[0] in UNWATCHED
             elif state_reads and id(value) in readers:
-                self._framework_state(value, chain)
-            done[(where, chain)] = (value, depth, namespace)     # (holding it: its id stays its own)
+                framework_state(value, chain)
+            done[key] = (value, depth, namespace)     # (holding it: its id stays its own)
             fact = facts.get(id(value))
             if fact is None and len(chain) > 1 and getattr(value, "__name__", None) in _PROCESS_FACTS:
                 fact = _process_read(value, chain[1])   # (None for a module not in _PROCESS_FACTS)
@@ -630,9 +636,8 @@ class PythonReads:
                 self._note_process(fact)
             if len(chain) == 1:             # a plain global (most reads)
                 self._global(namespace, name, depth)
-                continue
-            attributes = list(chain[1:])
-            self._chain(namespace, name, attributes, depth, origin=namespace)
+            elif not framework:
+                self._chain(namespace, name, list(chain[1:]), depth, origin=namespace)
         for level, module, *attributes in imports:      # `import config` inside the function
             if not self._import(level, module, attributes, namespace, depth):
                 self._imports.append((level, module, attributes, namespace, depth))
