@@ -210,7 +210,9 @@ class TraceSession:
             # object it left behind): computed as eager would, on the arrays, and not recorded
             return self.backend.run_detached(func, args, kwargs)
         try:
-            self.reads.on_call(sys._getframe(1))    # the code making this call (graph.reads)
+            # the code making this call (graph.reads), from the frame below the interceptor's: that
+            # one is lazytrace's own code (a backend's or stateful.py's), which reads never watches
+            self.reads.on_call(sys._getframe(2))
             backend = self.backend
             kind = backend.classify(func, args, kwargs)
             if kind is _METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
