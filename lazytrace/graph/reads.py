@@ -744,15 +744,16 @@ class PythonReads:
         if value is MISSING:
             self.unbound[key] = (namespace, name)
             return              # a builtin, or a name the function stores later
-        expected = self._expect(value)
-        if expected is not self._nothing:
-            self.globals[key] = (namespace, name, value, expected)
-            return
+        if not (type(value) is types.FunctionType or _is_code(value)):     # (what _expect gives nothing for)
+            expected = self._expect(value)
+            if expected is not self._nothing:
+                self.globals[key] = (namespace, name, value, expected)
+                return
         if type(namespace.get("__name__")) is str:     # a module's global (not a class attribute)
             self.code_globals.add((namespace["__name__"], name))
         if isinstance(value, functools.partial) and not any(fn is value for fn, _ in self.defaults):
             self._partial(value, depth)     # `SCALED = partial(f, scale=2.0)`: its keywords change in place
-        elif depth < _CALLS and _followable(value):
+        elif depth < _CALLS and (type(value) is types.FunctionType or _followable(value)):
             self._function(value, depth + 1)
 
     def _class_attribute(self, cls, name, depth):
