@@ -209,7 +209,7 @@ class _Info:
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
     __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand",
-                 "writes", "setter", "inplace", "training", "foreign")
+                 "writes", "setter", "inplace", "training", "fixed", "foreign")
 
     def __init__(self, func, kind):
         name = self.name = _func_name(func)
@@ -224,6 +224,7 @@ class _Info:
         self.scalar_operand = name in _SCALAR_OPERAND_OPS
         self.inplace = _inplace_position(func)      # F.dropout(x, inplace=True) writes x
         self.training = _training_switch(func) if kind is CallKind.GENERATOR else None
+        self.fixed = not self.shape_check and self.training is None    # its kind, whatever the arguments
         # Python code that is not torch's, handed to the mode by torch's dispatch (see _dispatcher)
         self.foreign = not isinstance(func, _C_CALLABLES) and not torchs_own(func) and \
             not str(getattr(type(func), "__module__", "")).startswith("torch")
@@ -304,8 +305,8 @@ class _Mode(TorchFunctionMode):
         self.session = session
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        backend = self.session.backend
+        session = self.session
+        backend = session.backend
         info = backend._infos.get(func) or backend._info(func)
         if info.foreign:
             original = _dispatcher(func, sys._getframe(1))
@@ -313,17 +314,22 @@ class _Mode(TorchFunctionMode):
                 reason = (f"torch handed its function mode {_func_name(func)!r}, a replacement of a torch "
                           f"function, from inside the original, which it does not hold: a graph would apply "
                           f"the replacement twice")
-                self.session.fail(reason)
+                session.fail(reason)
                 raise ReplacedTorchFunction(reason)
             if original is not None:
                 func, info = original, backend._infos.get(original) or backend._info(original)
-        if kwargs.get("out") is not None or args and info.writes_first(args, kwargs):
-            target = kwargs.get("out") if kwargs.get("out") is not None else args[0]
-            if isinstance(target, torch.Tensor):
-                self.session.before_write(target)       # put back if the function must run again
-        if type(kwargs.get("generator")) is torch.Generator:
-            self.session.before_write(kwargs["generator"])      # its draws too
-        return self.session.on_call(func, args, kwargs)
+        generator = target = None
+        if kwargs:
+            target, generator = kwargs.get("out"), kwargs.get("generator")
+        else:
+            kwargs = {}
+        if target is None and args and (info.writes or info.inplace is not None and info.writes_first(args, kwargs)):
+            target = args[0]
+        if target is not None and isinstance(target, torch.Tensor):
+            session.before_write(target)       # put back if the function must run again
+        if type(generator) is torch.Generator:
+            session.before_write(generator)    # its draws too
+        return session.on_call(func, args, kwargs)
 
 
 class TorchBackend(Backend):
@@ -485,7 +491,7 @@ class TorchBackend(Backend):
         others make the signature eager; grad mode switched by calls it sees, `torch.no_grad()`,
         is recorded), and flush-denormal (`torch.set_flush_denormal`)."""
         return (_default_dtype(), _inference_mode(), _any_autocast() and _autocast_state(), _transform_level(),
-                _grad_enabled(), _denormals_flushed())
+                _grad_enabled(), _MIN_NORMAL * 0.5 == 0.0)       # (_denormals_flushed, inlined: every call)
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])
@@ -516,6 +522,8 @@ class TorchBackend(Backend):
 
     def classify(self, func, args, kwargs) -> CallKind:
         info = self._infos.get(func) or self._info(func)
+        if info.fixed:
+            return info.kind
         if info.shape_check:
             name = info.name
             if name == "__getitem__" and _has_mask_index(args[1] if len(args) > 1 else None):

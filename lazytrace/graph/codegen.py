@@ -315,11 +315,12 @@ def function_homes(backend, plan: Plan) -> tuple:
                 namespace = getattr(module, "__dict__", None)
                 if type(namespace) is dict and namespace.get(attribute) is func:
                     homes.append((module_name, namespace, attribute, func))
-    below = [(m, n) for m, n, f in plan.framework_functions if _package(f) in backend.api_below]
+    api_below = backend.api_below       # (none for torch: _package is not asked for each global)
+    below = [(m, n) for m, n, f in plan.framework_functions if api_below and _package(f) in api_below]
     for module_name, attribute in [*plan.code_globals, *below]:     # `from torch import sin`, `jnp.sin`
         namespace = getattr(sys.modules.get(module_name), "__dict__", None)
         func = namespace.get(attribute) if type(namespace) is dict else None
-        if func is not None and (called.get(id(func)) is func or _package(func) in backend.api_below) and \
+        if func is not None and (called.get(id(func)) is func or api_below and _package(func) in api_below) and \
                 not any(home[1] is namespace and home[2] == attribute for home in homes):
             homes.append((module_name, namespace, attribute, func))
     return tuple(homes)

@@ -121,11 +121,21 @@ def _process_facts() -> dict:
     now (they live as long as the process)."""
     found = {}
     for module_name, names in _PROCESS_FACTS.items():
-        namespace = vars(sys.modules[module_name]) if module_name in sys.modules else {}
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        namespace = vars(module)
+        if names is None and module is not os and isinstance(module, types.ModuleType) and \
+                _PROCESS_FACTS.get(getattr(module, "__name__", None), ()) is None:
+            # a whole module (platform): _process_read gives "machine" for each of its names
+            for obj in namespace.values():
+                if obj is not None and callable(obj):
+                    found[id(obj)] = "machine"
+            continue
         for name in namespace if names is None else names:
             obj = namespace.get(name)
             if obj is not None and (names is not None or callable(obj)):
-                found[id(obj)] = _process_read(sys.modules[module_name], name)
+                found[id(obj)] = _process_read(module, name)
     return found
 
 
@@ -592,32 +602,42 @@ class PythonReads:
             self.modules.add(namespace["__name__"])
         done, where = self._done, id(namespace)
         state_reads, readers, module_type = self._state_reads, self._state_readers, types.ModuleType
+        if reads and self._facts is None:
+            self._facts = _process_facts()
+        facts = self._facts
+        framework_state, framework_function = self._framework_state, self._framework_function
         for chain in reads:
             name = chain[0]
             value = namespace.get(name)
             # the same read in another code object of this module, with the same object there:
             # already handled, at this depth or a shallower one (which followed at least as far;
             # what it reads of the framework does not depend on the depth)
-            seen = done.get((where, chain))
+            key = (where, chain)
+            seen = done.get(key)
+            framework = False       # a module of a package not watched (torch): _chain has nothing to do
             if seen is not None and seen[0] is value:
                 if seen[1] <= depth:
                     continue
             elif type(value) is module_type or isinstance(value, module_type):
-                if state_reads:
-                    self._framework_state(value, chain)
-                if len(chain) > 1:
-                    self._framework_function(value, chain[1:])
+                if len(chain) > 1:      # (a module read alone reads no state nor function of it)
+                    # _framework_state reads on from a (module, attribute) of state_reads, or a submodule
+                    if state_reads and ((value.__name__, chain[1]) in state_reads
+                                        or isinstance(vars(value).get(chain[1]), module_type)):
+                        framework_state(value, chain)
+                    framework_function(value, chain[1:])
+                    framework = value.__name__.partition(".")[0] in UNWATCHED
             elif state_reads and id(value) in readers:
-                self._framework_state(value, chain)
-            done[(where, chain)] = (value, depth, namespace)     # (holding it: its id stays its own)
-            if self._facts is None:
-                self._facts = _process_facts()
-            self._note_process(self._facts.get(id(value)) or len(chain) > 1 and _process_read(value, chain[1]))
+                framework_state(value, chain)
+            done[key] = (value, depth, namespace)     # (holding it: its id stays its own)
+            fact = facts.get(id(value))
+            if fact is None and len(chain) > 1 and getattr(value, "__name__", None) in _PROCESS_FACTS:
+                fact = _process_read(value, chain[1])   # (None for a module not in _PROCESS_FACTS)
+            if fact is not None:
+                self._note_process(fact)
             if len(chain) == 1:             # a plain global (most reads)
                 self._global(namespace, name, depth)
-                continue
-            attributes = list(chain[1:])
-            self._chain(namespace, name, attributes, depth, origin=namespace)
+            elif not framework:
+                self._chain(namespace, name, list(chain[1:]), depth, origin=namespace)
         for level, module, *attributes in imports:      # `import config` inside the function
             if not self._import(level, module, attributes, namespace, depth):
                 self._imports.append((level, module, attributes, namespace, depth))
@@ -724,15 +744,16 @@ class PythonReads:
         if value is MISSING:
             self.unbound[key] = (namespace, name)
             return              # a builtin, or a name the function stores later
-        expected = self._expect(value)
-        if expected is not self._nothing:
-            self.globals[key] = (namespace, name, value, expected)
-            return
+        if not (type(value) is types.FunctionType or _is_code(value)):     # (what _expect gives nothing for)
+            expected = self._expect(value)
+            if expected is not self._nothing:
+                self.globals[key] = (namespace, name, value, expected)
+                return
         if type(namespace.get("__name__")) is str:     # a module's global (not a class attribute)
             self.code_globals.add((namespace["__name__"], name))
         if isinstance(value, functools.partial) and not any(fn is value for fn, _ in self.defaults):
             self._partial(value, depth)     # `SCALED = partial(f, scale=2.0)`: its keywords change in place
-        elif depth < _CALLS and _followable(value):
+        elif depth < _CALLS and (type(value) is types.FunctionType or _followable(value)):
             self._function(value, depth + 1)
 
     def _class_attribute(self, cls, name, depth):

@@ -34,6 +34,14 @@ from .stateful import (SessionProxy, StatefulProxy, dict_key_read, read_attribut
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
     "lazytrace_active_session", default=None)
 
+# enum members read at every framework call: an enum class attribute costs ~0.2 us on Python 3.11
+# (EnumType.__getattr__ puts every attribute read of the class through Python), a global 20 ns
+_OP, _GENERATOR, _STATE, _METADATA, _DISPLAY, _READBACK, _ESCAPE, _UNKNOWN, _DYNAMIC_SHAPE = (
+    CallKind.OP, CallKind.GENERATOR, CallKind.STATE, CallKind.METADATA, CallKind.DISPLAY, CallKind.READBACK,
+    CallKind.ESCAPE, CallKind.UNKNOWN, CallKind.DYNAMIC_SHAPE)
+_EXTERNAL, _FROM_NODE = Source.EXTERNAL, Source.NODE
+_NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD = Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD
+
 
 class TraceSession:
     def __init__(self, backend, *, include_generators=True, array_caching=True):
@@ -119,14 +127,14 @@ class TraceSession:
 
     def add_stateful(self, obj) -> Value:
         """An object the function reaches by itself (stateful=[...]): a constant reference."""
-        value = Value(Source.EXTERNAL, meta=type(obj).__name__, storage=id(obj), obj=obj)
+        value = Value(_EXTERNAL, meta=type(obj).__name__, storage=id(obj), obj=obj)
         self._values[id(obj)] = (obj, value)
         self._objects = True
         return value
 
     def add_external(self, obj) -> Value:
         raw = self.backend.unwrap(obj)
-        value = Value(Source.EXTERNAL, meta=self.backend.brief(raw), storage=self.backend.storage_key(raw),
+        value = Value(_EXTERNAL, meta=self.backend.brief(raw), storage=self.backend.storage_key(raw),
                       obj=obj)
         self._values[id(obj)] = (obj, value)
         self._unkeyed_metadata = True
@@ -140,21 +148,37 @@ class TraceSession:
     def _lift(self, obj, found: list):
         """Replace tracked objects in a call's arguments by Values."""
         tp = type(obj)
-        if tp in _PLAIN and not self._objects:
-            return obj
-        if tp is tuple and not self._objects:      # the common case: a flat tuple of arrays and numbers
-            values, literals = self._values, self._literals
-            out = []
-            for x in obj:
-                entry = values.get(id(x))
-                if entry is not None and entry[0] is x:
-                    found.append(entry[1])
-                    out.append(entry[1])
-                elif type(x) in literals:
-                    out.append(x)
-                else:
-                    out.append(self._lift(x, found))
-            return tuple(out)
+        if not self._objects:
+            if tp in _PLAIN:
+                return obj
+            # the common cases: a flat tuple, list or dict of arrays and numbers (a call's
+            # arguments, `F.pad(x, [1, 1, 1, 1])`, `torch.stack([a, b])`, keyword arguments)
+            if tp is tuple or tp is list:
+                values, literals = self._values, self._literals
+                out = []
+                for x in obj:
+                    entry = values.get(id(x))
+                    if entry is not None and entry[0] is x:
+                        found.append(entry[1])
+                        out.append(entry[1])
+                    elif type(x) in literals:
+                        out.append(x)
+                    else:
+                        out.append(self._lift(x, found))
+                return tuple(out) if tp is tuple else out
+            if tp is dict:
+                values, literals = self._values, self._literals
+                out = {}
+                for k, x in obj.items():
+                    entry = values.get(id(x))
+                    if entry is not None and entry[0] is x:
+                        found.append(entry[1])
+                        out[k] = entry[1]
+                    elif type(x) in literals:
+                        out[k] = x
+                    else:
+                        out[k] = self._lift(x, found)
+                return out
         if isinstance(obj, self._tracked):
             value = self.value_of(obj)
             if value is None:
@@ -181,68 +205,72 @@ class TraceSession:
 
     # ---- calls -----------------------------------------------------------------
     def on_call(self, func, args, kwargs):
-        """Called by the backend's interceptor for every framework call."""
+        """Called by the backend's interceptor for every framework call (the hot path of a
+        trace: one frame, enum members and attributes read once)."""
         if self.closed:
             # a tracer used after the trace (by a generator the function returned, a closure, an
             # object it left behind): computed as eager would, on the arrays, and not recorded
             return self.backend.run_detached(func, args, kwargs)
         try:
-            return self._on_call(func, args, kwargs)
+            # the code making this call (graph.reads), from the frame below the interceptor's: that
+            # one is lazytrace's own code (a backend's or stateful.py's), which reads never watches
+            self.reads.on_call(sys._getframe(2))
+            backend = self.backend
+            kind = backend.classify(func, args, kwargs)
+            if kind is _METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
+                return backend.run(func, args, kwargs)[0]     # covered by the signature key
+            # (a change before a metadata read is seen here, at the next call that is recorded)
+            filters = warnings.filters
+            if filters is not self._filters_seen or len(filters) != self._filter_count:
+                self._filters_changed()
+            if backend.unseen_state() != self._unseen:
+                self._unseen_state_changed()
+            if self.untraceable is not None or kind is _DISPLAY or kind is _ESCAPE:
+                if kind is _ESCAPE:
+                    self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
+                result = backend.run(func, args, kwargs)[0]
+                return self.on_display(result, func, args, kwargs) if kind is _DISPLAY else result
+            inputs: list[Value] = []
+            largs = self._lift(args, inputs)
+            lkwargs = self._lift(kwargs, inputs) if kwargs else {}
+            if kind is _OP and inputs and backend.stores_arguments(func):
+                largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
+            written = self._versions.get
+            versions = [written(v.storage, 0) for v in inputs]
+            if kind is _GENERATOR:
+                rngs = backend.rng_sources(func, args, kwargs)
+                for rng in rngs:
+                    if self._rng.get(id(rng), (rng, None))[1] not in (None, backend.rng_token(rng)):
+                        self.fail(_UNSEEN_RNG)
+                    if id(rng) not in self._rng:
+                        self._new_rngs[id(rng)] = rng       # not passed in: a global, or made inside (add_reads)
+                result, mutated = backend.run(func, args, kwargs)
+                for rng in rngs:
+                    self._rng[id(rng)] = (rng, backend.rng_token(rng))
+            else:
+                result, mutated = backend.run(func, args, kwargs)
+            if kind is _UNKNOWN:
+                if mutated or _contains(result, self._tracked):
+                    kind = _OP
+                else:
+                    kind = _READBACK if inputs else _METADATA
+            if kind is _METADATA:
+                # the shape of a data-dependent result, or of an array not passed in, is not in the key
+                if any(v.dynamic or v.source is _EXTERNAL for v in inputs):
+                    self._guard(func, largs, lkwargs, inputs, versions, result)
+                return result
+            if kind is _READBACK:
+                self._guard(func, largs, lkwargs, inputs, versions, result)
+                return result
+            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs)
+            if kind is _STATE:
+                self._unseen = backend.unseen_state()       # a change this call shows, recorded
+            return result
         except Exception:
             # if the function catches this, what it does next depends on whether the call raised,
             # which a graph cannot check (cholesky of a non-positive-definite input, ...)
             self.fail(f"{_name(func)} raised during the trace and the function went on")
             raise
-
-    def _on_call(self, func, args, kwargs):
-        self.reads.on_call(sys._getframe(2))    # the code making this call (graph.reads)
-        backend = self.backend
-        kind = backend.classify(func, args, kwargs)
-        if kind is CallKind.METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
-            return backend.run(func, args, kwargs)[0]     # covered by the signature key
-        # (a change before a metadata read is seen here, at the next call that is recorded)
-        if warnings.filters is not self._filters_seen or len(warnings.filters) != self._filter_count:
-            self._filters_changed()
-        if backend.unseen_state() != self._unseen:
-            self._unseen_state_changed()
-        if self.untraceable is not None or kind in (CallKind.DISPLAY, CallKind.ESCAPE):
-            if kind is CallKind.ESCAPE:
-                self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
-            result = backend.run(func, args, kwargs)[0]
-            return self.on_display(result, func, args, kwargs) if kind is CallKind.DISPLAY else result
-        inputs: list[Value] = []
-        largs = self._lift(args, inputs)
-        lkwargs = self._lift(kwargs, inputs) if kwargs else {}
-        if kind is CallKind.OP and inputs and backend.stores_arguments(func):
-            largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
-        written = self._versions.get
-        versions = [written(v.storage, 0) for v in inputs]
-        rngs = backend.rng_sources(func, args, kwargs) if kind is CallKind.GENERATOR else ()
-        for rng in rngs:
-            if self._rng.get(id(rng), (rng, None))[1] not in (None, backend.rng_token(rng)):
-                self.fail(_UNSEEN_RNG)
-            if id(rng) not in self._rng:
-                self._new_rngs[id(rng)] = rng       # not passed in: a global, or made inside (add_reads)
-        result, mutated = backend.run(func, args, kwargs)
-        for rng in rngs:
-            self._rng[id(rng)] = (rng, backend.rng_token(rng))
-        if kind is CallKind.UNKNOWN:
-            if mutated or _contains(result, self._tracked):
-                kind = CallKind.OP
-            else:
-                kind = CallKind.READBACK if inputs else CallKind.METADATA
-        if kind is CallKind.METADATA:
-            # the shape of a data-dependent result, or of an array not passed in, is not in the key
-            if any(v.dynamic or v.source is Source.EXTERNAL for v in inputs):
-                self._guard(func, largs, lkwargs, inputs, versions, result)
-            return result
-        if kind is CallKind.READBACK:
-            self._guard(func, largs, lkwargs, inputs, versions, result)
-            return result
-        self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs)
-        if kind is CallKind.STATE:
-            self._unseen = backend.unseen_state()       # a change this call shows, recorded
-        return result
 
     def on_display(self, text, func=None, args=(), kwargs=None):
         """`str(x)`, `repr(x)`, `f"{x}"` of an array (`func(*args)` made `text`): asked by print
@@ -261,13 +289,13 @@ class TraceSession:
     def _guard(self, func, args, kwargs, inputs, versions, result):
         if inputs and all(v.foldable and v.storage not in self._tainted for v in inputs):
             return  # a value read back from constants is itself constant
-        self.nodes.append(Node(len(self.nodes), Kind.GUARD, func, args, kwargs, inputs, versions,
+        self.nodes.append(Node(len(self.nodes), _NODE_GUARD, func, args, kwargs, inputs, versions,
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=(),
                 raw_kwargs=None):
         backend = self.backend
-        if kind is CallKind.OP and raw_args and result is raw_args[0] and \
+        if kind is _OP and raw_args and result is raw_args[0] and \
                 backend.returned_its_input(func, raw_args, result, mutated):
             return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
         data = inputs
@@ -276,7 +304,7 @@ class TraceSession:
             data = list(inputs)
             for arg in metadata:
                 if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
-                    if arg.dynamic or arg.source is Source.EXTERNAL:
+                    if arg.dynamic or arg.source is _EXTERNAL:
                         break
                     data.pop(next(i for i, v in enumerate(data) if v is arg))
         constant_inputs = True
@@ -285,14 +313,14 @@ class TraceSession:
             if not v.foldable or v.storage in tainted:
                 constant_inputs = False
                 break
-        if kind is CallKind.GENERATOR:
+        if kind is _GENERATOR:
             self._saw_generator = True
-            node_kind = Kind.GENERATOR if self.include_generators else Kind.OP
+            node_kind = _NODE_GENERATOR if self.include_generators else _NODE_OP
             foldable = not self.include_generators and not mutated and constant_inputs
-        elif kind is CallKind.STATE:
-            node_kind, foldable = Kind.STATE, False
+        elif kind is _STATE:
+            node_kind, foldable = _NODE_STATE, False
         else:
-            node_kind = Kind.OP
+            node_kind = _NODE_OP
             # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
             foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
         called = func
@@ -308,7 +336,7 @@ class TraceSession:
             value = self.value_of(obj)
             if value is None:
                 continue
-            if value.source is Source.EXTERNAL and not backend.sees_creation:
+            if value.source is _EXTERNAL and not backend.sees_creation:
                 self.fail(f"{_name(func)} writes into an array made by calls lazytrace does not see "
                           f"(e.g. {backend.name} array creation)")
             node.mutated.append(value)
@@ -316,7 +344,7 @@ class TraceSession:
             if not foldable:
                 tainted.add(value.storage)
         # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
-        dynamic = (kind is CallKind.DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
+        dynamic = (kind is _DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
                    or self._unkeyed_metadata and any(v.dynamic for v in inputs))
         self._register_outputs(node, result, foldable, dynamic)
         self.nodes.append(node)
@@ -339,19 +367,21 @@ class TraceSession:
             node.result_structure = "single"
             items = []
         backend = self.backend
+        unwraps = backend.tracer_class is not None
         caller_owned = backend.caller_owned(node.target) if items else False
         for index, obj in items:
             if not isinstance(obj, tracked):
                 continue
             meta, storage, grad = backend.output_facts(obj)
-            value = Value(Source.NODE, node, index, meta=meta, storage=storage, foldable=foldable and not grad)
+            value = Value(_FROM_NODE, node, index, meta, storage, foldable and not grad)
             value.obj = obj if value.foldable else None
             value.dynamic = dynamic
             value.caller_owned = caller_owned
             self._unkeyed_metadata = self._unkeyed_metadata or dynamic
             node.outputs.append(value)
             self._values[id(obj)] = (obj, value)
-            self._made.append((obj, value, backend.write_count(backend.unwrap(obj)), self._versions.get(storage, 0)))
+            self._made.append((obj, value, backend.write_count(backend.unwrap(obj) if unwraps else obj),
+                               self._versions.get(storage, 0)))
 
     # ---- stateful objects --------------------------------------------------------
     def on_setattr(self, obj, name: str, value):
@@ -374,7 +404,7 @@ class TraceSession:
         with self.backend.suspended():
             inputs: list[Value] = []
             args = self._lift((obj, name), inputs)
-            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_attribute, args, {}, inputs,
+            self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_attribute, args, {}, inputs,
                                    [self.version(v) for v in inputs], expected=_Same(MISSING)))
 
     def on_delattr(self, obj, name: str) -> None:
@@ -438,13 +468,13 @@ class TraceSession:
         """`lifted` with each cached constant replaced by a copy made at every call, as eager makes
         a new array each time (the caller may write into what it finds in the attribute)."""
         if isinstance(lifted, Value):
-            if not lifted.foldable or lifted.source is Source.EXTERNAL or lifted.obj is None:
+            if not lifted.foldable or lifted.source is _EXTERNAL or lifted.obj is None:
                 return lifted
             fresh = self.backend.clone(lifted.obj)
             # the attribute now holds the object this trace made; the graph keeps a copy of its own,
             # which the caller cannot write into
             lifted.obj = self.backend.clone(lifted.obj)
-            node = Node(len(self.nodes), Kind.OP, self.backend.clone, (lifted,), {}, [lifted],
+            node = Node(len(self.nodes), _NODE_OP, self.backend.clone, (lifted,), {}, [lifted],
                         [self.version(lifted)])
             self._register_outputs(node, fresh, False, lifted.dynamic)
             self.nodes.append(node)
@@ -462,7 +492,7 @@ class TraceSession:
         """Arrays (computed by the graph, or external ones, the same object as in eager), literals,
         and tuples, lists and dicts of them."""
         if isinstance(lifted, Value):
-            return lifted.source is Source.EXTERNAL or not lifted.foldable
+            return lifted.source is _EXTERNAL or not lifted.foldable
         if type(lifted) in (tuple, list) or isinstance(lifted, tuple) and hasattr(type(lifted), "_fields"):
             return all(self._rebuildable(x) for x in lifted)
         if type(lifted) is dict:
@@ -499,7 +529,7 @@ class TraceSession:
             # with `self` stateful, the attribute set anew): checked (once), before anything runs
             array = self.backend.unwrap(value)
             if self._checked_arrays.setdefault((id(obj), name), array) is array:
-                self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_array_metadata, (*args, self.backend), {},
+                self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_array_metadata, (*args, self.backend), {},
                                        inputs, versions, expected=self.backend.describe(array)))
         else:
             self._note_rng(value, f"a {type(value).__name__} held by attribute {name!r}")
@@ -508,7 +538,7 @@ class TraceSession:
                 self.fail(f"reads attribute {name!r} ({type(value).__name__}) of a stateful object, and "
                           f"lazytrace cannot record what is read from that")
                 return value
-            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_attribute, args, {}, inputs, versions,
+            self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_attribute, args, {}, inputs, versions,
                                    expected=expected))
         return value
 
@@ -529,7 +559,7 @@ class TraceSession:
         with self.backend.suspended():
             inputs: list[Value] = []
             args = self._lift((obj, name), inputs)
-            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_class_attribute, args, {}, inputs,
+            self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_class_attribute, args, {}, inputs,
                                    [self.version(v) for v in inputs], expected=_Same(descriptor)))
 
     def on_instance_dict(self, obj, frame) -> None:
@@ -557,7 +587,7 @@ class TraceSession:
                 self.fail(f"reads the {what} of the __dict__ of a stateful object ({type(obj).__name__}) "
                           f"holding something lazytrace cannot record")
                 return
-            self.nodes.append(Node(len(self.nodes), Kind.GUARD, reader, args, {}, inputs,
+            self.nodes.append(Node(len(self.nodes), _NODE_GUARD, reader, args, {}, inputs,
                                    [self.version(v) for v in inputs], expected=expected))
 
     def _record_callable(self, obj, name, value):
@@ -567,7 +597,7 @@ class TraceSession:
         inputs: list[Value] = []
         args = self._lift((obj, name), inputs)
         expected = _SameMethod(value) if isinstance(value, MethodType) else _Same(value)
-        self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_attribute, args, {}, inputs,
+        self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_attribute, args, {}, inputs,
                                [self.version(v) for v in inputs], expected=expected))
 
     def _snapshot(self, obj, record=True):
@@ -635,12 +665,12 @@ class TraceSession:
             if value is None:
                 value = self.add_stateful(obj)
                 value.meta = what
-            self.nodes.append(Node(len(self.nodes), Kind.GUARD, reader, (value, *rest), {}, [value],
+            self.nodes.append(Node(len(self.nodes), _NODE_GUARD, reader, (value, *rest), {}, [value],
                                    [self.version(value)], expected=expected))
         if reads.environment:           # which variables it reads is not known: all of them
             value = self.value_of(os.environ) or self.add_stateful(os.environ)
             value.meta = "os.environ"
-            self.nodes.append(Node(len(self.nodes), Kind.GUARD, read_environment, (value,), {}, [value],
+            self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_environment, (value,), {}, [value],
                                    [self.version(value)], expected=read_environment(os.environ)))
 
     def _held_arrays(self, reads, reached) -> set | None:
@@ -650,7 +680,7 @@ class TraceSession:
         in the `sampler_dict` of a parameter generator, a submodule: read by torch.distributions'
         code, which records nothing). None if there is too much to look through."""
         held = set(reached)
-        objects = [obj for node in self.nodes if node.kind is Kind.GUARD for obj in reads.held(node.expected)]
+        objects = [obj for node in self.nodes if node.kind is _NODE_GUARD for obj in reads.held(node.expected)]
         objects += self.recorded
         for _ in range(_HELD_DEPTH):
             found = []
@@ -690,7 +720,7 @@ class TraceSession:
             self.fail(_UNSEEN_STATE)
             return
         func, args = change
-        self.nodes.append(Node(len(self.nodes), Kind.STATE, func, args, {}, [], []))
+        self.nodes.append(Node(len(self.nodes), _NODE_STATE, func, args, {}, [], []))
         self._unseen = now
 
     def before_write(self, target):
@@ -702,7 +732,7 @@ class TraceSession:
         if storage in self._saved:
             return
         value = self.value_of(target)
-        if value is not None and value.source is Source.NODE and \
+        if value is not None and value.source is _FROM_NODE and \
                 all(storage != v.storage for v in self.inputs):
             return          # made inside the function: nobody else sees it
         self._saved.add(storage)
@@ -790,7 +820,7 @@ class TraceSession:
                 if value is None:
                     value = self.add_external(obj)
                 real = backend.unwrap(obj)
-                if value.source is Source.EXTERNAL and not backend.sees_creation and id(real) not in reached:
+                if value.source is _EXTERNAL and not backend.sees_creation and id(real) not in reached:
                     value.foldable = True       # made inside by calls lazytrace does not see (np.zeros): a
                                                 # new array at every call in eager, so a copy of the constant
                 if value.foldable:
