@@ -124,6 +124,7 @@ _RAW_BINARY = {"__add__": gen_math_ops.add_v2, "__sub__": gen_math_ops.sub, "__m
 _RAW_NAMES = {gen_math_ops.add_v2: "raw_ops.AddV2", gen_math_ops.sub: "raw_ops.Sub", gen_math_ops.mul: "raw_ops.Mul",
               gen_math_ops.real_div: "raw_ops.RealDiv"}
 _FLOATS = {tf.float16, tf.bfloat16, tf.float32, tf.float64}
+_FLOAT_ENUMS = frozenset(d.as_datatype_enum for d in _FLOATS)
 #: the TensorFlow versions whose operator code was read to justify the raw-op replay; others keep
 #: the operators (correct, ~20-30 us slower each) until someone reads theirs
 RAW_OPERATORS_CHECKED = ("2.21.",)
@@ -247,9 +248,10 @@ def _raw_binary(name, operands):
     if op is None or not _RAW_OK:
         return None
     a, b = operands
-    if type(a) is not EagerTensor or type(b) is not EagerTensor or a.dtype != b.dtype or a.dtype not in _FLOATS:
+    if type(a) is not EagerTensor or type(b) is not EagerTensor:
         return None
-    return op
+    dtype = a._datatype_enum()      # (C; the `dtype` property is Python code)
+    return op if dtype == b._datatype_enum() and dtype in _FLOAT_ENUMS else None
 
 
 def _first_tracer(obj, kwargs=None):
