@@ -332,14 +332,11 @@ class _Dispatcher(dispatch.GlobalOpDispatcher):
         (C++: ~0.5 us on an eager call, measured on tf.exp, tf.reduce_mean); once per API and
         position, which stay registered (the handler only looks at the tracer it is given)."""
         entry = self._typed.get(id(op))
-        if entry is not None and entry[0] is op:
-            known = entry[1]
-        elif not self._typed_ok(op) or _TYPED_CHECKER is None:
-            self._typed[id(op)] = (op, None)
-            return
-        else:
-            known = set()
-            self._typed[id(op)] = (op, known)
+        if entry is None or entry[0] is not op:
+            typed_ok = _TYPED_CHECKER is not None and self._typed_ok(op) and \
+                getattr(op, dispatch.TYPE_BASED_DISPATCH_ATTR, None) is not None
+            entry = self._typed[id(op)] = (op, set() if typed_ok else None)
+        known = entry[1]
         if known is None:
             return
         positions = [i for i, a in enumerate(args) if type(a) is TfTracer and i not in known]
@@ -347,14 +344,18 @@ class _Dispatcher(dispatch.GlobalOpDispatcher):
             names = _argument_names(op)
             positions += [names.index(k) for k, a in kwargs.items()
                           if type(a) is TfTracer and k in names and names.index(k) not in known]
-        dispatcher = getattr(op, dispatch.TYPE_BASED_DISPATCH_ATTR, None)
-        if not positions or dispatcher is None:
+        if not positions:
             return
+        dispatcher = getattr(op, dispatch.TYPE_BASED_DISPATCH_ATTR)
 
         def typed(*args, **kwargs):
             return self._record(op, _first_tracer(args, kwargs), args, kwargs)
         for i in positions:
-            dispatcher.Register(_api_dispatcher.PySignatureChecker([(i, _TYPED_CHECKER)]), typed)
+            try:
+                dispatcher.Register(_api_dispatcher.PySignatureChecker([(i, _TYPED_CHECKER)]), typed)
+            except (TypeError, ValueError):     # another TensorFlow's dispatcher: the fallback only
+                self._typed[id(op)] = (op, None)
+                return
             known.add(i)
 
 
