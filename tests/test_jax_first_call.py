@@ -1,0 +1,37 @@
+"""JAX calls whose arrays come only by keyword, or inside containers, under a trace (backends/jax.py
+`run`: flat positional arguments take a one-pass path, the rest the general one)."""
+import numpy as np
+import pytest
+
+import lazytrace
+
+jax = pytest.importorskip("jax", reason="jax is not installed (pip install -e '.[jax]')")
+jnp = jax.numpy
+
+
+@jax.jit
+def _scaled(x, *, scale):
+    return x * scale
+
+
+@jax.jit
+def _pair_sum(pair):
+    return pair[0] + pair[1]
+
+
+def _data(seed):
+    return jnp.asarray(np.random.default_rng(seed).random((3, 4), dtype=np.float32))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a: _scaled(x=jnp.sin(a), scale=2.0),                 # the only array by keyword
+    lambda a: _scaled(jnp.sin(a), scale=a),                     # arrays positional and by keyword
+    lambda a: _pair_sum((a, jnp.cos(a))),                       # arrays inside a tuple
+    lambda a: jnp.sum(jnp.stack([a, a * 2.0]), axis=0, keepdims=False),   # a list of arrays
+])
+def test_arrays_by_keyword_or_in_containers_replay_on_new_inputs(fn):
+    lazy = lazytrace.trace_graph(fn)
+    assert np.array_equal(lazy(_data(0)), fn(_data(0)))
+    new = _data(1)
+    assert np.array_equal(lazy(new), fn(new))
+    assert lazy.stats.hits == 1 and lazy.stats.traces == 1 and lazy.stats.eager == 0
