@@ -145,9 +145,6 @@ class _ClassmethodScaled:
         return x * self.factor()
 
 
-@pytest.mark.xfail(strict=True, reason="a class value read by a classmethod or staticmethod called through self "
-                                       "that makes no framework call (cls.scale) is read by code no stack shows "
-                                       "and is not a global read of the traced code: it is baked")
 def test_a_class_value_read_by_a_classmethod_called_through_self_is_checked():
     obj = _ClassmethodScaled()
     call = trace_graph(obj)
@@ -158,6 +155,51 @@ def test_a_class_value_read_by_a_classmethod_called_through_self_is_checked():
             assert torch.equal(call(x), x * scale)
     finally:
         _ClassmethodScaled.scale = 2.0
+
+
+class _ClassmethodScaledChild(_ClassmethodScaled):
+    pass
+
+
+def test_a_class_value_set_on_a_subclass_later_is_seen_through_the_classmethod():
+    obj = _ClassmethodScaledChild()
+    call = trace_graph(obj)
+    try:
+        x = torch.rand(3)
+        assert torch.equal(call(x), x * 2.0)
+        _ClassmethodScaledChild.scale = 7.0         # hides the base's value from now on
+        x = torch.rand(3)
+        assert torch.equal(call(x), x * 7.0)
+    finally:
+        if "scale" in vars(_ClassmethodScaledChild):
+            del _ClassmethodScaledChild.scale
+
+
+_STATIC_GAIN = 2.0
+
+
+class _StaticGained:
+    @staticmethod
+    def gain():                     # no framework call: a global read by code no stack shows
+        return _STATIC_GAIN
+
+    def __call__(self, x):
+        return x * self.gain()
+
+
+def test_a_global_read_by_a_staticmethod_called_through_self_is_checked():
+    global _STATIC_GAIN
+    obj = _StaticGained()
+    call = trace_graph(obj)
+    try:
+        for gain in (2.0, 2.0, 4.0, 4.0):
+            _STATIC_GAIN = gain
+            x = torch.rand(3)
+            assert torch.equal(call(x), x * gain)
+        assert call.stats.traces == 2 and call.stats.hits == 2
+    finally:
+        _STATIC_GAIN = 2.0
+
 
 def test_a_models_bound_forward_sees_eval():
     model = torch.nn.Sequential(torch.nn.Dropout(0.5))

@@ -429,6 +429,19 @@ def _flat(values):
             yield value
 
 
+def _first_argument_attributes(code) -> set:
+    """The attributes code reads directly on its first argument (`cls.scale` in a classmethod)."""
+    if not code.co_argcount:
+        return set()
+    first, names, previous = code.co_varnames[0], set(), None
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD") and previous is not None and \
+                previous.opname == "LOAD_FAST" and previous.argval == first:
+            names.add(instruction.argval)
+        previous = instruction
+    return names
+
+
 def _is_code(value) -> bool:
     """Functions, classes, modules and decorated callables (lru_cache wrappers, LazyGraphs)."""
     return isinstance(value, _CODE_TYPES) or callable(value) and hasattr(value, "__wrapped__")
@@ -755,6 +768,19 @@ class PythonReads:
             self._partial(value, depth)     # `SCALED = partial(f, scale=2.0)`: its keywords change in place
         elif depth < _CALLS and (type(value) is types.FunctionType or _followable(value)):
             self._function(value, depth + 1)
+
+    def class_method(self, descriptor, cls):
+        """A classmethod or staticmethod of `cls` reached through an object the trace records
+        (`self.factor()`): it runs as the object's code, but no stack shows it where it makes no
+        framework call. Its globals are walked like those of a function called by name, and a
+        classmethod's reads of its class (`cls.scale`) are checked like `Config.scale`."""
+        fn = getattr(descriptor, "__func__", None)
+        if not isinstance(fn, types.FunctionType):
+            return
+        self._function(fn, 1)
+        if isinstance(descriptor, classmethod):
+            for name in _first_argument_attributes(fn.__code__):
+                self._class_attribute(cls, name, 1)
 
     def _class_attribute(self, cls, name, depth):
         """`Config.SCALE`: checked in the namespace of each class of the MRO down to the one that

@@ -29,7 +29,7 @@ from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import MISSING, READERS, UNWATCHED, PythonReads, read_environment, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
 from .stateful import (SessionProxy, StatefulProxy, dict_key_read, read_attribute, read_class_attribute,
-                       read_instance_dict, read_instance_item, recording_class)
+                       read_instance_dict, read_instance_item, own_class, recording_class)
 
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
     "lazytrace_active_session", default=None)
@@ -561,6 +561,8 @@ class TraceSession:
             args = self._lift((obj, name), inputs)
             self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_class_attribute, args, {}, inputs,
                                    [self.version(v) for v in inputs], expected=_Same(descriptor)))
+        if isinstance(descriptor, (classmethod, staticmethod)):
+            self.reads.class_method(descriptor, own_class(obj))
 
     def on_instance_dict(self, obj, frame) -> None:
         """The code at `frame` read the __dict__ of a stateful object (`vars(obj).get("k", 0)`,
