@@ -59,6 +59,11 @@ class Backend:
     #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
     knows_dynamic_shapes: bool = True
 
+    #: exceptions the framework's own hooks raise through a call to stop it (torch.utils.checkpoint
+    #: ends a recomputation so): a graph raising one passes it on, as the function would, rather
+    #: than running the function again to let it decide
+    control_flow_exceptions: tuple = ()
+
     #: whether this framework's arrays can be written in place (to=: a write into a converted
     #: argument is carried back to the caller's array)
     writable_arrays: bool = True
@@ -66,6 +71,11 @@ class Backend:
     #: attributes of framework objects that their own machinery reads (torch.nn.Module's hook and
     #: parameter dicts): never recorded on stateful objects, lazytrace handles their content otherwise
     bookkeeping_attributes: frozenset = frozenset()
+
+    def trace_refused(self) -> str | None:
+        """Why a call must not be traced now, if it must not: it runs eagerly and nothing is cached
+        (a later call may trace)."""
+        return None
 
     def bind(self, obj):
         """For a framework object with its own tracing rules (torch.nn.Module):

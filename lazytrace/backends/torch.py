@@ -29,11 +29,13 @@ from types import BuiltinFunctionType, FunctionType, ModuleType
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
+import torch.utils.checkpoint
 from torch import Tensor
+from torch.nn.parameter import UninitializedTensorMixin as _Uninitialized
 from torch.overrides import TorchFunctionMode
 
 from ..graph.ir import Source, Value
-from ..graph.signature import _value_key
+from ..graph.signature import Unkeyable, _value_key
 from .base import Backend, CallKind, operator_syntax
 from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering
 
@@ -280,6 +282,7 @@ class TorchBackend(Backend):
     static_types = (torch.dtype, torch.device, torch.layout, torch.memory_format)
     live_types = (torch.Generator,)
     sees_every_array = True
+    control_flow_exceptions = tuple(filter(None, [getattr(torch.utils.checkpoint, "_StopRecomputationError", None)]))
 
     def __init__(self):
         self._scalars: dict = {}
@@ -319,6 +322,14 @@ class TorchBackend(Backend):
         # every submodule's plain attributes (`self.p`, kornia's `self._params`) are read and written
         # by forward: recorded like stateful objects (reads guarded, writes replayed)
         return forward, ModuleLiveInputs(obj), install, tuple(obj.modules())
+
+    def trace_refused(self):
+        # torch.utils.checkpoint's recomputation must save the tensors this call saves: a trace
+        # runs the function's own calls, a graph's replay (the recomputation) other ones
+        if torch.is_grad_enabled() and torch._C._autograd._top_saved_tensors_default_hooks(True) is not None:
+            return ("saved-tensor hooks are active (torch.utils.checkpoint): a recomputation must save what this "
+                    "call saved, and a graph's calls are not the function's; a call outside them traces")
+        return None
 
     def reached_model(self, obj):
         if not isinstance(obj, torch.nn.Module):
@@ -521,6 +532,8 @@ class TorchBackend(Backend):
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
         if info.setter:
             return func(*args, **kwargs), tensors[:1]
+        if any(isinstance(t, _Uninitialized) for t in tensors):
+            return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
         if len(tensors) == 1 and not tensors[0].is_inference():    # the common case, without the lists
             t = tensors[0]
             before = t._version
@@ -1062,9 +1075,17 @@ class ModuleLiveInputs:
             tensors = tuple(_members(modules, "_parameters")) + tuple(_members(modules, "_buffers"))
         hooks = tuple([tuple(d) for m in modules for d in (m._forward_pre_hooks, m._forward_hooks,
                                                            m._backward_pre_hooks, m._backward_hooks) if d])
+        try:
+            described = tuple([TorchBackend.describe(t) for t in tensors])
+        except RuntimeError:
+            if any(isinstance(t, _Uninitialized) for t in tensors):
+                raise Unkeyable("the module has an uninitialized parameter or buffer (a lazy module such as "
+                                "nn.LazyLinear before its first call materializes it)") from None
+            raise
         # the submodules themselves (by identity): a graph replays what the ones it saw did, so a
-        # submodule replaced after the trace (`aug._param_generator = ...`) is a new signature
-        key = (modules, tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors), hooks)
+        # submodule replaced after the trace (`aug._param_generator = ...`) is a new signature; the
+        # module's class, whose forward ModuleForward calls (`model.__class__ = Other` after the trace)
+        key = (modules, tuple(m.training for m in modules), described, hooks, type(module))
         return key, tensors
 
     def shareable(self):
@@ -1116,7 +1137,7 @@ class ModuleLiveInputs:
     def describe(self, key) -> dict[str, str]:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
-        _, training, tensors, _ = key
+        _, training, tensors, _, _ = key
         named, walked = _named_modules(module)
         out = {f"self{'.' if n else ''}{n}.training": repr(t) for (n, _), t in zip(named, training)}
         names = [n for n, _ in _named_tensors(module, named, walked)]

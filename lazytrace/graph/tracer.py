@@ -43,6 +43,7 @@ class TraceSession:
         self.nodes: list[Node] = []
         self.inputs: list[Value] = []
         self.untraceable: str | None = None
+        self.untraceable_transient = False
         self.closed = False         # the function returned: its tracers now compute as their arrays
         self._values: dict[int, tuple[Any, Value]] = {}
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
@@ -209,8 +210,17 @@ class TraceSession:
             result = backend.run(func, args, kwargs)[0]
             return self.on_display(result, func, args, kwargs) if kind is CallKind.DISPLAY else result
         inputs: list[Value] = []
-        largs = self._lift(args, inputs)
-        lkwargs = self._lift(kwargs, inputs) if kwargs else {}
+        try:
+            largs = self._lift(args, inputs)
+            lkwargs = self._lift(kwargs, inputs) if kwargs else {}
+        except Exception as exc:
+            # an array lazytrace cannot describe (a lazy module's uninitialized parameter, which
+            # this call may be materializing): the call runs as in eager code, and the next call
+            # of the signature traces again
+            detail = str(exc).split(". ")[0].splitlines()[0] if str(exc) else ""
+            self.fail(f"{_name(func)} was passed an array lazytrace cannot describe ({type(exc).__name__}: "
+                      f"{detail})", transient=True)
+            return backend.run(func, args, kwargs)[0]
         if kind is CallKind.OP and inputs and backend.stores_arguments(func):
             largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
         written = self._versions.get
@@ -744,9 +754,12 @@ class TraceSession:
                 self.fail("an array made inside was written by a call lazytrace does not see (e.g. set_)")
                 return
 
-    def fail(self, reason: str):
+    def fail(self, reason: str, transient: bool = False):
+        """This signature runs eagerly; `transient`: its next call may trace (what stopped this
+        trace changes with the call itself)."""
         if self.untraceable is None:
             self.untraceable = reason
+            self.untraceable_transient = transient
 
     # ---- running ---------------------------------------------------------------
     @contextmanager
@@ -1090,7 +1103,8 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     plan.constant_state = backend.constant_state(plan)
     plan.modules = tuple(sorted(session.reads.modules))
     if plan.untraceable:
-        return NotTraceable(plan.untraceable), real
+        return NotTraceable(plan.untraceable, transient=session.untraceable_transient and
+                            plan.untraceable == session.untraceable), real
     if session.changed_reads:
         return NotTraceable(session.changed_reads, transient=True), real
 

@@ -1,0 +1,99 @@
+"""Red team 9: a user's training loop and module code (lazy modules, a traced model's class
+swapped, activation checkpointing of a traced function), compared with eager on new inputs."""
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import lazytrace
+
+
+def _rand(*shape, seed, **kwargs):
+    return torch.rand(*shape, generator=torch.Generator().manual_seed(seed), **kwargs)
+
+
+def _lazy_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.LazyLinear(3), nn.ReLU(), nn.LazyLinear(2))
+
+
+def test_a_traced_model_with_lazy_modules_runs_its_first_call_eagerly_then_traces():
+    plain, model = _lazy_model(), _lazy_model()
+    lazytrace.trace_graph(model)
+    for seed in range(4):
+        x = _rand(2, 4, seed=seed)
+        torch.manual_seed(seed)
+        expected, state = plain(x), torch.get_rng_state()
+        torch.manual_seed(seed)
+        assert torch.equal(model(x), expected)          # (the first call materializes the parameters)
+        assert torch.equal(torch.get_rng_state(), state)
+    stats = model.forward.stats
+    assert stats.eager == 1 and "uninitialized parameter" in next(iter(stats.reasons))
+    assert stats.traces == 1 and stats.hits == 2
+
+
+def test_a_function_calling_a_lazy_module_runs_eagerly_while_it_materializes_then_traces():
+    plain, held = _lazy_model(), _lazy_model()
+    step = lazytrace.trace_graph(lambda x: held(x) * 2)
+    for seed in range(4):
+        x = _rand(2, 4, seed=seed)
+        torch.manual_seed(seed)
+        expected = plain(x) * 2
+        torch.manual_seed(seed)
+        assert torch.equal(step(x), expected)
+    assert step.stats.eager == 1 and "cannot describe" in next(iter(step.stats.reasons))
+    assert step.stats.traces == 2 and step.stats.hits == 2     # traced again once materialized
+
+
+class _Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+class _Other(_Model):
+    def forward(self, x):
+        return self.lin(x) - 1
+
+
+def test_a_traced_model_whose_class_is_swapped_runs_the_new_class_forward():
+    torch.manual_seed(0)
+    model, plain = _Model(), _Model()
+    plain.load_state_dict(model.state_dict())
+    lazytrace.trace_graph(model)
+    for seed in range(2):
+        assert torch.equal(model(_rand(2, 4, seed=seed)), plain(_rand(2, 4, seed=seed)))
+    model.__class__ = plain.__class__ = _Other
+    for seed in range(2, 5):
+        x = _rand(2, 4, seed=seed)
+        assert torch.equal(model(x), plain(x))
+    assert model.forward.stats.traces == 2
+
+
+@pytest.mark.parametrize("module", [False, True])
+def test_non_reentrant_checkpoint_of_a_traced_function_recomputes_and_gives_eager_gradients(module):
+    torch.manual_seed(0)
+    if module:
+        fn, traced = nn.Sequential(nn.Linear(4, 5), nn.Tanh()), nn.Sequential(nn.Linear(4, 5), nn.Tanh())
+        traced.load_state_dict(fn.state_dict())
+        lazytrace.trace_graph(traced)
+    else:
+        def fn(x):
+            return (x * 3).sin() @ torch.ones(4, 5)
+        traced = lazytrace.trace_graph(fn)
+    for seed in range(5):
+        if seed == 2:           # a call outside checkpoint traces; the calls under it then replay
+            assert torch.equal(traced(_rand(3, 4, seed=9, requires_grad=True)), fn(_rand(3, 4, seed=9)))
+        x = _rand(3, 4, seed=seed, requires_grad=True)
+        x2 = x.detach().clone().requires_grad_()
+        y = checkpoint(fn, x, use_reentrant=False).pow(2).sum()
+        y2 = checkpoint(traced, x2, use_reentrant=False).pow(2).sum()
+        y.backward()
+        y2.backward()       # recomputed: it must save what the forward saved; it stops by raising
+        assert torch.equal(y, y2) and torch.equal(x.grad, x2.grad)
+    stats = traced.stats if not module else traced.forward.stats
+    assert stats.traces == 1 and stats.eager == 4 and stats.hits >= 3      # (a recomputation may stop early)
+    assert "saved-tensor hooks" in next(iter(stats.reasons))
