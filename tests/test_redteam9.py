@@ -97,3 +97,31 @@ def test_non_reentrant_checkpoint_of_a_traced_function_recomputes_and_gives_eage
     stats = traced.stats if not module else traced.forward.stats
     assert stats.traces == 1 and stats.eager == 4 and stats.hits >= 3      # (a recomputation may stop early)
     assert "saved-tensor hooks" in next(iter(stats.reasons))
+
+
+def test_a_framework_alias_given_as_to_names_the_same_backend():
+    np = pytest.importorskip("numpy")
+    for alias, array in (("pytorch", torch.ones(2)), ("np", np.ones(2))):
+        double = lazytrace.trace_graph(lambda x: x * 2, to=alias)
+        for value in (1.0, 2.0, 3.0):
+            out = double(np.full(2, value) if alias == "pytorch" else torch.full((2,), value))
+            assert type(out) is type(array) and (out == 2 * value).all()
+        assert double.stats.eager == 0 and double.stats.traces == 1 and double.stats.hits == 2
+
+
+def test_what_a_converted_function_wrote_before_raising_reaches_the_callers_array():
+    pytest.importorskip("numpy")
+
+    def bump_then_fail(x):
+        x += 1
+        raise ValueError("checked after the update")
+    traced = lazytrace.trace_graph(bump_then_fail, to="numpy")
+    for calls in range(1, 4):
+        t = torch.zeros(3)
+        with pytest.raises(ValueError, match="checked after the update"):
+            traced(t)
+        assert torch.equal(t, torch.ones(3))           # as bump_then_fail(t.numpy()) leaves it
+    frozen = torch.zeros(3, requires_grad=True)
+    with pytest.raises(ValueError, match="checked after the update") as info:   # the function's own error
+        traced(frozen)
+    assert "requires grad" in "".join(getattr(info.value, "__notes__", []))
