@@ -125,3 +125,58 @@ def test_what_a_converted_function_wrote_before_raising_reaches_the_callers_arra
     with pytest.raises(ValueError, match="checked after the update") as info:   # the function's own error
         traced(frozen)
     assert "requires grad" in "".join(getattr(info.value, "__notes__", []))
+
+
+class _Scale(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        self.s = s
+
+    def forward(self, x):
+        return x * self.s
+
+    def __eq__(self, other):            # equal by configuration class, as some user modules define it
+        return type(other) is type(self)
+
+    __hash__ = nn.Module.__hash__
+
+
+class _Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.scale = nn.Linear(4, 3), _Scale(2.0)
+
+    def forward(self, x):
+        return self.scale(self.lin(x))
+
+
+class _Helped(nn.Module):
+    """A module held in a plain list attribute: not registered, reached through the attribute."""
+
+    def __init__(self):
+        super().__init__()
+        self.helpers = [nn.Linear(4, 3)]
+
+    def forward(self, x):
+        return self.helpers[0](x)
+
+
+@pytest.mark.parametrize("make, change", [
+    (_Scaled, lambda m: setattr(m, "scale", _Scale(5.0))),       # an equal (by __eq__) other submodule
+    (_Helped, lambda m: setattr(m.helpers[0], "weight", nn.Parameter(torch.ones(3, 4)))),
+    (_Helped, lambda m: m.helpers[0].register_forward_hook(lambda mod, args, out: out * 3)),
+])
+def test_a_submodule_or_held_module_changed_after_the_trace_is_seen(make, change):
+    torch.manual_seed(0)
+    model = make()
+    torch.manual_seed(0)
+    plain = make()
+    lazytrace.trace_graph(model)
+    for seed in range(2):
+        assert torch.equal(model(_rand(2, 4, seed=seed)), plain(_rand(2, 4, seed=seed)))
+    change(model)
+    change(plain)
+    for seed in range(2, 5):
+        x = _rand(2, 4, seed=seed)
+        assert torch.equal(model(x), plain(x))
+    assert model.forward.stats.traces == 2 and model.forward.stats.eager == 0

@@ -1083,9 +1083,12 @@ class ModuleLiveInputs:
                                 "nn.LazyLinear before its first call materializes it)") from None
             raise
         # the submodules themselves (by identity): a graph replays what the ones it saw did, so a
-        # submodule replaced after the trace (`aug._param_generator = ...`) is a new signature; the
-        # module's class, whose forward ModuleForward calls (`model.__class__ = Other` after the trace)
-        key = (modules, tuple(m.training for m in modules), described, hooks, type(module))
+        # submodule replaced after the trace (`aug._param_generator = ...`) is a new signature (their
+        # ids first: a class's __eq__ may call another object equal; the key holds the modules, so
+        # their ids are not reused while it is cached); the module's class, whose forward
+        # ModuleForward calls (`model.__class__ = Other` after the trace)
+        key = (tuple([id(m) for m in modules]), modules, tuple([m.training for m in modules]), described, hooks,
+               type(module))
         return key, tensors
 
     def shareable(self):
@@ -1137,7 +1140,7 @@ class ModuleLiveInputs:
     def describe(self, key) -> dict[str, str]:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
-        _, training, tensors, _, _ = key
+        _, _, training, tensors, _, _ = key
         named, walked = _named_modules(module)
         out = {f"self{'.' if n else ''}{n}.training": repr(t) for (n, _), t in zip(named, training)}
         names = [n for n, _ in _named_tensors(module, named, walked)]

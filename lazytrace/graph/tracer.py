@@ -605,8 +605,10 @@ class TraceSession:
             return _Same(obj)       # an array in a container: used live, checked by identity
         return _NOTHING
 
-    def _record_object(self, obj) -> bool:
-        """Make an object read from a stateful one stateful too, for the rest of the trace."""
+    def _record_object(self, obj, model=True) -> bool:
+        """Make an object read from a stateful one stateful too, for the rest of the trace; a
+        model (one held in a list attribute, not registered as a submodule) as a global model is:
+        its submodules too, and its parameters, buffers, submodules and hooks checked by identity."""
         if self.stateful_stack is None or isinstance(obj, self._tracked) or type(obj) in (set, frozenset):
             return False
         try:
@@ -615,6 +617,12 @@ class TraceSession:
             return False
         self.recorded.append(obj)
         self.add_stateful(obj)
+        if model:
+            objects, structure = self.backend.reached_model(obj)
+            for part in objects:
+                if self.value_of(part) is None:
+                    self._record_object(part, model=False)
+            self.reads.note_structure(structure)
         return True
 
     def add_reads(self, reads: PythonReads):
