@@ -180,3 +180,19 @@ def test_a_submodule_or_held_module_changed_after_the_trace_is_seen(make, change
         x = _rand(2, 4, seed=seed)
         assert torch.equal(model(x), plain(x))
     assert model.forward.stats.traces == 2 and model.forward.stats.eager == 0
+
+
+@pytest.mark.parametrize("wrap", [lambda v: v, lambda v: (v, 1.0)], ids=["scalar", "in a tuple"])
+def test_static_numpy_scalars_are_keyed_with_their_zero_sign_and_nan(wrap):
+    np = pytest.importorskip("numpy")
+
+    def inverse(x, cfg):
+        s = cfg[0] if isinstance(cfg, tuple) else cfg
+        return x * 0 + 1 / torch.tensor(float(s))
+    traced = lazytrace.trace_graph(inverse, static_argnums=1)
+    values = [np.float32(-0.0), np.float32(0.0), np.float32(-0.0), np.float64("nan"), np.float64("nan"),
+              np.float32(0.0)]
+    for seed, value in enumerate(values):
+        x = _rand(3, seed=seed)
+        assert torch.allclose(traced(x, wrap(value)), inverse(x, wrap(value)), equal_nan=True)
+    assert traced.stats.traces == 3 and traced.stats.hits == 3
