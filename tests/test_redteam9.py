@@ -196,3 +196,40 @@ def test_static_numpy_scalars_are_keyed_with_their_zero_sign_and_nan(wrap):
         x = _rand(3, seed=seed)
         assert torch.allclose(traced(x, wrap(value)), inverse(x, wrap(value)), equal_nan=True)
     assert traced.stats.traces == 3 and traced.stats.hits == 3
+
+
+_GATE = {}
+
+
+class _Gated(nn.Module):
+    """Its trace waits until the test lets it go (replays run no Python of forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        _GATE["entered"].release()
+        _GATE["release"].wait(10)
+        return self.lin(x)
+
+
+def test_a_call_in_another_thread_while_a_model_traces_waits_for_that_trace():
+    import threading
+    _GATE.update(entered=threading.Semaphore(0), release=threading.Event())
+    torch.manual_seed(0)
+    model = _Gated()
+    lazytrace.trace_graph(model)
+    x = _rand(2, 4, seed=0)
+    results = []
+    first = threading.Thread(target=lambda: results.append(model(x)))
+    first.start()
+    assert _GATE["entered"].acquire(timeout=10)        # the trace runs (the module's class is a recorder now)
+    second = threading.Thread(target=lambda: results.append(model(x)))
+    second.start()
+    traced_twice = _GATE["entered"].acquire(timeout=1)   # a second trace would enter forward too
+    _GATE["release"].set()
+    first.join(10)
+    second.join(10)
+    assert not traced_twice and model.forward.stats.traces == 1
+    assert len(results) == 2 and all(torch.equal(r, model.lin(x)) for r in results)

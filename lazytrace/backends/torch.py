@@ -36,6 +36,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..graph.ir import Source, Value
 from ..graph.signature import Unkeyable, _value_key
+from ..graph.stateful import own_class
 from .base import Backend, CallKind, operator_syntax
 from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering
 
@@ -1088,7 +1089,7 @@ class ModuleLiveInputs:
         # their ids are not reused while it is cached); the module's class, whose forward
         # ModuleForward calls (`model.__class__ = Other` after the trace)
         key = (tuple([id(m) for m in modules]), modules, tuple([m.training for m in modules]), described, hooks,
-               type(module))
+               own_class(module))
         return key, tensors
 
     def shareable(self):

@@ -191,6 +191,12 @@ def recording_class(obj, session, active):
                 object.__setattr__(obj, "__class__", recorder.__base__)  # bypasses the recorder's __setattr__
 
 
+def own_class(obj) -> type:
+    """The class of `obj`, not the recording subclass a trace (maybe in another thread) gave it."""
+    cls = type(obj)
+    return cls.__base__ if "_lazytrace_sessions" in vars(cls) else cls
+
+
 def _class_data(cls, name) -> bool:
     """Whether `name` is a plain value held by a class of `cls`'s MRO (`scale = 2.0` read as
     `self.scale`), not a method or other descriptor, nor an attribute of the framework's, the
