@@ -273,3 +273,56 @@ def test_parametrize_cache_is_read_as_eager_reads_it():
                 model.parametrizations.weight.original.add_(1)
             x = _rand(2, 4, seed=seed)
             assert torch.equal(model(x), plain(x))
+
+
+class _AutocastNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.out = nn.Linear(8, 8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.lin(x)
+        return self.out(y.float().relu())
+
+
+def test_autocast_inside_forward_sees_the_parameters_an_optimizer_step_changed():
+    """autocast caches the casts of parameters until its outermost block ends; a graph replaying
+    the block must drop them as eager does, or the next call computes with the old weights."""
+    losses, weights = [], []
+    for traced in (False, True):
+        torch.manual_seed(0)
+        net = _AutocastNet()
+        if traced:
+            lazytrace.trace_graph(net)
+        opt = torch.optim.SGD(net.parameters(), lr=0.5)
+        run = []
+        for step in range(5):
+            x, y = _rand(4, 8, seed=step), torch.arange(4) % 2
+            loss = nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            run.append(loss.detach())
+        losses.append(torch.stack(run))
+        weights.append(net.lin.weight.detach().clone())
+        stats = net.forward.stats if traced else None
+    assert torch.equal(losses[0], losses[1]) and torch.equal(weights[0], weights[1])
+    assert stats.hits == 4 and stats.eager == 0
+
+
+def test_autocast_in_a_function_sees_a_global_weight_updated_in_place():
+    torch.manual_seed(0)
+    weight = torch.randn(4, 4, requires_grad=True)
+
+    def project(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return x @ weight
+    traced = lazytrace.trace_graph(project)
+    for step in range(4):
+        with torch.no_grad():
+            weight.add_(1.0)
+        x = _rand(2, 4, seed=step)
+        out = traced(x)             # (an eager call in between would drop autocast's cache itself)
+        assert torch.equal(out, x.bfloat16() @ weight.bfloat16())
+    assert traced.stats.hits == 3

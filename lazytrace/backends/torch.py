@@ -190,6 +190,12 @@ def _set_autocast(state) -> None:
         if device in enabled:
             torch.set_autocast_dtype(device, enabled[device])
         torch.set_autocast_enabled(device, device in enabled)
+    if not enabled:
+        # as leaving the outermost `with torch.autocast` does: the casts of parameters autocast
+        # cached are dropped (an optimizer step changes the parameters before the next call)
+        torch.autocast_increment_nesting()
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
 
 
 def _func_name(func) -> str:
