@@ -29,6 +29,7 @@ from types import BuiltinFunctionType, FunctionType, ModuleType
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
+import torch.nn.utils.parametrize as _parametrize
 import torch.utils.checkpoint
 from torch import Tensor
 from torch.nn.parameter import UninitializedTensorMixin as _Uninitialized
@@ -336,6 +337,9 @@ class TorchBackend(Backend):
         if torch.is_grad_enabled() and torch._C._autograd._top_saved_tensors_default_hooks(True) is not None:
             return ("saved-tensor hooks are active (torch.utils.checkpoint): a recomputation must save what this "
                     "call saved, and a graph's calls are not the function's; a call outside them traces")
+        if _parametrize._cache_enabled:     # (a module global of torch's own code, which no trace watches)
+            return ("inside torch.nn.utils.parametrize.cached(): parametrized weights come from its cache, which "
+                    "a graph would not read")
         return None
 
     def reached_model(self, obj):
