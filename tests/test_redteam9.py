@@ -161,12 +161,12 @@ class _Helped(nn.Module):
         return self.helpers[0](x)
 
 
-@pytest.mark.parametrize("make, change", [
-    (_Scaled, lambda m: setattr(m, "scale", _Scale(5.0))),       # an equal (by __eq__) other submodule
-    (_Helped, lambda m: setattr(m.helpers[0], "weight", nn.Parameter(torch.ones(3, 4)))),
-    (_Helped, lambda m: m.helpers[0].register_forward_hook(lambda mod, args, out: out * 3)),
+@pytest.mark.parametrize("make, change, eager", [
+    (_Scaled, lambda m: setattr(m, "scale", _Scale(5.0)), 0),       # an equal (by __eq__) other submodule
+    (_Helped, lambda m: setattr(m.helpers[0], "weight", nn.Parameter(torch.ones(3, 4))), 0),
+    (_Helped, lambda m: m.helpers[0].register_forward_hook(lambda mod, args, out: out * 3), 3),  # a hook: eager
 ])
-def test_a_submodule_or_held_module_changed_after_the_trace_is_seen(make, change):
+def test_a_submodule_or_held_module_changed_after_the_trace_is_seen(make, change, eager):
     torch.manual_seed(0)
     model = make()
     torch.manual_seed(0)
@@ -179,7 +179,7 @@ def test_a_submodule_or_held_module_changed_after_the_trace_is_seen(make, change
     for seed in range(2, 5):
         x = _rand(2, 4, seed=seed)
         assert torch.equal(model(x), plain(x))
-    assert model.forward.stats.traces == 2 and model.forward.stats.eager == 0
+    assert model.forward.stats.traces == 2 and model.forward.stats.eager == eager
 
 
 @pytest.mark.parametrize("wrap", [lambda v: v, lambda v: (v, 1.0)], ids=["scalar", "in a tuple"])
@@ -361,3 +361,32 @@ def test_torch_compile_of_a_traced_module():
     for seed in range(2):
         x = _rand(2, 4, seed=seed)
         assert torch.equal(compiled(x), plain(x))
+
+
+@pytest.mark.parametrize("reached", ["traced model", "global model"])
+def test_activations_a_forward_hook_stores_are_those_of_each_call(reached):
+    """Feature extraction: a hook on a submodule stores its output at every call (a graph would
+    leave the first call's there): such a model runs eagerly, with the reason."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    stored = {}
+    model[0].register_forward_hook(lambda module, args, out: stored.__setitem__("features", out.detach()))
+    if reached == "traced model":
+        call = lazytrace.trace_graph(model)
+        stats = model.forward.stats
+    else:
+        _MODELS["net"] = model
+        call = lazytrace.trace_graph(_through_global)
+        stats = call.stats
+    for seed in range(4):
+        x = _rand(1, 4, seed=seed)
+        call(x)
+        assert torch.equal(stored["features"], model[0](x))
+    assert stats.hits == 0 and "module hook" in next(iter(stats.reasons))
+
+
+_MODELS = {}
+
+
+def _through_global(x):
+    return _MODELS["net"](x) * 2

@@ -90,6 +90,12 @@ class Backend:
         ((), ()) for other objects."""
         return (), ()
 
+    def model_refused(self, modules) -> str | None:
+        """Why calls of these framework models (a model and its submodules) cannot be replayed,
+        if they cannot: Python code the framework runs around them at every call (torch's module
+        hooks: what they store, log or count a graph would not repeat). None if they can."""
+        return None
+
     def traced_method(self, cls: type) -> str | None:
         """For a class whose instances `bind` handles (torch.nn.Module subclasses): the name of
         the method `bind` traces and installs on an instance ('forward'); else None."""

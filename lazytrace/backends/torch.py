@@ -342,6 +342,17 @@ class TorchBackend(Backend):
                     "a graph would not read")
         return None
 
+    @staticmethod
+    def model_refused(modules):
+        hooks = [h for m in modules for name in _HOOK_DICTS for h in vars(m)[name].values()]
+        if any(_GLOBAL_HOOKS):
+            hooks += [h for d in _GLOBAL_HOOKS for h in d.values()]
+        user = next((h for h in hooks if not _torch_own(h)), None)
+        if user is None:
+            return None
+        return (f"a module hook of the user's ({getattr(user, '__qualname__', type(user).__qualname__)}) runs at "
+                f"every call of a module it calls: what it stores, logs or counts a graph would not repeat")
+
     def reached_model(self, obj):
         if not isinstance(obj, torch.nn.Module):
             return (), ()
@@ -1068,6 +1079,13 @@ class _RetraceCopy:
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
 
 
+def _torch_own(hook) -> bool:
+    """Whether a module hook is torch's own (weight_norm, spectral_norm, prune, lazy modules): its
+    effects are calls and attribute writes a trace records."""
+    module = getattr(hook, "__module__", None) or type(hook).__module__
+    return isinstance(module, str) and module.startswith("torch.")
+
+
 class ModuleLiveInputs:
     """Parameters and buffers are graph inputs read at every call; the submodules and their
     train/eval mode are keyed."""
@@ -1086,6 +1104,10 @@ class ModuleLiveInputs:
             tensors = tuple(_members(modules, "_parameters")) + tuple(_members(modules, "_buffers"))
         hooks = tuple([tuple(d) for m in modules for d in (m._forward_pre_hooks, m._forward_hooks,
                                                            m._backward_pre_hooks, m._backward_hooks) if d])
+        if hooks or any(_GLOBAL_HOOKS):      # (the module's own hooks run around its LazyGraph)
+            refused = TorchBackend.model_refused(modules[1:])
+            if refused is not None:
+                raise Unkeyable(refused)
         try:
             described = tuple([TorchBackend.describe(t) for t in tensors])
         except RuntimeError:

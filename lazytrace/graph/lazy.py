@@ -149,6 +149,8 @@ class LazyGraph:
                 if fast[1].has_state_changes:
                     fast[1].backend.restore_global_state(fast[1]._state)
                 out = MISS                       # the general path below handles it
+            except Unkeyable:                    # the live inputs' key (a module hook added): the general path says why
+                out = MISS
             except Exception:
                 self.stats.calls += 1
                 return self._graph_raised(fast[1], args, kwargs)

@@ -619,6 +619,9 @@ class TraceSession:
         self.add_stateful(obj)
         if model:
             objects, structure = self.backend.reached_model(obj)
+            refused = self.backend.model_refused(objects) if objects else None
+            if refused is not None:
+                self.fail(refused)
             for part in objects:
                 if self.value_of(part) is None:
                     self._record_object(part, model=False)
@@ -693,6 +696,9 @@ class TraceSession:
         objects, structure = self.backend.reached_model(obj)
         if any(self.value_of(o) is not None for o in objects):
             return ()           # bound or stateful already
+        refused = self.backend.model_refused(objects) if objects else None
+        if refused is not None:
+            self.fail(refused)
         for o in objects:
             self._record_object(o)
         return structure
