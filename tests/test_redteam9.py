@@ -390,3 +390,42 @@ _MODELS = {}
 
 def _through_global(x):
     return _MODELS["net"](x) * 2
+
+
+_KEPT = []
+
+
+class _Sliced(nn.Module):
+    def __init__(self, keep=False):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.Tanh())
+        self.n, self.keep = 2, keep
+
+    def forward(self, x):
+        head = self.body[:self.n]       # a new Sequential, made by self.__class__(...)
+        if self.keep:
+            _KEPT.append(head)
+        return head(x)
+
+
+def test_a_slice_of_a_submodule_made_in_forward_replays():
+    torch.manual_seed(0)
+    model, plain = _Sliced(), _Sliced()
+    plain.load_state_dict(model.state_dict())
+    lazytrace.trace_graph(model)
+    for seed in range(5):
+        if seed == 3:
+            model.n = plain.n = 3
+        x = _rand(2, 4, seed=seed)
+        assert torch.equal(model(x), plain(x))
+    stats = model.forward.stats         # (each slice's own attribute reads were once recorded: eager)
+    assert stats.traces == 2 and stats.hits == 3 and stats.eager == 0
+
+
+def test_an_object_made_by_self_class_under_a_trace_is_of_the_plain_class():
+    import pickle
+    model = _Sliced(keep=True)
+    lazytrace.trace_graph(model)
+    model(_rand(2, 4, seed=0))
+    assert type(_KEPT[0]) is nn.Sequential      # not the recording subclass the trace gave model.body
+    pickle.dumps(_KEPT.pop())

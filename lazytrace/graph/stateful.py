@@ -248,6 +248,8 @@ def _recorder(obj, active):
             return found
 
     def __getattribute__(self, name):
+        if name == "__class__":         # `self.__class__(...)` (nn.Sequential's slice) makes an object of its
+            return cls                  # class, not one that reports to this trace and keeps the recorder
         try:
             value = cls.__getattribute__(self, name)
         except AttributeError:
