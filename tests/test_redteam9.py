@@ -429,3 +429,31 @@ def test_an_object_made_by_self_class_under_a_trace_is_of_the_plain_class():
     model(_rand(2, 4, seed=0))
     assert type(_KEPT[0]) is nn.Sequential      # not the recording subclass the trace gave model.body
     pickle.dumps(_KEPT.pop())
+
+
+class _WithTorchScript(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.jit.trace(nn.Linear(4, 3), torch.zeros(2, 4))
+
+    def forward(self, x):
+        return self.lin(x) * 2
+
+
+@pytest.mark.parametrize("reached", ["traced model", "global model"])
+def test_a_model_holding_a_torchscript_module_runs_eagerly_and_stays_intact(reached):
+    model, plain = _WithTorchScript(), _WithTorchScript()
+    if reached == "traced model":
+        call = lazytrace.trace_graph(model)
+        stats = model.forward.stats
+    else:
+        _MODELS["net"] = model
+        call = lazytrace.trace_graph(_through_global)
+        stats = call.stats
+    for seed in range(3):
+        x = _rand(2, 4, seed=seed)
+        expected = plain(x) if reached == "traced model" else plain(x) * 2
+        assert torch.equal(call(x), expected)
+    assert torch.equal(model.lin(x), plain.lin(x)) and model.lin.training      # left as it was
+    assert stats.hits == 0 and "TorchScript" in next(iter(stats.reasons))

@@ -344,6 +344,9 @@ class TorchBackend(Backend):
 
     @staticmethod
     def model_refused(modules):
+        script = _script_module(modules)
+        if script is not None:
+            return script
         hooks = [h for m in modules for name in _HOOK_DICTS for h in vars(m)[name].values()]
         if any(_GLOBAL_HOOKS):
             hooks += [h for d in _GLOBAL_HOOKS for h in d.values()]
@@ -357,6 +360,8 @@ class TorchBackend(Backend):
         if not isinstance(obj, torch.nn.Module):
             return (), ()
         modules = tuple(obj.modules())
+        if _script_module(modules) is not None:
+            return modules, ()          # (its structure is in C++; model_refused says why it runs eagerly)
         # hook dicts even when empty: a hook added after the trace changes what forward computes
         return modules, tuple(c for m in modules for c in (vars(m)[name] for name in ("_parameters", "_buffers",
                                                                                      "_modules")) if c) + \
@@ -1079,6 +1084,13 @@ class _RetraceCopy:
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
 
 
+def _script_module(modules) -> str | None:
+    """Why a TorchScript module among `modules` cannot be traced, if there is one."""
+    script = next((m for m in modules if isinstance(m, torch.jit.ScriptModule)), None)
+    return None if script is None else (f"a TorchScript module ({type(script).__name__}) runs its calls in "
+                                        f"TorchScript, where lazytrace sees none of them")
+
+
 def _torch_own(hook) -> bool:
     """Whether a module hook is torch's own (weight_norm, spectral_norm, prune, lazy modules): its
     effects are calls and attribute writes a trace records."""
@@ -1098,6 +1110,9 @@ class ModuleLiveInputs:
         walked = _walk(module)
         if walked is None:
             modules = tuple(module.modules())
+            refused = _script_module(modules)       # (its parameters are in C++: _walk leaves it here)
+            if refused is not None:
+                raise Unkeyable(refused)
             tensors = tuple(module.parameters()) + tuple(module.buffers())
         else:
             modules = tuple([m for _, m in walked])
@@ -1197,8 +1212,8 @@ def _walk(module):
         if id(m) in memo:
             continue
         tp = type(m)
-        if (tp.named_modules, tp.named_parameters, tp.named_buffers) != _MODULE_WALKS:
-            return None
+        if (tp.named_modules, tp.named_parameters, tp.named_buffers) != _MODULE_WALKS or "_parameters" not in vars(m):
+            return None         # (a TorchScript module keeps its parameters in C++)
         memo.add(id(m))
         out.append((prefix, m))
         children = m._modules

@@ -611,6 +611,11 @@ class TraceSession:
         its submodules too, and its parameters, buffers, submodules and hooks checked by identity."""
         if self.stateful_stack is None or isinstance(obj, self._tracked) or type(obj) in (set, frozenset):
             return False
+        objects, structure = self.backend.reached_model(obj) if model else ((), ())
+        refused = self.backend.model_refused(objects) if objects else None
+        if refused is not None:
+            self.fail(refused)
+            return False
         try:
             self.stateful_stack.enter_context(recording_class(obj, self, _active.get))
         except TypeError:           # its class cannot be swapped (slots, builtins ...)
@@ -618,10 +623,6 @@ class TraceSession:
         self.recorded.append(obj)
         self.add_stateful(obj)
         if model:
-            objects, structure = self.backend.reached_model(obj)
-            refused = self.backend.model_refused(objects) if objects else None
-            if refused is not None:
-                self.fail(refused)
             for part in objects:
                 if self.value_of(part) is None:
                     self._record_object(part, model=False)
@@ -699,6 +700,7 @@ class TraceSession:
         refused = self.backend.model_refused(objects) if objects else None
         if refused is not None:
             self.fail(refused)
+            return ()
         for o in objects:
             self._record_object(o)
         return structure
