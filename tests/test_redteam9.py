@@ -457,3 +457,38 @@ def test_a_model_holding_a_torchscript_module_runs_eagerly_and_stays_intact(reac
         assert torch.equal(call(x), expected)
     assert torch.equal(model.lin(x), plain.lin(x)) and model.lin.training      # left as it was
     assert stats.hits == 0 and "TorchScript" in next(iter(stats.reasons))
+
+
+class _Multiplier:
+    def __init__(self):
+        self.k = 2.0
+
+    def __call__(self, x):
+        return x * self.k
+
+
+def test_a_callable_stateful_argument_is_called_with_its_reads_recorded():
+    def apply(x, transform):
+        return transform(x) + 1
+    traced = lazytrace.trace_graph(apply, arg_stateful_idxs=[1])
+    transform = _Multiplier()
+    for seed in range(4):
+        if seed == 2:
+            transform.k = 5.0
+        x = _rand(3, seed=seed)
+        assert torch.equal(traced(x, transform), apply(x, transform))
+    assert traced.stats.traces == 2 and traced.stats.hits == 2
+
+
+def test_a_model_passed_as_a_stateful_argument_runs_eagerly_with_the_reason():
+    def apply(x, model):
+        return model(x) * 2
+    traced = lazytrace.trace_graph(apply, arg_stateful_idxs=[1])
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3))
+    for seed in range(3):
+        if seed == 2:
+            model[0].weight = nn.Parameter(torch.ones(3, 4))
+        x = _rand(2, 4, seed=seed)
+        assert torch.equal(traced(x, model), apply(x, model))
+    assert traced.stats.eager == 3 and "trace_graph(model)" in next(iter(traced.stats.reasons))

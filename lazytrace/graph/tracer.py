@@ -28,8 +28,8 @@ from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import MISSING, READERS, UNWATCHED, PythonReads, read_environment, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
-from .stateful import (SessionProxy, StatefulProxy, dict_key_read, read_attribute, read_class_attribute,
-                       read_instance_dict, read_instance_item, recording_class)
+from .stateful import (CallableStatefulProxy, SessionProxy, StatefulProxy, dict_key_read, read_attribute,
+                       read_class_attribute, read_instance_dict, read_instance_item, recording_class)
 
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
     "lazytrace_active_session", default=None)
@@ -97,13 +97,18 @@ class TraceSession:
                 raise NotTraceable(f"a stateful argument ({path}) is a {type(obj).__name__}: only the "
                                    f"attributes of the object passed itself are recorded; pass each "
                                    f"object as its own stateful argument")
+            if kind == "stateful" and self.backend.reached_model(obj)[0]:
+                # its submodules and parameters would be read through attributes of its own, unrecorded
+                raise NotTraceable(f"a stateful argument ({path}) is a {type(obj).__name__} model: trace it "
+                                   f"with trace_graph(model), or let the function reach it as a global")
             if kind == "live" and not isinstance(obj, self.backend.live_types):
                 # another framework's generator (np.random.Generator in a torch function): handed
                 # as is (its framework takes no proxy), its draws are not recorded (add_reads)
                 handed = obj
                 self._note_rng(obj, f"a {type(obj).__name__} passed in (another framework's)")
             else:
-                handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
+                handed = (CallableStatefulProxy if callable(obj) else StatefulProxy)(obj, self) if kind == "stateful" \
+                    else self.backend.wrap_live(obj, self)
                 self.proxied = self.proxied or isinstance(handed, SessionProxy)
             token = self.backend.rng_token(obj) if kind == "live" else None
             if token is not None:
