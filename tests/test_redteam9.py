@@ -492,3 +492,13 @@ def test_a_model_passed_as_a_stateful_argument_runs_eagerly_with_the_reason():
         x = _rand(2, 4, seed=seed)
         assert torch.equal(traced(x, model), apply(x, model))
     assert traced.stats.eager == 3 and "trace_graph(model)" in next(iter(traced.stats.reasons))
+
+
+@pytest.mark.parametrize("compile_", [torch.jit.script, lambda m: torch.jit.trace(m, torch.zeros(2, 4))],
+                         ids=["script", "trace"])
+def test_trace_graph_of_a_torchscript_module_says_why_it_cannot(compile_):
+    module = compile_(nn.Linear(4, 3))
+    with pytest.raises(TypeError, match="TorchScript module"):
+        lazytrace.trace_graph(module)
+    x = _rand(2, 4, seed=0)
+    assert torch.equal(module(x), module.forward(x))        # left as it was

@@ -310,6 +310,9 @@ class TorchBackend(Backend):
     def bind(self, obj):
         if not isinstance(obj, torch.nn.Module):
             return None
+        if isinstance(obj, torch.jit.ScriptModule):
+            raise TypeError(f"{type(obj).__name__} is a TorchScript module: its calls run in TorchScript, where "
+                            f"lazytrace sees none of them; call it as it is")
 
         def install(traced):
             # straight into the instance dict: not a write a trace recording `obj` should replay
