@@ -371,13 +371,7 @@ def test_activations_a_forward_hook_stores_are_those_of_each_call(reached):
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
     stored = {}
     model[0].register_forward_hook(lambda module, args, out: stored.__setitem__("features", out.detach()))
-    if reached == "traced model":
-        call = lazytrace.trace_graph(model)
-        stats = model.forward.stats
-    else:
-        _MODELS["net"] = model
-        call = lazytrace.trace_graph(_through_global)
-        stats = call.stats
+    call, stats = _traced_or_reached(model, reached)
     for seed in range(4):
         x = _rand(1, 4, seed=seed)
         call(x)
@@ -390,6 +384,17 @@ _MODELS = {}
 
 def _through_global(x):
     return _MODELS["net"](x) * 2
+
+
+def _traced_or_reached(model, reached):
+    """(what to call, its stats): the model traced by trace_graph(model), or a traced function
+    reaching it through a global."""
+    if reached == "traced model":
+        lazytrace.trace_graph(model)
+        return model, model.forward.stats
+    _MODELS["net"] = model
+    call = lazytrace.trace_graph(_through_global)
+    return call, call.stats
 
 
 _KEPT = []
@@ -444,13 +449,7 @@ class _WithTorchScript(nn.Module):
 @pytest.mark.parametrize("reached", ["traced model", "global model"])
 def test_a_model_holding_a_torchscript_module_runs_eagerly_and_stays_intact(reached):
     model, plain = _WithTorchScript(), _WithTorchScript()
-    if reached == "traced model":
-        call = lazytrace.trace_graph(model)
-        stats = model.forward.stats
-    else:
-        _MODELS["net"] = model
-        call = lazytrace.trace_graph(_through_global)
-        stats = call.stats
+    call, stats = _traced_or_reached(model, reached)
     for seed in range(3):
         x = _rand(2, 4, seed=seed)
         expected = plain(x) if reached == "traced model" else plain(x) * 2
