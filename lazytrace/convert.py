@@ -83,7 +83,16 @@ class Converting(wrapt.ObjectProxy):
             return self.__wrapped__(*args, **kwargs)
         converted = list(converted.values())
         counts = [target.write_count(entry[3]) for entry in converted]
-        out = self.__wrapped__(*args, **kwargs)
+        try:
+            out = self.__wrapped__(*args, **kwargs)
+        except BaseException as exc:
+            # what it wrote before raising reaches the caller's arrays too, as without conversion;
+            # its own exception is the one the caller gets
+            try:
+                write_back(converted, counts, target)
+            except TypeError as failed:
+                exc.add_note(f"lazytrace: {failed}")
+            raise
         write_back(converted, counts, target)
         return out
 

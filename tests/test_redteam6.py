@@ -42,7 +42,9 @@ def test_a_global_module_hook_added_after_the_trace_runs_at_the_next_call(regist
         handle.remove()
     x = torch.rand(2, 4)
     assert torch.equal(model(x), plain(x))
-    assert model.forward.stats.traces == 2 and model.forward.stats.eager == 0
+    # (a hook of the user's is Python code whose side effects a graph would not repeat: eager while set)
+    stats = model.forward.stats
+    assert stats.traces == 1 and stats.eager == 3 and "module hook" in next(iter(stats.reasons))
 
 
 class Holder:

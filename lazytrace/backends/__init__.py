@@ -29,10 +29,13 @@ __all__ = ["Backend", "CallKind", "get_backend", "backend_for_type", "available"
 
 @lru_cache(maxsize=None)
 def get_backend(name: str) -> Backend:
-    """The backend for a framework name ('torch', 'numpy')."""
+    """The backend for a framework name ('torch', 'numpy', or an alias: 'pytorch', 'np' ...):
+    one object per framework, whatever name asked for it."""
     key = _ALIASES.get(name, name)
     if key not in _FRAMEWORKS:
         raise ValueError(f"unknown framework {name!r}; expected one of {sorted(_FRAMEWORKS)}")
+    if key != name:
+        return get_backend(key)
     return importlib.import_module(_FRAMEWORKS[key][1]).BACKEND_CLASS()
 
 

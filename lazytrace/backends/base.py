@@ -62,6 +62,11 @@ class Backend:
     #: (torch: aten's operator tags); if not, metadata read from any intermediate is guarded
     knows_dynamic_shapes: bool = True
 
+    #: exceptions the framework's own hooks raise through a call to stop it (torch.utils.checkpoint
+    #: ends a recomputation so): a graph raising one passes it on, as the function would, rather
+    #: than running the function again to let it decide
+    control_flow_exceptions: tuple = ()
+
     #: whether this framework's arrays can be written in place (to=: a write into a converted
     #: argument is carried back to the caller's array)
     writable_arrays: bool = True
@@ -69,6 +74,11 @@ class Backend:
     #: attributes of framework objects that their own machinery reads (torch.nn.Module's hook and
     #: parameter dicts): never recorded on stateful objects, lazytrace handles their content otherwise
     bookkeeping_attributes: frozenset = frozenset()
+
+    def trace_refused(self) -> str | None:
+        """Why a call must not be traced now, if it must not: it runs eagerly and nothing is cached
+        (a later call may trace)."""
+        return None
 
     def bind(self, obj):
         """For a framework object with its own tracing rules (torch.nn.Module):
@@ -82,6 +92,12 @@ class Backend:
         hold its structure, checked item by item at every call (parameters, buffers, submodules).
         ((), ()) for other objects."""
         return (), ()
+
+    def model_refused(self, modules) -> str | None:
+        """Why calls of these framework models (a model and its submodules) cannot be replayed,
+        if they cannot: Python code the framework runs around them at every call (torch's module
+        hooks: what they store, log or count a graph would not repeat). None if they can."""
+        return None
 
     def traced_method(self, cls: type) -> str | None:
         """For a class whose instances `bind` handles (torch.nn.Module subclasses): the name of

@@ -31,11 +31,15 @@ from types import (BuiltinFunctionType, ClassMethodDescriptorType, FunctionType,
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
+import torch.nn.utils.parametrize as _parametrize
+import torch.utils.checkpoint
 from torch import Tensor
+from torch.nn.parameter import UninitializedTensorMixin as _Uninitialized
 from torch.overrides import TorchFunctionMode
 
 from ..graph.ir import Source, Value
-from ..graph.signature import _value_key
+from ..graph.signature import Unkeyable, _value_key
+from ..graph.stateful import own_class
 from .base import Backend, CallKind, operator_syntax
 from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, torchs_own
 
@@ -189,6 +193,12 @@ def _set_autocast(state) -> None:
         if device in enabled:
             torch.set_autocast_dtype(device, enabled[device])
         torch.set_autocast_enabled(device, device in enabled)
+    if not enabled:
+        # as leaving the outermost `with torch.autocast` does: the casts of parameters autocast
+        # cached are dropped (an optimizer step changes the parameters before the next call)
+        torch.autocast_increment_nesting()
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
 
 
 def _func_name(func) -> str:
@@ -342,6 +352,7 @@ class TorchBackend(Backend):
     live_unseen_methods = frozenset({"initial_seed", "seed", "manual_seed", "get_state", "set_state",
                                      "graphsafe_get_state", "graphsafe_set_state", "clone_state"})
     sees_every_array = True
+    control_flow_exceptions = tuple(filter(None, [getattr(torch.utils.checkpoint, "_StopRecomputationError", None)]))
 
     def __init__(self):
         self._scalars: dict = {}
@@ -364,6 +375,9 @@ class TorchBackend(Backend):
     def bind(self, obj):
         if not isinstance(obj, torch.nn.Module):
             return None
+        if isinstance(obj, torch.jit.ScriptModule):
+            raise TypeError(f"{type(obj).__name__} is a TorchScript module: its calls run in TorchScript, where "
+                            f"lazytrace sees none of them; call it as it is")
 
         def install(traced):
             # straight into the instance dict: not a write a trace recording `obj` should replay
@@ -387,10 +401,37 @@ class TorchBackend(Backend):
         return forward, ModuleLiveInputs(obj), install, \
             tuple(obj.modules()) if walked is None else tuple([m for _, m in walked])
 
+    def trace_refused(self):
+        # torch.utils.checkpoint's recomputation must save the tensors this call saves: a trace
+        # runs the function's own calls, a graph's replay (the recomputation) other ones
+        if torch.is_grad_enabled() and torch._C._autograd._top_saved_tensors_default_hooks(True) is not None:
+            return ("saved-tensor hooks are active (torch.utils.checkpoint): a recomputation must save what this "
+                    "call saved, and a graph's calls are not the function's; a call outside them traces")
+        if _parametrize._cache_enabled:     # (a module global of torch's own code, which no trace watches)
+            return ("inside torch.nn.utils.parametrize.cached(): parametrized weights come from its cache, which "
+                    "a graph would not read")
+        return None
+
+    @staticmethod
+    def model_refused(modules):
+        script = _script_module(modules)
+        if script is not None:
+            return script
+        hooks = [h for m in modules for name in _HOOK_DICTS for h in vars(m)[name].values()]
+        if any(_GLOBAL_HOOKS):
+            hooks += [h for d in _GLOBAL_HOOKS for h in d.values()]
+        user = next((h for h in hooks if not _torch_own(h)), None)
+        if user is None:
+            return None
+        return (f"a module hook of the user's ({getattr(user, '__qualname__', type(user).__qualname__)}) runs at "
+                f"every call of a module it calls: what it stores, logs or counts a graph would not repeat")
+
     def reached_model(self, obj):
         if not isinstance(obj, torch.nn.Module):
             return (), ()
         modules = tuple(obj.modules())
+        if _script_module(modules) is not None:
+            return modules, ()          # (its structure is in C++; model_refused says why it runs eagerly)
         # hook dicts even when empty: a hook added after the trace changes what forward computes
         return modules, tuple(c for m in modules for c in (vars(m)[name] for name in ("_parameters", "_buffers",
                                                                                      "_modules")) if c) + \
@@ -590,6 +631,8 @@ class TorchBackend(Backend):
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
         if info.setter:
             return func(*args, **kwargs), tensors[:1]
+        if any(isinstance(t, _Uninitialized) for t in tensors):
+            return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
         if len(tensors) == 1 and not tensors[0].is_inference():    # the common case, without the lists
             t = tensors[0]
             before = t._version
@@ -1113,6 +1156,20 @@ class _RetraceCopy:
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
 
 
+def _script_module(modules) -> str | None:
+    """Why a TorchScript module among `modules` cannot be traced, if there is one."""
+    script = next((m for m in modules if isinstance(m, torch.jit.ScriptModule)), None)
+    return None if script is None else (f"a TorchScript module ({type(script).__name__}) runs its calls in "
+                                        f"TorchScript, where lazytrace sees none of them")
+
+
+def _torch_own(hook) -> bool:
+    """Whether a module hook is torch's own (weight_norm, spectral_norm, prune, lazy modules): its
+    effects are calls and attribute writes a trace records."""
+    module = getattr(hook, "__module__", None) or type(hook).__module__
+    return isinstance(module, str) and module.startswith("torch.")
+
+
 class ModuleLiveInputs:
     """Parameters and buffers are graph inputs read at every call; the submodules and their
     train/eval mode are keyed."""
@@ -1123,25 +1180,42 @@ class ModuleLiveInputs:
     def __call__(self):
         module = self.module
         d = vars(module)
-        if not d["_modules"] and _walks_as_module(type(module)):     # (most kornia modules: ~2x faster)
-            modules = (module,)
+        if "_parameters" in d and not d.get("_modules") and _walks_as_module(type(module)):
+            modules = (module,)     # (most kornia modules: ~2x faster than the general walk)
             tensors = (*_members(modules, "_parameters"), *_members(modules, "_buffers"))
             hooks = tuple([tuple(h) for h in (d["_forward_pre_hooks"], d["_forward_hooks"], d["_backward_pre_hooks"],
                                               d["_backward_hooks"]) if h])
-            key = (modules, (module.training,), tuple([TorchBackend.describe(t) for t in tensors]), hooks)
-            return key, tensors
-        walked = _walk(module)
-        if walked is None:
-            modules = tuple(module.modules())
-            tensors = tuple(module.parameters()) + tuple(module.buffers())
         else:
-            modules = tuple([m for _, m in walked])
-            tensors = tuple(_members(modules, "_parameters")) + tuple(_members(modules, "_buffers"))
-        hooks = tuple([tuple(d) for m in modules for d in (m._forward_pre_hooks, m._forward_hooks,
-                                                           m._backward_pre_hooks, m._backward_hooks) if d])
+            walked = _walk(module)
+            if walked is None:
+                modules = tuple(module.modules())
+                refused = _script_module(modules)       # (its parameters are in C++: _walk leaves it here)
+                if refused is not None:
+                    raise Unkeyable(refused)
+                tensors = tuple(module.parameters()) + tuple(module.buffers())
+            else:
+                modules = tuple([m for _, m in walked])
+                tensors = tuple(_members(modules, "_parameters")) + tuple(_members(modules, "_buffers"))
+            hooks = tuple([tuple(d) for m in modules for d in (m._forward_pre_hooks, m._forward_hooks,
+                                                               m._backward_pre_hooks, m._backward_hooks) if d])
+        if hooks and len(modules) > 1 or any(_GLOBAL_HOOKS):   # (the module's own hooks run around its LazyGraph)
+            refused = TorchBackend.model_refused(modules[1:])
+            if refused is not None:
+                raise Unkeyable(refused)
+        try:
+            described = tuple([TorchBackend.describe(t) for t in tensors])
+        except RuntimeError:
+            if any(isinstance(t, _Uninitialized) for t in tensors):
+                raise Unkeyable("the module has an uninitialized parameter or buffer (a lazy module such as "
+                                "nn.LazyLinear before its first call materializes it)") from None
+            raise
         # the submodules themselves (by identity): a graph replays what the ones it saw did, so a
-        # submodule replaced after the trace (`aug._param_generator = ...`) is a new signature
-        key = (modules, tuple(m.training for m in modules), tuple(TorchBackend.describe(t) for t in tensors), hooks)
+        # submodule replaced after the trace (`aug._param_generator = ...`) is a new signature (their
+        # ids first: a class's __eq__ may call another object equal; the key holds the modules, so
+        # their ids are not reused while it is cached); the module's class, whose forward
+        # ModuleForward calls (`model.__class__ = Other` after the trace)
+        key = (tuple([id(m) for m in modules]), modules, tuple([m.training for m in modules]), described, hooks,
+               own_class(module))
         return key, tensors
 
     def shareable(self):
@@ -1197,7 +1271,7 @@ class ModuleLiveInputs:
     def describe(self, key) -> dict[str, str]:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
-        _, training, tensors, _ = key
+        _, _, training, tensors, _, _ = key
         named, walked = _named_modules(module)
         out = {f"self{'.' if n else ''}{n}.training": repr(t) for (n, _), t in zip(named, training)}
         names = [n for n, _ in _named_tensors(module, named, walked)]
@@ -1247,8 +1321,8 @@ def _walk(module):
         prefix, m = stack.pop()
         if id(m) in memo:
             continue
-        if not _walks_as_module(type(m)):
-            return None
+        if not _walks_as_module(type(m)) or "_parameters" not in vars(m):
+            return None         # (a TorchScript module keeps its parameters in C++)
         memo.add(id(m))
         out.append((prefix, m))
         children = m._modules

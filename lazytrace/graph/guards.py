@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import itertools
 import math
+import numbers
 
 from .signature import _VALUE_TYPES, _signed_parts, _static_value, alias_pattern
 
@@ -43,7 +44,7 @@ class _Builder:
 
     def top(self, where, expr, obj, static, stateful):
         if where in static:
-            if isinstance(obj, (float, complex, tuple, frozenset)):   # equality ignores signs, 1 vs True
+            if isinstance(obj, (numbers.Number, tuple, frozenset)):   # equality ignores signs, 1 vs True
                 self.conditions.append(f"{self.const(_static_value)}({expr}) == {self.const(_static_value(obj))}")
             else:
                 self.conditions.append(f"type({expr}) is {self.const(type(obj))} and {expr} == {self.const(obj)}")

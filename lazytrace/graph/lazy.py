@@ -167,6 +167,8 @@ class LazyGraph:
                 if fast[1].has_state_changes:
                     fast[1].backend.restore_global_state(fast[1]._state)
                 out = MISS                       # the general path below handles it
+            except Unkeyable:                    # the live inputs' key (a module hook added): the general path says why
+                out = MISS
             except Exception:
                 self.stats.calls += 1
                 return self._graph_raised(fast[1], args, kwargs)
@@ -186,12 +188,12 @@ class LazyGraph:
         stats.calls += 1
         try:
             key, leaves, backends = self._key(args, kwargs)
+            if self._extra is not None:
+                extra_key, extra_leaves = self._extra()
+                key = (key, extra_key)
+                leaves.extend(extra_leaves)
         except Unkeyable as exc:
             return self._eager(str(exc), args, kwargs)
-        if self._extra is not None:
-            extra_key, extra_leaves = self._extra()
-            key = (key, extra_key)
-            leaves.extend(extra_leaves)
         cache = self._cache
         entry = cache.get(key)
         if entry is not None and entry.stored_data is not None and not self._confirm(key, entry):
@@ -237,7 +239,7 @@ class LazyGraph:
         """A graph raised at replay: if nothing visible happened, let the original decide."""
         if graph.has_state_changes:     # grad mode or autocast switched by the graph: back as eager's
             graph.backend.restore_global_state(graph._state)      # `with` blocks leave them
-        if not graph.replay_safe:
+        if not graph.replay_safe or isinstance(sys.exc_info()[1], graph.backend.control_flow_exceptions):
             raise
         return self._eager("the graph raised; the original function decides", args, kwargs)
 
@@ -326,7 +328,7 @@ class LazyGraph:
             except Exception:
                 if graph.has_state_changes:
                     graph.backend.restore_global_state(graph._state)
-                if not graph.replay_safe:
+                if not graph.replay_safe or isinstance(sys.exc_info()[1], graph.backend.control_flow_exceptions):
                     raise
                 continue                # the trace decides
             described = template.described         # (the arguments' part: the same signature as the template's)
@@ -340,6 +342,10 @@ class LazyGraph:
 
     def _trace(self, key, backends, entry, args, kwargs, failed=None, shared=None):
         stats = self.stats
+        for backend in backends:
+            refused = backend.trace_refused()
+            if refused is not None:
+                return self._eager(refused, args, kwargs)
         try:
             graph, result = trace(self._fn, args, kwargs, key=key, backends=backends,
                                   signature=self._signature, options=self._options, name=self._name,

@@ -837,8 +837,7 @@ class PythonReads:
             if state is not None:
                 self.generators[id(obj)] = (obj, state)
                 return
-        for container in self._record(obj):         # a model: its parameters, submodules, hooks ...
-            self.objects[id(container)] = (container, self._snapshot(dict(container)))
+        self.note_structure(self._record(obj))      # a model: its parameters, submodules, hooks ...
         tp = type(obj)
         if (id(obj) in self.objects or self._known(obj) or _is_code(obj)
                 or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj))
@@ -857,6 +856,12 @@ class PythonReads:
             for value in attributes.values():
                 if isinstance(self._snapshot(value), self._same) and not _is_code(value):
                     self._note_object(value, depth + 1)
+
+    def note_structure(self, containers):
+        """Check the containers of a model's structure (its parameters, submodules, hooks ...)
+        item by item, as those of a model the code reaches by itself are."""
+        for container in containers:
+            self.objects[id(container)] = (container, self._snapshot(dict(container)))
 
     def _method_state_reads(self, cls):
         """Framework state read by the methods of a class whose object the code reached

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 from typing import Any, Callable
 
 from ..backends import backend_for_type
@@ -170,6 +171,8 @@ def _static_value(obj):
         return (tp, frozenset(items) if tp is frozenset else tuple(items))
     if tp is float or tp is complex:
         return _value_key(obj)
+    if tp not in _VALUE_TYPES and isinstance(obj, numbers.Number):
+        return _static_key(obj)     # a NumPy scalar: np.float32(-0.0) == np.float32(0.0), a NaN unequal to itself
     return (tp, obj)
 
 

@@ -167,6 +167,14 @@ class StatefulProxy(SessionProxy):
         return found
 
 
+class CallableStatefulProxy(StatefulProxy):
+    """A stateful object the function may call (a callable transform): its class's `__call__`
+    runs with the proxy as `self`, so what it reads is recorded (wrapt's proxy has no __call__)."""
+
+    def __call__(self, *args, **kwargs):
+        return type(self.__wrapped__).__call__(self, *args, **kwargs)
+
+
 #: class swaps are installed and undone one at a time (two threads tracing with one object)
 _swap_lock = threading.Lock()
 
@@ -248,6 +256,8 @@ def _recorder(obj, active):
             return found
 
     def __getattribute__(self, name):
+        if name == "__class__":         # `self.__class__(...)` (nn.Sequential's slice) makes an object of its
+            return cls                  # class, not one that reports to this trace and keeps the recorder
         try:
             value = cls.__getattribute__(self, name)
         except AttributeError:

@@ -28,8 +28,8 @@ from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .reads import MISSING, READERS, UNWATCHED, PythonReads, read_environment, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
-from .stateful import (SessionProxy, StatefulProxy, dict_key_read, read_attribute, read_class_attribute,
-                       read_instance_dict, read_instance_item, own_class, recording_class)
+from .stateful import (CallableStatefulProxy, SessionProxy, StatefulProxy, dict_key_read, read_attribute,
+                       read_class_attribute, read_instance_dict, read_instance_item, own_class, recording_class)
 
 _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
     "lazytrace_active_session", default=None)
@@ -51,6 +51,7 @@ class TraceSession:
         self.nodes: list[Node] = []
         self.inputs: list[Value] = []
         self.untraceable: str | None = None
+        self.untraceable_transient = False
         self.closed = False         # the function returned: its tracers now compute as their arrays
         self._values: dict[int, tuple[Any, Value]] = {}
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
@@ -105,13 +106,18 @@ class TraceSession:
                 raise NotTraceable(f"a stateful argument ({path}) is a {type(obj).__name__}: only the "
                                    f"attributes of the object passed itself are recorded; pass each "
                                    f"object as its own stateful argument")
+            if kind == "stateful" and self.backend.reached_model(obj)[0]:
+                # its submodules and parameters would be read through attributes of its own, unrecorded
+                raise NotTraceable(f"a stateful argument ({path}) is a {type(obj).__name__} model: trace it "
+                                   f"with trace_graph(model), or let the function reach it as a global")
             if kind == "live" and not isinstance(obj, self.backend.live_types):
                 # another framework's generator (np.random.Generator in a torch function): handed
                 # as is (its framework takes no proxy), its draws are not recorded (add_reads)
                 handed = obj
                 self._note_rng(obj, f"a {type(obj).__name__} passed in (another framework's)")
             else:
-                handed = StatefulProxy(obj, self) if kind == "stateful" else self.backend.wrap_live(obj, self)
+                handed = (CallableStatefulProxy if callable(obj) else StatefulProxy)(obj, self) if kind == "stateful" \
+                    else self.backend.wrap_live(obj, self)
                 self.proxied = self.proxied or isinstance(handed, SessionProxy)
                 self.live_handed = self.live_handed or handed is obj
             token = self.backend.rng_token(obj) if kind == "live" else None
@@ -231,8 +237,17 @@ class TraceSession:
                 result = backend.run(func, args, kwargs)[0]
                 return self.on_display(result, func, args, kwargs) if kind is _DISPLAY else result
             inputs: list[Value] = []
-            largs = self._lift(args, inputs)
-            lkwargs = self._lift(kwargs, inputs) if kwargs else {}
+            try:
+                largs = self._lift(args, inputs)
+                lkwargs = self._lift(kwargs, inputs) if kwargs else {}
+            except Exception as exc:
+                # an array lazytrace cannot describe (a lazy module's uninitialized parameter, which
+                # this call may be materializing): the call runs as in eager code, and the next call
+                # of the signature traces again
+                detail = str(exc).split(". ")[0].splitlines()[0] if str(exc) else ""
+                self.fail(f"{_name(func)} was passed an array lazytrace cannot describe ({type(exc).__name__}: "
+                          f"{detail})", transient=True)
+                return backend.run(func, args, kwargs)[0]
             if kind is _OP and inputs and backend.stores_arguments(func):
                 largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
             written = self._versions.get
@@ -629,9 +644,16 @@ class TraceSession:
             return _Same(obj)       # an array in a container: used live, checked by identity
         return _NOTHING
 
-    def _record_object(self, obj) -> bool:
-        """Make an object read from a stateful one stateful too, for the rest of the trace."""
+    def _record_object(self, obj, model=True) -> bool:
+        """Make an object read from a stateful one stateful too, for the rest of the trace; a
+        model (one held in a list attribute, not registered as a submodule) as a global model is:
+        its submodules too, and its parameters, buffers, submodules and hooks checked by identity."""
         if self.stateful_stack is None or isinstance(obj, self._tracked) or type(obj) in (set, frozenset):
+            return False
+        objects, structure = self.backend.reached_model(obj) if model else ((), ())
+        refused = self.backend.model_refused(objects) if objects else None
+        if refused is not None:
+            self.fail(refused)
             return False
         try:
             self.stateful_stack.enter_context(recording_class(obj, self, _active.get))
@@ -639,6 +661,11 @@ class TraceSession:
             return False
         self.recorded.append(obj)
         self.add_stateful(obj)
+        if model:
+            for part in objects:
+                if self.value_of(part) is None:
+                    self._record_object(part, model=False)
+            self.reads.note_structure(structure)
         return True
 
     def add_reads(self, reads: PythonReads):
@@ -709,6 +736,10 @@ class TraceSession:
         objects, structure = self.backend.reached_model(obj)
         if any(self.value_of(o) is not None for o in objects):
             return ()           # bound or stateful already
+        refused = self.backend.model_refused(objects) if objects else None
+        if refused is not None:
+            self.fail(refused)
+            return ()
         for o in objects:
             self._record_object(o)
         return structure
@@ -778,9 +809,12 @@ class TraceSession:
                 self.fail("an array made inside was written by a call lazytrace does not see (e.g. set_)")
                 return
 
-    def fail(self, reason: str):
+    def fail(self, reason: str, transient: bool = False):
+        """This signature runs eagerly; `transient`: its next call may trace (what stopped this
+        trace changes with the call itself)."""
         if self.untraceable is None:
             self.untraceable = reason
+            self.untraceable_transient = transient
 
     # ---- running ---------------------------------------------------------------
     @contextmanager
@@ -1130,7 +1164,8 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     plan.constant_state = backend.constant_state(plan)
     plan.modules = tuple(sorted(session.reads.modules))
     if plan.untraceable:
-        return NotTraceable(plan.untraceable), real
+        return NotTraceable(plan.untraceable, transient=session.untraceable_transient and
+                            plan.untraceable == session.untraceable), real
     if session.changed_reads:
         return NotTraceable(session.changed_reads, transient=True), real
 
