@@ -217,7 +217,13 @@ def test_a_leaf_modules_key_is_the_general_walks(temp_library, hooked):
         leaf.register_forward_hook(lambda m, i, o: None)
     key, tensors = ModuleLiveInputs(leaf)()
     assert [id(t) for t in tensors] == [id(t) for t in (*leaf.parameters(), *leaf.buffers())]
+    assert bool(key[4]) is hooked and key[5] is type(leaf)     # (ids, modules, training, tensors, hooks, class)
     parent = torch.nn.Sequential(leaf)               # the general walk, keyed for the same tensors
+    if hooked:      # a user's hook on a submodule the parent's graph would run: eager (red team 9)
+        from lazytrace.graph.signature import Unkeyable
+        with pytest.raises(Unkeyable, match="module hook"):
+            ModuleLiveInputs(parent)()
+        return
     general, _ = ModuleLiveInputs(parent)()
-    assert key[2] == general[2] and key[1] == general[1][1:] and key[3] == general[3]
-    assert bool(key[3]) is hooked
+    assert key[0] == general[0][1:] and key[1] == general[1][1:] and key[2] == general[2][1:]
+    assert key[3] == general[3] and key[4] == general[4]
