@@ -68,3 +68,25 @@ def test_untraceable_forward_runs_eagerly_with_the_reason(traced):
     torch.manual_seed(3)
     assert torch.equal(out, kornia.augmentation.ColorJitter(0.2, 0.2, 0.2, 0.1, p=1.0)(img(0)))
     assert aug.forward.stats.eager == 1 and "random numbers" in next(iter(aug.forward.stats.reasons))
+
+
+def test_using_the_traced_library_leaves_the_original_modules_namespaces_as_they_were():
+    """No attribute appears in, or leaves, kornia's own modules (a staticmethod remembering a
+    submodule's proxy once copied its `__annotations__`, which made the module create one)."""
+    import kornia
+    names = ("filters", "color", "enhance", "geometry", "morphology")
+    for n in names:         # what an earlier test's proxy may have left (kornia's modules have none)
+        if vars(getattr(kornia, n)).get("__annotations__") == {}:
+            del getattr(kornia, n).__annotations__
+    before = {n: dict(vars(getattr(kornia, n))) for n in names}
+    traced = lazytrace.trace_graph(kornia, max_signatures=17)      # options of its own: a new proxy
+    x = torch.rand(1, 3, 16, 16)
+    traced.filters.gaussian_blur2d(x, (3, 3), (1.0, 1.0))
+    traced.color.rgb_to_hsv(x)
+    traced.enhance.invert(x)
+    traced.geometry.transform.hflip(x)
+    traced.morphology.dilation(x, torch.ones(3, 3))
+    for n in names:
+        after = vars(getattr(kornia, n))
+        assert set(after) == set(before[n]), (n, set(after) ^ set(before[n]))
+        assert all(after[k] is v for k, v in before[n].items()), n

@@ -295,7 +295,7 @@ def _stored_function(stem: str, package: str):
 
 class ModuleProxy(wrapt.ObjectProxy):
     """A module of a traced library. Each proxy has its own subclass, on which the traced
-    attributes already handed out are remembered (as staticmethods, so they are not bound)."""
+    attributes already handed out are remembered (as descriptors giving them unbound)."""
 
     # Plain attribute lookup first (remembered names, wrapt's own descriptors such as __doc__ and
     # __wrapped__), __getattr__ below for the rest: CPython takes its fast path for this pair.
@@ -313,7 +313,7 @@ class ModuleProxy(wrapt.ObjectProxy):
             return value
         traced = self._self_library.wrap(value, f"{self.__wrapped__.__name__}.{name}")
         if isinstance(traced, ModuleProxy):
-            setattr(type(self), name, staticmethod(traced))
+            setattr(type(self), name, _Held(traced))
         elif traced is not value:
             setattr(type(self), name, _Remembered(vars(self.__wrapped__), name, value, traced))
         return traced
@@ -344,6 +344,19 @@ class ModuleProxy(wrapt.ObjectProxy):
 
     def __repr__(self):
         return f"<lazytrace proxy of {self.__wrapped__!r}>"
+
+
+class _Held:
+    """A submodule's proxy remembered on a proxy's class (not a staticmethod: that copies the
+    proxy's `__annotations__`, which makes the module create an empty one)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __get__(self, obj, owner=None):
+        return self.value
 
 
 class _Remembered:
