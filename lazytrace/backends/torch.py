@@ -33,6 +33,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 import torch.nn.utils.parametrize as _parametrize
 import torch.utils.checkpoint
+import wrapt
 from torch import Tensor
 from torch.nn.parameter import UninitializedTensorMixin as _Uninitialized
 from torch.overrides import TorchFunctionMode
@@ -138,6 +139,18 @@ def _denormals_flushed() -> bool:
     trace's setting: it is part of the key."""
     return _MIN_NORMAL * 0.5 == 0.0
 
+
+def _skipped_by_dynamo(dynamo) -> None:
+    """torch.compile of code that calls a LazyGraph (a traced model's forward): dynamo runs
+    lazytrace's own frames as they are, as it does the standard library's, instead of inlining the
+    tracer and the cache (RecursionError inside dynamo). Registered when torch._dynamo is imported
+    (importing it costs ~1.5 s: torch does that at the first torch.compile)."""
+    add = getattr(getattr(dynamo, "trace_rules", None), "add", None)
+    if add is not None:
+        add(__name__.partition(".")[0])
+
+
+wrapt.register_post_import_hook(_skipped_by_dynamo, "torch._dynamo")
 
 #: the hooks every nn.Module call runs (`register_module_forward_hook` ...): a module called by a
 #: traced function ran those there when it was traced, and a graph replays what they did
