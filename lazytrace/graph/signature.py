@@ -215,10 +215,15 @@ def _loaded_backends():
 
 # ---- cold path: traversal with paths, in the same leaf order as Signature.key ----
 
-def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, Any, str], Any]):
+def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, Any, str], Any],
+         reuse: bool = False):
     """Rebuild (args, kwargs) with every leaf that `Signature.key` would collect
     replaced by `visit(path, leaf, kind)`, kind being "array", "live" or
-    "stateful"; other values are kept."""
+    "stateful"; other values are kept. `reuse`: a list, tuple or dict whose items all come back
+    as themselves is passed on as itself, not rebuilt."""
+    def same(obj, items):
+        return reuse and len(items) == len(obj) and all(a is b for a, b in zip(items, obj))
+
     def rec(obj, path, top=None):
         if top is not None:
             where, static, stateful = top
@@ -232,12 +237,16 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
         backend = backend_for_type(tp)
         if backend is not None and isinstance(obj, backend.array_types):
             return visit(path, obj, "array")
-        if isinstance(obj, tuple) and hasattr(tp, "_fields"):
-            return tp(*[rec(x, f"{path}[{i}]") for i, x in enumerate(obj)])
         if isinstance(obj, (tuple, list)):
-            return tp(rec(x, f"{path}[{i}]") for i, x in enumerate(obj))
+            items = [rec(x, f"{path}[{i}]") for i, x in enumerate(obj)]
+            if same(obj, items):
+                return obj
+            return tp(*items) if isinstance(obj, tuple) and hasattr(tp, "_fields") else tp(items)
         if isinstance(obj, dict):
-            return tp((k, rec(v, f"{path}[{k!r}]")) for k, v in obj.items())
+            items = [rec(v, f"{path}[{k!r}]") for k, v in obj.items()]
+            if same(list(obj.values()), items):
+                return obj
+            return tp(zip(obj, items))
         if isinstance(obj, slice):
             return slice(*rec((obj.start, obj.stop, obj.step), path))
         for b in _loaded_backends():

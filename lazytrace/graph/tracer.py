@@ -1108,8 +1108,12 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     session = TraceSession(backend, include_generators=options.include_generators,
                            array_caching=options.array_caching)
 
-    targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind, path))
-    handed = container_snapshot((targs, tkwargs))
+    # (where the backend hands arrays over as themselves, a container holding nothing replaced is
+    # handed as itself: what the function does to it is done once, to the caller's own, as in
+    # eager code; a tracer backend's trace may be run again, on the caller's containers)
+    targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind, path),
+                          reuse=backend.tracer_class is None)
+    handed = container_snapshot((targs, tuple(tkwargs.values())))     # (the function gets its own **kwargs)
     if extra is not None:
         for i, leaf in enumerate(extra()[1]):
             session.add_input(leaf, path=f"self.tensors[{i}]")
@@ -1148,10 +1152,13 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             escapes.release_held(session.reads.holders(), backend.tracer_class)
         escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
     if containers_changed(handed):
+        reason = "changes lists or dicts it was passed, which a graph cannot replay"
+        own = {id(c) for c, _ in container_snapshot((args, tuple(kwargs.values())))}
+        if all(id(c) in own for c, _ in handed):
+            return NotTraceable(reason), result     # it ran on the caller's own containers
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
         session.undo_writes()
-        return NotTraceable("changes lists or dicts it was passed, which a graph cannot replay"), \
-            fn(*args, **kwargs)
+        return NotTraceable(reason), fn(*args, **kwargs)
     session.settle_written()
     session.check_input_writes()
     session.add_reads(session.reads)
