@@ -738,7 +738,7 @@ def _by_a_method_of_a_global_object(x):
     return x + 1 if _BACKENDS.use_mkldnn() else x - 1
 
 
-def _by_a_dynamic_attribute_name(x):
+def _by_a_literal_getattr(x):
     return x + 1 if getattr(torch.backends.mkldnn, "enabled") else x - 1
 
 
@@ -746,9 +746,7 @@ def _by_a_dynamic_attribute_name(x):
     (_by_deterministic, _deterministic), (_by_mkldnn, lambda: torch.backends.mkldnn.flags(enabled=False)),
     (_by_threads, _one_more_thread), (_by_imported_reader, lambda: torch.autograd.set_detect_anomaly(True)),
     (_by_a_method_of_a_global_object, lambda: torch.backends.mkldnn.flags(enabled=False)),
-    pytest.param(_by_a_dynamic_attribute_name, lambda: torch.backends.mkldnn.flags(enabled=False), marks=pytest.mark.xfail(
-        strict=True, reason="getattr(module, 'enabled'): a name the bytecode does not hold is not found by "
-                            "Backend.state_reads (the trace's branch is replayed)"))])
+    (_by_a_literal_getattr, lambda: torch.backends.mkldnn.flags(enabled=False))])
 def test_framework_state_read_in_python_is_checked(fn, switched):
     # no call shows these reads to a TorchFunctionMode: the trace's branch was replayed
     lazy = lazytrace.trace_graph(fn)

@@ -366,7 +366,27 @@ def _global_reads(code) -> tuple[tuple[str, ...], ...]:
                 break
             chain = (*chain, names[arg >> _LOAD_ATTR_SHIFT if op == _LOAD_ATTR else arg])
             found[chain] = None
+    if "getattr" in names:
+        found.update(dict.fromkeys(_getattr_reads(code)))
     return tuple(found)
+
+
+def _getattr_reads(code):
+    """`getattr(torch.backends.mkldnn, "enabled")`: the chain and the literal name, read like
+    `torch.backends.mkldnn.enabled` (a name held in a variable stays unknown)."""
+    instructions = [i for i in dis.get_instructions(code) if i.opname not in ("PRECALL", "PUSH_NULL")]
+    for k, instruction in enumerate(instructions[:-3]):
+        if instruction.opname != "LOAD_GLOBAL" or instruction.argval != "getattr" or \
+                instructions[k + 1].opname != "LOAD_GLOBAL":
+            continue
+        chain, j = [instructions[k + 1].argval], k + 2
+        while j < len(instructions) and instructions[j].opname in ("LOAD_ATTR", "LOAD_METHOD"):
+            chain.append(instructions[j].argval)
+            j += 1
+        if j + 1 < len(instructions) and instructions[j].opname == "LOAD_CONST" and \
+                isinstance(instructions[j].argval, str) and instructions[j + 1].opname == "CALL" and \
+                instructions[j + 1].arg == 2:
+            yield (*chain, instructions[j].argval)
 
 
 def _import_reads(code) -> tuple[tuple, ...]:
