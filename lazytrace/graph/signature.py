@@ -222,7 +222,7 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
     "stateful"; other values are kept. `reuse`: a list, tuple or dict whose items all come back
     as themselves is passed on as itself, not rebuilt."""
     def same(obj, items):
-        return reuse and len(items) == len(obj) and all(a is b for a, b in zip(items, obj))
+        return len(items) == len(obj) and all(a is b for a, b in zip(items, obj))
 
     def rec(obj, path, top=None):
         if top is not None:
@@ -239,12 +239,12 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
             return visit(path, obj, "array")
         if isinstance(obj, (tuple, list)):
             items = [rec(x, f"{path}[{i}]") for i, x in enumerate(obj)]
-            if same(obj, items):
+            if reuse and same(obj, items):
                 return obj
             return tp(*items) if isinstance(obj, tuple) and hasattr(tp, "_fields") else tp(items)
         if isinstance(obj, dict):
             items = [rec(v, f"{path}[{k!r}]") for k, v in obj.items()]
-            if same(list(obj.values()), items):
+            if reuse and same(list(obj.values()), items):
                 return obj
             return tp(zip(obj, items))
         if isinstance(obj, slice):
