@@ -235,18 +235,69 @@ def test_a_call_in_another_thread_while_a_model_traces_waits_for_that_trace():
     assert len(results) == 2 and all(torch.equal(r, model.lin(x)) for r in results)
 
 
-@pytest.mark.xfail(strict=True, reason="nn.TransformerEncoderLayer's inference fast path checks has_torch_function, "
-                                       "which the trace's TorchFunctionMode makes true: the trace and its graph "
-                                       "take the slow path (equal to ~2e-7, not bitwise)")
-def test_transformer_fast_path_first_call_is_bitwise_eager():
+def _encoder_layers():
     torch.manual_seed(0)
     plain = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, dropout=0.0).eval()
     torch.manual_seed(0)
-    model = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, dropout=0.0).eval()
+    return plain, nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, dropout=0.0).eval()
+
+
+def test_transformer_fast_path_first_call_is_bitwise_eager():
+    # nn.TransformerEncoderLayer's inference fast path checks has_torch_function, which the trace's
+    # TorchFunctionMode makes true: a trace would take the other path (equal to ~2e-7, not bitwise)
+    plain, model = _encoder_layers()
     lazytrace.trace_graph(model)
     with torch.no_grad():
-        x = _rand(2, 5, 16, seed=0)
+        for seed in range(3):
+            x = _rand(2, 5, 16, seed=seed)
+            assert torch.equal(model(x), plain(x))
+    assert model.forward.stats.traces == 0 and "fast path" in next(iter(model.forward.stats.reasons))
+    x = _rand(2, 5, 16, seed=4, requires_grad=True)      # with autograd eager takes the other path: traced
+    for _ in range(2):
+        out, expected = model(x), plain(x)
+        assert torch.equal(out, expected)
+        assert torch.equal(torch.autograd.grad(out.sum(), x)[0], torch.autograd.grad(expected.sum(), x)[0])
+    assert model.forward.stats.traces == 1 and model.forward.stats.hits == 1
+
+
+def test_transformer_traced_with_its_fast_path_off_runs_eagerly_once_it_is_on():
+    plain, model = _encoder_layers()
+    lazytrace.trace_graph(model)
+    x = _rand(2, 5, 16, seed=0)
+    with torch.no_grad():
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            for _ in range(2):
+                assert torch.equal(model(x), plain(x))
+        finally:
+            torch.backends.mha.set_fastpath_enabled(True)
         assert torch.equal(model(x), plain(x))
+    assert model.forward.stats.traces == 1 and model.forward.stats.hits == 1 and model.forward.stats.eager == 1
+
+
+_GLOBAL_ENCODER = {}
+
+
+def _uses_global_encoder(x):
+    return _GLOBAL_ENCODER["layer"](x) + 1
+
+
+def test_a_function_reaching_a_transformer_in_eval_runs_eagerly_where_its_fast_path_would_run():
+    plain, _GLOBAL_ENCODER["layer"] = _encoder_layers()
+    traced = lazytrace.trace_graph(_uses_global_encoder)
+    with torch.no_grad():
+        torch.backends.mha.set_fastpath_enabled(False)      # traced with the fast path off ...
+        try:
+            x = _rand(2, 5, 16, seed=1)
+            for _ in range(2):
+                assert torch.equal(traced(x), plain(x) + 1)
+        finally:
+            torch.backends.mha.set_fastpath_enabled(True)
+        for seed in range(2):                               # ... and on: eager
+            x = _rand(2, 5, 16, seed=seed)
+            assert torch.equal(traced(x), plain(x) + 1)
+    assert traced.stats.hits == 1 and traced.stats.eager == 2     # (the second trace stopped before it ran)
+    assert "fast path" in next(iter(traced.stats.reasons))
 
 
 def _parametrized(seed=0):
@@ -279,10 +330,9 @@ def test_calls_inside_parametrize_cached_run_eagerly_until_a_graph_exists():
     assert model.forward.stats.traces == 0 and "parametrize.cached" in next(iter(model.forward.stats.reasons))
 
 
-@pytest.mark.xfail(strict=True, reason="torch.nn.utils.parametrize.cached() is read by torch's own Python code "
-                                       "(not watched, not keyed): a graph traced outside it recomputes the "
-                                       "parametrization where eager reuses the block's cached weight")
 def test_a_graph_replayed_inside_parametrize_cached_reads_its_cache():
+    # a graph traced outside the block would recompute the parametrization where eager reuses
+    # the block's cached weight: inside it, the module runs eagerly
     import torch.nn.utils.parametrize as P
     plain, model = _parametrized(), _parametrized()
     lazytrace.trace_graph(model)
@@ -293,6 +343,35 @@ def test_a_graph_replayed_inside_parametrize_cached_reads_its_cache():
             _bump(plain, model)
             x = _rand(2, 4, seed=seed)
             assert torch.equal(model(x), plain(x))
+    assert model.forward.stats.hits == 0 and "parametrize.cached" in next(iter(model.forward.stats.reasons))
+
+
+_GLOBAL_PARAMETRIZED = {}
+
+
+def _uses_global_parametrized(x):
+    return _GLOBAL_PARAMETRIZED["model"](x) * 2
+
+
+def test_a_function_reaching_a_parametrized_model_runs_eagerly_inside_parametrize_cached():
+    # the model is a global the function reaches (not trace_graph(model)): torch's own code reads
+    # parametrize's cache switch around it (Backend.model_state_reads), so the graph checks it
+    import torch.nn.utils.parametrize as P
+    plain = _parametrized()
+    _GLOBAL_PARAMETRIZED["model"] = _parametrized()
+    traced = lazytrace.trace_graph(_uses_global_parametrized)
+    for seed in (7, 8):
+        x = _rand(2, 4, seed=seed)
+        assert torch.equal(traced(x), plain(x) * 2)
+    with P.cached():
+        for seed in range(3):
+            _bump(plain, _GLOBAL_PARAMETRIZED["model"])
+            x = _rand(2, 4, seed=seed)
+            assert torch.equal(traced(x), plain(x) * 2)
+    _bump(plain, _GLOBAL_PARAMETRIZED["model"])
+    x = _rand(2, 4, seed=5)
+    assert torch.equal(traced(x), plain(x) * 2)         # outside the block the graph replays again
+    assert traced.stats.traces == 1 and traced.stats.hits == 2 and traced.stats.eager == 3
 
 
 class _AutocastNet(nn.Module):

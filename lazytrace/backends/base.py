@@ -93,6 +93,12 @@ class Backend:
         ((), ()) for other objects."""
         return (), ()
 
+    def model_state_reads(self, modules) -> tuple:
+        """(module, attribute) of framework state that the framework's own code reads around
+        calls of these models (a model and its submodules), which the function reaching them
+        does not read itself: checked like state it reads (keys of `state_reads`)."""
+        return ()
+
     def model_refused(self, modules) -> str | None:
         """Why calls of these framework models (a model and its submodules) cannot be replayed,
         if they cannot: Python code the framework runs around them at every call (torch's module

@@ -121,6 +121,9 @@ _STATE_READS = {
     ("torch.backends.cudnn", "benchmark"): torch._C._get_cudnn_benchmark,
     ("torch.backends.cudnn", "deterministic"): torch._C._get_cudnn_deterministic,
     ("torch.backends.cudnn", "allow_tf32"): torch._C._get_cudnn_allow_tf32,
+    # read by torch's own code around a parametrized module (Backend.model_state_reads)
+    ("torch.nn.utils.parametrize", "_cache_enabled"): lambda: _parametrize._cache_enabled,
+    ("torch.backends.mha", "get_fastpath_enabled"): None,
 }
 
 
@@ -151,6 +154,27 @@ def _skipped_by_dynamo(dynamo) -> None:
 
 
 wrapt.register_post_import_hook(_skipped_by_dynamo, "torch._dynamo")
+
+#: torch modules whose forward, in eval mode without autograd, takes a fused path only where no
+#: torch function mode is active (`torch.overrides.has_torch_function`): under a trace's mode it
+#: takes the other one, equal to ~1e-7 but not bitwise
+_FAST_PATH_MODULES = (torch.nn.MultiheadAttention, torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder)
+
+
+def _fast_path_refused(modules) -> str | None:
+    if not torch.backends.mha.get_fastpath_enabled():
+        return None
+    for m in modules:
+        if isinstance(m, _FAST_PATH_MODULES) and not m.training and \
+                not (torch.is_grad_enabled() and any(p.requires_grad for p in m.parameters())):
+            return (f"{type(m).__name__} in eval mode without autograd takes torch's fused fast path, which a trace "
+                    f"(under a torch function mode) does not take: a graph would compute the other path, not "
+                    f"bitwise equal")
+    return None
+
+
+_IN_PARAMETRIZE_CACHED = ("inside torch.nn.utils.parametrize.cached(): parametrized weights come from its cache, "
+                          "which a graph would not read")
 
 #: the hooks every nn.Module call runs (`register_module_forward_hook` ...): a module called by a
 #: traced function ran those there when it was traced, and a graph replays what they did
@@ -421,13 +445,12 @@ class TorchBackend(Backend):
             return ("saved-tensor hooks are active (torch.utils.checkpoint): a recomputation must save what this "
                     "call saved, and a graph's calls are not the function's; a call outside them traces")
         if _parametrize._cache_enabled:     # (a module global of torch's own code, which no trace watches)
-            return ("inside torch.nn.utils.parametrize.cached(): parametrized weights come from its cache, which "
-                    "a graph would not read")
+            return _IN_PARAMETRIZE_CACHED
         return None
 
     @staticmethod
     def model_refused(modules):
-        script = _script_module(modules)
+        script = _script_module(modules) or _fast_path_refused(modules)
         if script is not None:
             return script
         hooks = [h for m in modules for name in _HOOK_DICTS for h in vars(m)[name].values()]
@@ -449,6 +472,13 @@ class TorchBackend(Backend):
         return modules, tuple(c for m in modules for c in (vars(m)[name] for name in ("_parameters", "_buffers",
                                                                                      "_modules")) if c) + \
             tuple(vars(m)[name] for m in modules for name in _HOOK_DICTS)
+
+    def model_state_reads(self, modules):
+        # inside parametrize.cached(), a parametrized weight is its cache's (trace_refused); a
+        # transformer traced with its fast path off (_fast_path_refused) computes the other path
+        return ((((_parametrize, "_cache_enabled"),) if any(map(_parametrize.is_parametrized, modules)) else ()) +
+                (((torch.backends.mha, "get_fastpath_enabled"),) if any(isinstance(m, _FAST_PATH_MODULES)
+                                                                         for m in modules) else ()))
 
     def traced_method(self, cls):
         return "forward" if issubclass(cls, torch.nn.Module) else None
@@ -1209,8 +1239,13 @@ class ModuleLiveInputs:
             else:
                 modules = tuple([m for _, m in walked])
                 tensors = tuple(_members(modules, "_parameters")) + tuple(_members(modules, "_buffers"))
+            refused = _fast_path_refused(modules)
+            if refused is not None:
+                raise Unkeyable(refused)
             hooks = tuple([tuple(d) for m in modules for d in (m._forward_pre_hooks, m._forward_hooks,
                                                                m._backward_pre_hooks, m._backward_hooks) if d])
+        if _parametrize._cache_enabled and any(map(_parametrize.is_parametrized, modules)):
+            raise Unkeyable(_IN_PARAMETRIZE_CACHED)     # (eager reuses the block's cached weights)
         if hooks and len(modules) > 1 or any(_GLOBAL_HOOKS):   # (the module's own hooks run around its LazyGraph)
             refused = TorchBackend.model_refused(modules[1:])
             if refused is not None:

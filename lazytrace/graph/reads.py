@@ -678,6 +678,11 @@ class PythonReads:
             if id(const) not in self._codes:
                 self._code(const, namespace, depth)
 
+    def note_framework_state(self, module, attribute):
+        """Framework state the framework's own code reads around a model the function reached
+        (Backend.model_state_reads): checked like state the function's code reads."""
+        self._framework_state(module, (module.__name__, attribute))
+
     def _framework_state(self, value, chain):
         """`torch.get_num_threads()`, `torch.backends.mkldnn.enabled`, or a reader imported by name
         (`from torch import are_deterministic_algorithms_enabled`): framework state that no call

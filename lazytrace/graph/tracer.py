@@ -666,6 +666,8 @@ class TraceSession:
                 if self.value_of(part) is None:
                     self._record_object(part, model=False)
             self.reads.note_structure(structure)
+            for module, attribute in self.backend.model_state_reads(objects):
+                self.reads.note_framework_state(module, attribute)
         return True
 
     def add_reads(self, reads: PythonReads):
@@ -1128,16 +1130,20 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
                 raise NotTraceable(str(exc)) from None
             session.recorded.append(obj)
         session.reads.start(fn)
-        stack.enter_context(session.activate())
-        try:
-            result = fn(*targs, **tkwargs)
-        except Exception as exc:
-            cause = backend.caused_by_tracing(exc)
-            if not cause:
-                raise
-            session.undo_writes()       # the call runs again eagerly (LazyGraph._trace)
-            raise NotTraceable(cause if isinstance(cause, str) else
-                               f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
+        early = session.untraceable     # (what the function reaches cannot be replayed: a model's hooks ...)
+        if early is None:
+            stack.enter_context(session.activate())
+            try:
+                result = fn(*targs, **tkwargs)
+            except Exception as exc:
+                cause = backend.caused_by_tracing(exc)
+                if not cause:
+                    raise
+                session.undo_writes()       # the call runs again eagerly (LazyGraph._trace)
+                raise NotTraceable(cause if isinstance(cause, str) else
+                                   f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
+    if early is not None:               # it runs as eager code, not under the trace's interception
+        return NotTraceable(early, transient=session.untraceable_transient), fn(*args, **kwargs)
     session.reads.settle()
     if session.live_handed and backend.live_unseen_methods:
         named = session.reads.names_used(backend.live_unseen_methods)
