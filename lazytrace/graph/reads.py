@@ -508,6 +508,7 @@ class PythonReads:
         #: framework module (`jnp.sin`, `jax.nn.relu`): a graph checks they are still there
         self.framework_functions: dict = {}
         self._state_classes: set = set()   # classes whose methods' framework state reads are noted
+        self._method_codes: list = []      # code of those methods (no stack shows them: names_used)
         self.modules: set = set()   # names of the modules of that code
         self.environment = False    # its code reads the process environment (a guard compares it; not stored)
         self.machine = False        # its code reads another fact of the process or machine (not stored on disk)
@@ -902,14 +903,16 @@ class PythonReads:
                 func = getattr(member, "fget", None) or getattr(member, "__func__", member)
                 code = getattr(func, "__code__", None)
                 if isinstance(code, types.CodeType) and isinstance(getattr(func, "__globals__", None), dict):
+                    self._method_codes.append(code)
                     for chain in code_info(code)[1]:
                         self._framework_state(func.__globals__.get(chain[0]), chain)
 
     # ---- after the trace ---------------------------------------------------------------
     def names_used(self, names: frozenset) -> set:
-        """Those of `names` that the watched code (the function's own, not the frameworks') uses
-        as an attribute or a global name."""
-        return {name for i in self._watched for name in self._codes[i].co_names if name in names}
+        """Those of `names` that the watched code (the function's own, not the frameworks', and the
+        methods of the objects it reached) uses as an attribute or a global name."""
+        codes = [self._codes[i] for i in self._watched] + self._method_codes
+        return {name for code in codes for name in code.co_names if name in names}
 
     def changed(self) -> str | None:
         """What the function itself changed among the values read, if anything."""
