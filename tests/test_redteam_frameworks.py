@@ -470,21 +470,28 @@ def test_numpy_write_through_a_sliding_window_view():
         assert np.array_equal(b, a)
 
 
-@pytest.mark.xfail(strict=True, reason="a trace stopped by an error the trace caused (JAX's concretization error) "
-                                       "is followed by an eager run of the whole function: Python effects made "
-                                       "before the error (a list append, a print) happen twice at that first "
-                                       "call; only array writes and RNGs are put back")
 def test_python_effects_before_a_failed_trace_happen_once():
+    # jnp.nonzero needs concrete values: the trace goes on with them (eager from then on) instead
+    # of stopping and running the whole function again
     jax = pytest.importorskip("jax")
     log = []
     note = log.append
 
     def positives(x):
         note("called")
-        return jax.numpy.nonzero(x)[0]          # needs concrete values: the trace stops here
+        return jax.numpy.nonzero(x * 2)[0] + 1
 
-    lazytrace.trace_graph(positives)(jax.numpy.ones(3))
-    assert log == ["called"]
+    lazy = lazytrace.trace_graph(positives)
+    for data in ([1.0, 0.0, 2.0], [0.0, 3.0, 4.0], [5.0, 0.0, 0.0]):
+        x = jax.numpy.asarray(data)
+        log.clear()
+        out = lazy(x)
+        assert log == ["called"]
+        expected = positives(x)
+        assert type(out) is type(expected) and out.dtype == expected.dtype
+        assert np.array_equal(np.asarray(out), np.asarray(expected))
+    assert lazy.stats.traces == 1 and lazy.stats.hits == 0
+    assert "needs a concrete value (jax._src.numpy" in next(iter(lazy.stats.reasons))
 
 
 def test_tf_variable_written_by_an_unseen_call():

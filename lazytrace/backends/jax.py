@@ -92,10 +92,12 @@ a jitted call named once: Python bytecodes of a first call normalize 25540 -> 25
 a floor of the identity function's first trace, ~650 us (thread CPU, load ~4): 14x.
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
-guards. A jax function that needs a concrete value to decide a shape
-(`jnp.nonzero` without `size=`, boolean masks) raises JAX's
-ConcretizationTypeError under the trace, as under `jax.jit`: the call then
-runs eagerly (`caused_by_tracing`), with the reason recorded. `jax.random` keys
+guards. A jax function that asks JAX's core for a concrete value to decide a
+shape (`jnp.nonzero` without `size=`) gets it (`JaxTracer.to_concrete_value`):
+the function goes on, and that signature runs eagerly from then on, with the
+reason recorded. Other errors a tracer causes (a boolean mask, `np.asarray`
+of a tracer) stop the trace and the call runs eagerly (`caused_by_tracing`):
+what the function did in Python before the error then happens twice. `jax.random` keys
 passed in are inputs like any array; a key made inside from a constant seed
 is a constant (JAX's random numbers are a pure function of the key).
 """
@@ -127,6 +129,17 @@ _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are
 _trace_context = jax_config.trace_context
 _DESCRIBED = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion",
               "jax_numpy_rank_promotion", "jax_default_device", "jax_disable_jit", "jax_threefry_partitionable")
+_NEEDS_CONCRETE = core.concrete_or_error.__code__
+
+
+def _concrete_caller() -> str:
+    """The function that asked JAX's core for a concrete value (`jnp.nonzero`'s implementation)."""
+    frame = sys._getframe(2)
+    while frame.f_back is not None and frame.f_globals.get("__name__") == core.__name__:
+        frame = frame.f_back
+    return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname}"
+
+
 _TRACE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
                  jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
 
@@ -171,7 +184,14 @@ class JaxTracer(ReadbackMixin, core.Tracer):
         self.aval = core.typeof(value)
 
     def to_concrete_value(self):
-        return None      # abstract, as under jax.jit: jax.numpy only probes for optional shortcuts
+        # abstract, as under jax.jit: jax.numpy probes it for optional shortcuts. Where JAX needs
+        # the value (core.concrete_or_error: `jnp.nonzero` without size=, `jnp.arange(n)`), a graph
+        # could not replay the call: this signature runs eagerly, and this call goes on with the
+        # value (stopping here would run the function twice, its Python effects too)
+        if sys._getframe(1).f_code is _NEEDS_CONCRETE:
+            self._lt_session.fail(f"needs a concrete value ({_concrete_caller()}), which a graph could not replay")
+            return self._lt_array
+        return None
 
     def full_lower(self):
         # after the trace (a generator the function returned, an object it left behind), JAX's
