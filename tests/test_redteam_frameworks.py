@@ -471,27 +471,43 @@ def test_numpy_write_through_a_sliding_window_view():
 
 
 def test_python_effects_before_a_failed_trace_happen_once():
-    # jnp.nonzero needs concrete values: the trace goes on with them (eager from then on) instead
-    # of stopping and running the whole function again
+    # jnp.bincount without length= needs the values of its argument (not a scalar): the trace goes
+    # on with them (eager from then on) instead of stopping and running the whole function again
     jax = pytest.importorskip("jax")
     log = []
     note = log.append
 
-    def positives(x):
+    def counts(x):
         note("called")
-        return jax.numpy.nonzero(x * 2)[0] + 1
+        return jax.numpy.bincount(x * 2) + 1
 
-    lazy = lazytrace.trace_graph(positives)
-    for data in ([1.0, 0.0, 2.0], [0.0, 3.0, 4.0], [5.0, 0.0, 0.0]):
+    lazy = lazytrace.trace_graph(counts)
+    for data in ([1, 0, 2], [0, 3, 4], [5, 0, 0]):
         x = jax.numpy.asarray(data)
         log.clear()
         out = lazy(x)
         assert log == ["called"]
-        expected = positives(x)
-        assert type(out) is type(expected) and out.dtype == expected.dtype
-        assert np.array_equal(np.asarray(out), np.asarray(expected))
+        expected = counts(x)
+        assert out.dtype == expected.dtype and np.array_equal(np.asarray(out), np.asarray(expected))
     assert lazy.stats.traces == 1 and lazy.stats.hits == 0
-    assert "needs a concrete value (jax._src.numpy" in next(iter(lazy.stats.reasons))
+    assert "needs a concrete value (jax._src.numpy.lax_numpy.bincount)" in next(iter(lazy.stats.reasons))
+
+
+def test_a_jax_count_jax_needs_concrete_is_read_back_and_guarded():
+    # jnp.nonzero without size= asks JAX's core for the count of nonzeros: a scalar, read back like
+    # .item() and guarded, so a graph replays while the count is the same
+    jax = pytest.importorskip("jax")
+
+    def positives(x):
+        return jax.numpy.nonzero(x > 0.5)[0] * 2
+
+    lazy = lazytrace.trace_graph(positives)
+    data = ([0.9, 0.1, 0.8], [0.2, 0.7, 0.6], [0.9, 0.1, 0.1], [0.3, 0.4, 0.1], [0.6, 0.9, 0.0])
+    for values in data:
+        x = jax.numpy.asarray(values)
+        out, expected = lazy(x), positives(x)
+        assert out.shape == expected.shape and np.array_equal(np.asarray(out), np.asarray(expected))
+    assert lazy.stats.eager == 0 and lazy.stats.hits == 2 and lazy.stats.guard_failures == 3
 
 
 def test_tf_variable_written_by_an_unseen_call():

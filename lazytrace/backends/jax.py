@@ -93,9 +93,10 @@ a floor of the identity function's first trace, ~650 us (thread CPU, load ~4): 1
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that asks JAX's core for a concrete value to decide a
-shape (`jnp.nonzero` without `size=`) gets it (`JaxTracer.to_concrete_value`):
-the function goes on, and that signature runs eagerly from then on, with the
-reason recorded. Other errors a tracer causes (a boolean mask, `np.asarray`
+shape gets it (`JaxTracer.to_concrete_value`): a scalar (`jnp.nonzero`'s count
+without `size=`) is read back like `.item()` and guarded; another array
+(`jnp.bincount` without `length=`) lets the function go on with its values and
+makes that signature run eagerly from then on, with the reason recorded. Other errors a tracer causes (a boolean mask, `np.asarray`
 of a tracer) stop the trace and the call runs eagerly (`caused_by_tracing`):
 what the function did in Python before the error then happens twice. `jax.random` keys
 passed in are inputs like any array; a key made inside from a constant seed
@@ -185,10 +186,13 @@ class JaxTracer(ReadbackMixin, core.Tracer):
 
     def to_concrete_value(self):
         # abstract, as under jax.jit: jax.numpy probes it for optional shortcuts. Where JAX needs
-        # the value (core.concrete_or_error: `jnp.nonzero` without size=, `jnp.arange(n)`), a graph
-        # could not replay the call: this signature runs eagerly, and this call goes on with the
-        # value (stopping here would run the function twice, its Python effects too)
+        # the value (core.concrete_or_error): a scalar (`jnp.nonzero`'s count) is read back, a
+        # guard of the graph; another array (`jnp.bincount`'s argument without length=) makes
+        # this signature eager, and this call goes on with the value (stopping here would run
+        # the function twice, its Python effects too)
         if sys._getframe(1).f_code is _NEEDS_CONCRETE:
+            if not self.aval.shape:         # a scalar (jnp.nonzero's count): read back, guarded
+                return self.item()
             self._lt_session.fail(f"needs a concrete value ({_concrete_caller()}), which a graph could not replay")
             return self._lt_array
         return None
