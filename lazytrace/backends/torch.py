@@ -484,6 +484,14 @@ class TorchBackend(Backend):
             return None
         return check
 
+    @functools.cache
+    def array_check_distinct(self):
+        """dynamo's TensorGuards.check fails on a tensor given twice (it relies on dynamo's own
+        alias guards); asked of the installed torch once."""
+        t = torch.zeros(())
+        check = self.array_check([t, torch.zeros(())])
+        return check is not None and check(t, t) is False
+
     def array_check_extra(self, expr, t, const):
         return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 

@@ -58,8 +58,7 @@ class _Builder:
     def leaf(self, expr, obj):
         tp = type(obj)
         entry = self.signature._describers.get(tp)
-        if entry is not None:
-            self.conditions.append(f"type({expr}) is {self.const(tp)}")
+        if entry is not None:                # its type is checked with its metadata (compile_dispatch)
             self.arrays.append((expr, obj, entry[1]))
             self.leaves.append(expr)
             self.leaf_objects.append(obj)
@@ -90,10 +89,13 @@ class _Builder:
             raise _CannotCompile(tp)     # slices, static types, live objects: general path only
 
 
-def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list, extra_key=None):
+def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list, extra_key=None, *,
+                     conditions=()):
     """A fast `check_and_call(args, kwargs)` for `graph`, or None if this signature has none.
     A graph with extra live inputs (a module's parameters: `graph._extra()` gives their key and
-    arrays) checks that their key is still `extra_key`, the one its signature was cached under."""
+    arrays) checks that their key is still `extra_key`, the one its signature was cached under.
+    `conditions`: the caller's own, tested first, each a format string and the objects its `{}`
+    stand for (LazyGraph: no trace is running, the function's code is the traced one)."""
     if graph._extra is not None and extra_key is None or len(backends) != 1:
         return None
     b = _Builder(signature)
@@ -105,20 +107,28 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
             b.top(k, f"kwargs[{k!r}]", v, signature.static_argnames, signature.stateful_argnames)
     except _CannotCompile:
         return None
+    b.conditions[:0] = [text.format(*map(b.const, objects)) for text, *objects in conditions]
     backend = backends[0]
-    arrays = [obj for _, obj, _ in b.arrays]
-    native = backend.array_check(arrays) if arrays else None
-    covered = backend.state_covered(arrays, graph._plan) if native is not None else frozenset()
-    if native is not None:
-        b.conditions.append(f"{b.const(native)}({', '.join(expr for expr, _, _ in b.arrays)})")
-        for expr, obj, array_backend in b.arrays:
+    pattern = alias_pattern(b.leaf_objects)
+    # each array once (the native check fails on an array given twice): the alias test below relates the others
+    distinct = [(expr, obj, array_backend) for expr, obj, array_backend in b.arrays
+                if pattern[b.leaves.index(expr)] == b.leaves.index(expr)]
+    native = backend.array_check([obj for _, obj, _ in distinct]) if distinct else None
+    if native is not None:          # it compares each array's exact type first: nothing else to test before it
+        b.conditions.append(f"{b.const(native)}({', '.join(expr for expr, _, _ in distinct)})")
+        for expr, obj, array_backend in distinct:
             b.conditions.extend(array_backend.array_check_extra(expr, obj, b.const))
+        covered = backend.state_covered([obj for _, obj, _ in distinct], graph._plan)
     else:
-        for expr, obj, array_backend in b.arrays:
+        for expr, obj, array_backend in distinct:
+            b.conditions.append(f"type({expr}) is {b.const(type(obj))}")
             b.conditions.extend(array_backend.guard_conditions(expr, obj, b.const))
+        covered = frozenset()
     b.conditions.extend(backend.state_conditions(graph._state, b.const, covered))
-    if len(b.leaves) > 1:       # which leaves are the same object is part of the key (signature.alias_pattern)
-        pattern = alias_pattern(b.leaf_objects)
+    # which leaves are the same object is part of the key (signature.alias_pattern); a native check
+    # that fails on an array given twice has told it already when every leaf is an array it checked
+    told = native is not None and len(distinct) == len(b.leaves) and backend.array_check_distinct()
+    if len(b.leaves) > 1 and not told:
         b.conditions.append(f"{b.const(alias_pattern)}([{', '.join(b.leaves)}]) == {b.const(pattern)}"
                             if len(b.leaves) > 4 else
                             " and ".join(f"{b.leaves[i]} {'is' if pattern[j] == pattern[i] else 'is not'} "
@@ -131,9 +141,14 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
                  f"    if extra_key != {b.const(extra_key)}:\n"
                  f"        return MISS\n")
         call = f"graph_fn({''.join(leaf + ', ' for leaf in b.leaves)}*extra_leaves)"
-    shape = (f"len(kwargs) != {len(kwargs)} or tuple(kwargs) != {b.const(tuple(kwargs))}" if kwargs
-             else "kwargs") + f" or len(args) != {len(args)}"
-    unpack = f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args\n" if names else ""
+    shape = f"len(kwargs) != {len(kwargs)} or tuple(kwargs) != {b.const(tuple(kwargs))}" if kwargs else "kwargs"
+    if names:       # a wrong count of arguments fails the unpacking (cheaper than a len() call on every hit)
+        unpack = (f"    try:\n"
+                  f"        {', '.join(names)}{',' if len(names) == 1 else ''} = args\n"
+                  f"    except ValueError:\n"
+                  f"        return MISS\n")
+    else:
+        shape, unpack = f"args or {shape}", ""
     test = " and ".join(b.conditions) or "True"
     source = (f"def check_and_call(args, kwargs):\n"
               f"    if {shape}:\n"
