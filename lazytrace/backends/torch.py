@@ -520,15 +520,16 @@ class TorchBackend(Backend):
     def state_covered(self, tensors, plan):
         """dynamo's TensorGuards compares each tensor's dispatch keys under the thread's included
         and excluded key sets, which a torch.func transform (functorch's dynamic layer keys),
-        inference mode (autograd keys) and CPU autocast (AutocastCPU) change: with tensors, the
-        first needs no check of its own; with CPU tensors that are not inference tensors, and a
-        graph whose every array is on the CPU (another device's autocast cannot reach it), neither
-        do the other two (about 0.35 us of a cache hit)."""
+        inference mode (autograd keys; inference tensors too, in either direction, on any device)
+        and autocast for the tensor's device (AutocastCPU ...) change: with tensors, the first two
+        need no check of their own; with CPU tensors and a graph whose every array is on the CPU
+        (another device's autocast cannot reach it), neither does autocast (about 0.35 us of a
+        cache hit)."""
         if not tensors:
             return frozenset()
-        if all(t.device.type == "cpu" and not t.is_inference() for t in tensors) and _cpu_only(plan):
+        if all(t.device.type == "cpu" for t in tensors) and _cpu_only(plan):
             return frozenset({"transform", "inference", "autocast"})
-        return frozenset({"transform"})
+        return frozenset({"transform", "inference"})
 
     def global_state(self):
         """Grad mode, then default dtype, inference mode, autocast, function modes, whether a
