@@ -61,12 +61,35 @@ def _split_conditions(test: str) -> list[str]:
     return parts + [test[start:]]
 
 
-def _pieces(check) -> tuple[str, list[str]]:
-    """The unpacking lines and the conditions of a compiled check (guards.compile_dispatch's source)."""
+def _pieces(check) -> tuple[str, str]:
+    """The lines before the test of a compiled check (guards.compile_dispatch's source: argument
+    count, unpacking), and its test."""
     lines = check.source.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("    if not ("))
-    test = lines[at][len("    if not ("):-len("):")]
-    return "\n".join(lines[1:at]), _split_conditions(test)
+    return "\n".join(lines[1:at]), lines[at][len("    if not ("):-len("):")]
+
+
+def _name(obj) -> str:
+    """A short readable name of a constant of a check (k<n> in its source)."""
+    import re
+    owner = getattr(obj, "__self__", None)
+    if callable(obj) and owner is not None and not isinstance(owner, types.ModuleType):
+        return f"{type(owner).__name__}.{obj.__name__}"
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__.rsplit(".", 1)[-1]
+    if isinstance(obj, types.CodeType):
+        return "code"
+    if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return obj.__name__
+    if isinstance(obj, dict):
+        return "dict"
+    text = repr(obj)
+    return text if len(text) < 16 and not re.search(r"\s", text) else type(obj).__name__
+
+
+def _label(condition: str, namespace: dict) -> str:
+    import re
+    return re.sub(r"\b_?k\d+\b", lambda m: _name(namespace[m.group()]), condition)
 
 
 def _function(namespace, prologue: str, body: str):
@@ -99,12 +122,13 @@ def measure(opts) -> dict:
         check, graph = lazy._fast
         leaves = [a for a in args if isinstance(a, torch.Tensor)]
         gfn = graph.fn
-        noop_check = types.FunctionType(check.__code__, dict(check.__globals__, graph_fn=lambda *a: None))
-        noop_check.source = check.source
+        prologue, test = _pieces(check)
+        conditions = _split_conditions(test)
+        # the check, then nothing (whether the graph is called from it or inlined into it)
+        noop_check = _function(check.__globals__, f"{prologue}\n    if not ({test}):\n        return MISS", "None")
         call = lazytrace.trace_graph(fn)
         call(*args), call(*args)
         call._fast = (noop_check, call._fast[1])
-        prologue, conditions = _pieces(check)
         kw = {}
         modes = {"eager": lambda: fn(*args), "direct": lambda: gfn(*leaves), "lazy": lambda: lazy(*args),
                  "check": lambda: noop_check(args, kw), "call": lambda: call(*args)}
@@ -132,7 +156,7 @@ def measure(opts) -> dict:
                     f()
                     samples.append(pc() - t)
                 cold[m].append(statistics.median(samples))
-        out[name] = {"conditions": conditions,
+        out[name] = {"conditions": [_label(c, check.__globals__) for c in conditions],
                      "warm": {m: statistics.median(v) for m, v in warm.items()},
                      "cold": {m: statistics.median(v) for m, v in cold.items()}}
     return out
@@ -146,7 +170,7 @@ def _derived(t: dict, conditions: list) -> list[tuple[str, float]]:
     rows.append(("  LazyGraph.__call__ (call - check)", t["call"] - t["check"]))
     rows.append(("  check: call + unpacking", t["unpack"] - z))
     for i, cond in enumerate(conditions):
-        rows.append((f"  check: {cond[:48]}", t[f"cond{i}"] - t["unpack"]))
+        rows.append((f"  check: {cond[:56]}", t[f"cond{i}"] - t["unpack"]))
     rows.append(("  lazy / direct", t["lazy"] / max(t["direct"], 1e-9)))
     return rows
 
@@ -156,21 +180,16 @@ def report(results: dict, labels: list[str]) -> None:
     for name in names:
         conditions = [r[name]["conditions"] for r in results]
         for temp in ("warm", "cold"):
-            print(f"\n{name} ({temp}, ns per call; ratios unitless)")
-            rows = [_derived(r[name][temp], c) for r, c in zip(results, conditions)]
-            width = max(len(label) for r in rows for label, _ in r)
-            print(f"  {'':{width}s}" + "".join(f"{label:>12s}" for label in labels))
-            for i in range(max(len(r) for r in rows)):
-                cells = [r[i] if i < len(r) else None for r in rows]
-                label = next(c[0] for c in cells if c is not None)
-                same = all(c is not None and c[0] == label for c in cells)
-                if same:
-                    fmt = "{:12.2f}" if "/" in label and "-" not in label else "{:12.0f}"
-                    print(f"  {label:{width}s}" + "".join(fmt.format(c[1]) for c in cells))
-                else:
-                    for label_i, c in zip(labels, cells):
-                        if c is not None:
-                            print(f"  {c[0]:{width}s}  [{label_i}] {c[1]:.0f}")
+            print(f"\n{name} ({temp}; ns per call, a ratio for lazy / direct)")
+            rows = [dict(_derived(r[name][temp], c)) for r, c in zip(results, conditions)]
+            order = list(dict.fromkeys(label for r in rows for label in r))
+            order.append(order.pop(order.index("  lazy / direct")))
+            width = max(map(len, order))
+            print(f"  {'':{width}s}" + "".join(f"{label:>10s}" for label in labels))
+            for label in order:
+                fmt = "{:10.2f}" if label == "  lazy / direct" else "{:10.0f}"
+                print(f"  {label:{width}s}" + "".join(fmt.format(r[label]) if label in r else f"{'-':>10s}"
+                                                      for r in rows))
 
 
 def _median_of(runs: list[dict]) -> dict:

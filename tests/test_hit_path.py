@@ -149,8 +149,49 @@ def test_hits_and_raising_graphs_are_counted():
     for _ in range(3):
         lazy(x, y)
     assert (lazy.stats.calls, lazy.stats.hits, lazy.stats.traces) == (4, 3, 1)
-    lazy._fast[0].__globals__["graph_fn"] = lambda *a: (_ for _ in ()).throw(ValueError("boom"))
-    with pytest.raises(ValueError, match="boom"):      # a graph free of effects: the original decides
-        lazy._fast[0]((x, y), {})
-    assert torch.equal(lazy(x, y), x @ y)
+
+    def raising(args, kwargs):          # a graph raising at replay (free of visible effects)
+        raise ValueError("boom")
+    lazy._fast = (raising, lazy._fast[1])
+    assert torch.equal(lazy(x, y), x @ y)             # the original decides
     assert (lazy.stats.calls, lazy.stats.hits, lazy.stats.eager) == (5, 3, 1)
+
+
+SCALE = 2.0
+
+
+def _scaled(x):
+    return x * SCALE
+
+
+def test_graph_body_inlined_into_the_check_keeps_its_guards():
+    """The graph's lines run in the check's frame (one call less per hit); its own checks (a
+    global read at the trace) still send a changed call to the general path."""
+    global SCALE
+    lazy = lazytrace.trace_graph(_scaled)
+    x = torch.rand(2)
+    lazy(x), lazy(x)
+    source = lazy._fast[0].source
+    assert "graph_fn(" not in source and "_GuardFailed" in source
+    try:
+        SCALE = 3.0
+        assert torch.equal(lazy(x), x * 3) and torch.equal(lazy(x), x * 3)
+    finally:
+        SCALE = 2.0
+    assert torch.equal(lazy(x), x * 2)
+
+
+def test_a_graph_raising_inside_the_check_shows_its_line():
+    import traceback
+
+    def write_then_index(x, i):
+        x.add_(1)                   # a visible effect: the graph's error is raised as it is
+        return x[i]
+
+    lazy = lazytrace.trace_graph(write_then_index)
+    x, i = torch.zeros(3), torch.tensor([0, 2])
+    lazy(x, i), lazy(x, i)
+    with pytest.raises(IndexError) as info:
+        lazy(x, torch.tensor([0, 7]))
+    frames = [f for f in traceback.extract_tb(info.value.__traceback__) if f.filename.startswith("<lazytrace")]
+    assert frames and "x[" not in frames[-1].line and frames[-1].line.strip().startswith("v")

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import enum
 import itertools
+import linecache
 import math
 import numbers
+from types import CodeType, FunctionType
 
 from .signature import _VALUE_TYPES, _signed_parts, _static_value, alias_pattern
 
@@ -38,7 +40,7 @@ class _Builder:
         self.arrays: list = []            # (expression, example, backend) of array leaves
 
     def const(self, obj) -> str:
-        name = f"k{len(self.namespace)}"
+        name = f"_k{len(self.namespace)}"     # (a graph names its constants k<n>: inlined, both are seen)
         self.namespace[name] = obj
         return name
 
@@ -133,6 +135,9 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
                             if len(b.leaves) > 4 else
                             " and ".join(f"{b.leaves[i]} {'is' if pattern[j] == pattern[i] else 'is not'} "
                                          f"{b.leaves[j]}" for j in range(len(b.leaves)) for i in range(j)))
+    body = _inlined(graph, b.leaves, b.namespace) if graph._extra is None else None
+    if body is not None:            # one frame: the graph's lines follow the checks, over its namespace
+        b.namespace = {**graph.fn.__globals__, **b.namespace}
     b.namespace["graph_fn"] = graph.fn
     call = f"graph_fn({', '.join(b.leaves)})"
     extra = ""
@@ -157,8 +162,42 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
               f"    if not ({test}):\n"
               f"        return MISS\n"
               f"{extra}"
-              f"    return {call}\n")
-    exec(compile(source, f"<lazytrace guards #{next(_counter)}>", "exec"), b.namespace)
+              + (body if body is not None else f"    return {call}\n"))
+    filename = f"<lazytrace guards #{next(_counter)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)   # tracebacks show it
+    exec(compile(source, filename, "exec"), b.namespace)
     fn = b.namespace["check_and_call"]
     fn.source = source
     return fn
+
+
+#: the names the check's own code binds (its constants are _k<n>)
+_CHECK_LOCALS = ("args", "kwargs", "extra_key", "extra_leaves")
+
+
+def _inlined(graph, leaves: list[str], namespace: dict) -> str | None:
+    """The graph's generated function as lines of the check (its parameters bound to the leaf
+    expressions, then its body), or None: a graph whose function is not the plain code of its
+    `source` (a compiled graph), or whose names would clash with the check's."""
+    fn = graph.fn
+    if type(fn) is not FunctionType:
+        return None
+    code = fn.__code__
+    if code.co_flags & 0x0C or code.co_kwonlyargcount or code.co_argcount != len(leaves) or fn.__defaults__:
+        return None             # (0x0C: *args, **kwargs)
+    lines = graph.source.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith(f"def {code.co_name}(")), None)
+    if at is None or not all(line.startswith("    ") for line in lines[at + 1:]):
+        return None
+    compiled = next((c for c in compile(graph.source, "<inlined>", "exec").co_consts
+                     if isinstance(c, CodeType) and c.co_name == code.co_name), None)
+    if compiled is None or (compiled.co_code, compiled.co_consts, compiled.co_names, compiled.co_varnames) != \
+            (code.co_code, code.co_consts, code.co_names, code.co_varnames):
+        return None             # the source is not what the function runs
+    own = set(namespace) | {"graph_fn"}
+    if own & set(fn.__globals__) or own & set(code.co_varnames) or \
+            set(code.co_varnames) & {*_CHECK_LOCALS, *(leaf for leaf in leaves if leaf.isidentifier())}:
+        return None
+    params = code.co_varnames[:code.co_argcount]
+    bind = f"    {', '.join(params)} = {', '.join(leaves)}\n" if params else ""
+    return bind + "".join(line + "\n" for line in lines[at + 1:])
