@@ -499,12 +499,13 @@ class TorchBackend(Backend):
         grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks) = state
         if dual:
             return ["False"]        # tangents are keyed by describe only: the general path
+        # (each as few operations as it takes: these run at every cache hit; the functions return bools)
         conditions = [f"{const(_forward_ad)}._current_level < 0",
-                      f"{const(torch.is_grad_enabled)}() is {grad}",
+                      f"{'' if grad else 'not '}{const(torch.is_grad_enabled)}()",
                       f"{const(torch.get_default_dtype)}() is {const(dtype)}",
-                      f"({const(_MIN_NORMAL)} * 0.5 == 0.0) is {flushed}",      # _denormals_flushed() inline
+                      f"{const(_MIN_NORMAL)} * 0.5 {'==' if flushed else '!='} 0.0",   # _denormals_flushed() inline
                       f"{const(_function_modes)}() == {const(modes)}" if modes else
-                      f"{const(torch._C._len_torch_function_stack)}() == 0",
+                      f"not {const(torch._C._len_torch_function_stack)}()",
                       f"{const(_global_hooks)}() == {const(hooks)}" if hooks else
                       " or ".join(f"{const(d)}" for d in _GLOBAL_HOOKS).join(("not (", ")"))]
         if not (inference is False and "inference" in covered):
