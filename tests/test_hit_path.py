@@ -195,3 +195,20 @@ def test_a_graph_raising_inside_the_check_shows_its_line():
         lazy(x, torch.tensor([0, 7]))
     frames = [f for f in traceback.extract_tb(info.value.__traceback__) if f.filename.startswith("<lazytrace")]
     assert frames and "x[" not in frames[-1].line and frames[-1].line.strip().startswith("v")
+
+
+def test_checks_of_one_source_are_compiled_once():
+    """LazyGraphs of one function (a module made per call) share the code of their checks (each
+    over its own constants), and the graphs' lines are verified against their code once."""
+    def fn(x):
+        return x * 3
+
+    made = []
+    for _ in range(3):
+        lazy = lazytrace.trace_graph(fn)
+        x = torch.rand(2)
+        lazy(x), lazy(x)
+        made.append(lazy._fast[0])
+        assert torch.equal(lazy(x), x * 3)
+    assert made[0].__code__ is made[1].__code__ is made[2].__code__
+    assert made[0].__globals__ is not made[1].__globals__

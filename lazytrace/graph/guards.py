@@ -14,6 +14,7 @@ stored under (tests/test_guards.py checks this property).
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import linecache
 import math
@@ -163,12 +164,27 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
               f"        return MISS\n"
               f"{extra}"
               + (body if body is not None else f"    return {call}\n"))
-    filename = f"<lazytrace guards #{next(_counter)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)   # tracebacks show it
-    exec(compile(source, filename, "exec"), b.namespace)
+    exec(_compiled(source), b.namespace)
     fn = b.namespace["check_and_call"]
     fn.source = source
     return fn
+
+
+#: source -> code of the checks compiled so far (the checks of one function's LazyGraphs, a module
+#: made per call, often have one source), each in linecache once (tracebacks through a graph inlined there)
+_COMPILED: dict = {}
+
+
+def _compiled(source: str) -> CodeType:
+    code = _COMPILED.get(source)
+    if code is None:
+        filename = f"<lazytrace guards #{next(_counter)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        code = compile(source, filename, "exec")
+        if len(_COMPILED) >= 256:
+            _COMPILED.clear()
+        _COMPILED[source] = code
+    return code
 
 
 #: the names the check's own code binds (its constants are _k<n>)
@@ -183,21 +199,30 @@ def _inlined(graph, leaves: list[str], namespace: dict) -> str | None:
     if type(fn) is not FunctionType:
         return None
     code = fn.__code__
-    if code.co_flags & 0x0C or code.co_kwonlyargcount or code.co_argcount != len(leaves) or fn.__defaults__:
-        return None             # (0x0C: *args, **kwargs)
-    lines = graph.source.splitlines()
-    at = next((i for i, line in enumerate(lines) if line.startswith(f"def {code.co_name}(")), None)
-    if at is None or not all(line.startswith("    ") for line in lines[at + 1:]):
+    if fn.__defaults__ or code.co_argcount != len(leaves) or _body(graph.source, code) is None:
         return None
-    compiled = next((c for c in compile(graph.source, "<inlined>", "exec").co_consts
-                     if isinstance(c, CodeType) and c.co_name == code.co_name), None)
-    if compiled is None or (compiled.co_code, compiled.co_consts, compiled.co_names, compiled.co_varnames) != \
-            (code.co_code, code.co_consts, code.co_names, code.co_varnames):
-        return None             # the source is not what the function runs
     own = set(namespace) | {"graph_fn"}
     if own & set(fn.__globals__) or own & set(code.co_varnames) or \
             set(code.co_varnames) & {*_CHECK_LOCALS, *(leaf for leaf in leaves if leaf.isidentifier())}:
         return None
     params = code.co_varnames[:code.co_argcount]
     bind = f"    {', '.join(params)} = {', '.join(leaves)}\n" if params else ""
-    return bind + "".join(line + "\n" for line in lines[at + 1:])
+    return bind + _body(graph.source, code)
+
+
+@functools.lru_cache(maxsize=256)
+def _body(source: str, code: CodeType) -> str | None:
+    """The body lines of the function `code` if `source` is its plain source (compiled, it gives
+    that code), else None."""
+    if code.co_flags & 0x0C or code.co_kwonlyargcount:       # (0x0C: *args, **kwargs)
+        return None
+    lines = source.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith(f"def {code.co_name}(")), None)
+    if at is None or not all(line.startswith("    ") for line in lines[at + 1:]):
+        return None
+    compiled = next((c for c in compile(source, "<inlined>", "exec").co_consts
+                     if isinstance(c, CodeType) and c.co_name == code.co_name), None)
+    if compiled is None or (compiled.co_code, compiled.co_consts, compiled.co_names, compiled.co_varnames) != \
+            (code.co_code, code.co_consts, code.co_names, code.co_varnames):
+        return None             # the source is not what the function runs
+    return "".join(line + "\n" for line in lines[at + 1:])
