@@ -28,14 +28,19 @@ trees = st.recursive(leaves, lambda inner: st.one_of(st.tuples(inner, inner), st
 calls = st.tuples(st.lists(trees, min_size=1, max_size=3), st.dictionaries(st.sampled_from(["x", "y"]), trees, max_size=1))
 
 
-def _alias(obj, data, pool):
-    """`obj` with some arrays replaced by an earlier array of the call (one object twice: `f(x, x)`)."""
+def _map_leaves(obj, fn):
+    """`obj` (tuples, lists, dicts) with fn applied to each leaf, in order."""
     if isinstance(obj, tuple):
-        return tuple(_alias(x, data, pool) for x in obj)
+        return tuple(_map_leaves(x, fn) for x in obj)
     if isinstance(obj, list):
-        return [_alias(x, data, pool) for x in obj]
+        return [_map_leaves(x, fn) for x in obj]
     if isinstance(obj, dict):
-        return {k: _alias(v, data, pool) for k, v in obj.items()}
+        return {k: _map_leaves(v, fn) for k, v in obj.items()}
+    return fn(obj)
+
+
+def _alias(obj, data, pool):
+    """An array replaced by an earlier array of the call, at times (one object twice: `f(x, x)`)."""
     if isinstance(obj, (torch.Tensor, np.ndarray)):
         if pool and data.draw(st.booleans()):
             return pool[data.draw(st.integers(0, len(pool) - 1))]
@@ -44,13 +49,7 @@ def _alias(obj, data, pool):
 
 
 def _perturb(obj, data, pool):
-    """The same call with some leaves changed slightly: the near misses a check must reject."""
-    if isinstance(obj, tuple):
-        return tuple(_perturb(x, data, pool) for x in obj)
-    if isinstance(obj, list):
-        return [_perturb(x, data, pool) for x in obj]
-    if isinstance(obj, dict):
-        return {k: _perturb(v, data, pool) for k, v in obj.items()}
+    """A leaf changed slightly, at times: the near misses a check must reject."""
     how = data.draw(st.sampled_from(["same", "same", "dtype", "shape", "grad", "value", "type", "alias"]))
     if how == "alias" and pool:           # an array of the call given again in its place
         return pool[data.draw(st.integers(0, len(pool) - 1))]
@@ -96,9 +95,9 @@ def test_fast_check_accepts_only_equal_keys(first, data):
     a function mode, a functorch transform, module hooks, flush-denormal) it runs under."""
     args, kwargs = first
     pool = []
-    args, kwargs = _alias(tuple(args), data, pool), _alias(kwargs, data, pool)
+    args, kwargs = _map_leaves((tuple(args), kwargs), lambda leaf: _alias(leaf, data, pool))
     pool = []
-    args2, kwargs2 = _perturb(args, data, pool), _perturb(kwargs, data, pool)
+    args2, kwargs2 = _map_leaves((args, kwargs), lambda leaf: _perturb(leaf, data, pool))
     lazy = lazytrace.trace_graph(lambda *a, **k: a)
     try:
         key, leaves, backends = lazy._key(args, kwargs)
