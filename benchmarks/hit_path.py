@@ -14,9 +14,10 @@ modes below are timed in the same rounds, interleaved (medians over rounds, nano
   call      the LazyGraph call with that no-op check: LazyGraph.__call__ + check
   cond[i]   each condition of the check, alone, less a function doing only the unpacking
 
-`warm`: calls back to back. `cold`: before each timed call, 1 MiB is written (untimed), which
-leaves the CPU's L2 cache as a 512x512 image op leaves it: what the hit path's code and data
-cost when they have to come from L3 (why lazy - direct grows with the image size).
+`warm`: calls back to back. `cold`: before each timed call, --flush-mib MiB are written (untimed):
+1 MiB leaves the CPU's L2 cache as a 512x512 image op leaves it, 6 MiB (what such an op reads and
+writes) also much of a shared L3: what the hit path's code and data cost when they have to come
+from L3 or from memory (why lazy - direct grows with the image size).
 
 With --against, this script runs itself in subprocesses, alternating this checkout and the
 other one (PYTHONPATH) for --runs rounds, and prints the medians of both side by side.
@@ -45,6 +46,8 @@ def _parse(argv=None):
                    help="a checkout of lazytrace to compare with (its directory goes first on PYTHONPATH)")
     p.add_argument("--runs", type=int, default=4, help="with --against: processes per side, alternating (default 4)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    p.add_argument("--flush-mib", type=float, default=1.0,
+                   help="MiB written before each cold call (default 1: L2; 6: what a 512x512 op streams)")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)     # child mode: medians as JSON
     return p.parse_args(argv)
 
@@ -107,7 +110,7 @@ def measure(opts) -> dict:
     torch.set_num_threads(opts.threads)
     fixed = {"enhance.adjust_brightness": lambda: (0.2,),
              "enhance.normalize": lambda: (torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225]))}
-    flush = torch.empty(2 ** 20 // 4)
+    flush = torch.empty(int(opts.flush_mib * 2 ** 20) // 4)
     out = {}
     for name in opts.only:
         fn = kornia
@@ -216,7 +219,7 @@ def main():
     sides = {"before": os.path.abspath(opts.against), "after": here}
     runs = {side: [] for side in sides}
     child = [sys.executable, os.path.abspath(__file__), "--json", "--size", str(opts.size), "--rounds",
-             str(opts.rounds), "--threads", str(opts.threads), "--only", *opts.only]
+             str(opts.rounds), "--threads", str(opts.threads), "--flush-mib", str(opts.flush_mib), "--only", *opts.only]
     for _ in range(opts.runs):
         for side, path in sides.items():
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([path, os.environ.get("PYTHONPATH", "")]))
