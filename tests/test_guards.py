@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
+from global_states import ALL_STATES, call_in
 from hypothesis import strategies as st
 
 import lazytrace
@@ -27,15 +28,33 @@ trees = st.recursive(leaves, lambda inner: st.one_of(st.tuples(inner, inner), st
 calls = st.tuples(st.lists(trees, min_size=1, max_size=3), st.dictionaries(st.sampled_from(["x", "y"]), trees, max_size=1))
 
 
-def _perturb(obj, data):
-    """The same call with some leaves changed slightly: the near misses a check must reject."""
+def _map_leaves(obj, fn):
+    """`obj` (tuples, lists, dicts) with fn applied to each leaf, in order."""
     if isinstance(obj, tuple):
-        return tuple(_perturb(x, data) for x in obj)
+        return tuple(_map_leaves(x, fn) for x in obj)
     if isinstance(obj, list):
-        return [_perturb(x, data) for x in obj]
+        return [_map_leaves(x, fn) for x in obj]
     if isinstance(obj, dict):
-        return {k: _perturb(v, data) for k, v in obj.items()}
-    how = data.draw(st.sampled_from(["same", "same", "dtype", "shape", "grad", "value", "type"]))
+        return {k: _map_leaves(v, fn) for k, v in obj.items()}
+    return fn(obj)
+
+
+def _alias(obj, data, pool):
+    """An array replaced by an earlier array of the call, at times (one object twice: `f(x, x)`)."""
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        if pool and data.draw(st.booleans()):
+            return pool[data.draw(st.integers(0, len(pool) - 1))]
+        pool.append(obj)
+    return obj
+
+
+def _perturb(obj, data, pool):
+    """A leaf changed slightly, at times: the near misses a check must reject."""
+    how = data.draw(st.sampled_from(["same", "same", "dtype", "shape", "grad", "value", "type", "alias"]))
+    if how == "alias" and pool:           # an array of the call given again in its place
+        return pool[data.draw(st.integers(0, len(pool) - 1))]
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        pool.append(obj)
     if isinstance(obj, torch.Tensor):
         if how == "dtype":
             return obj.to(torch.float64 if obj.dtype != torch.float64 else torch.float32)
@@ -58,16 +77,30 @@ def _perturb(obj, data):
     return obj
 
 
+#: global states the second call runs in, each in turn (all but another device's autocast, which a
+#: graph of CPU arrays does not check: tests/test_hit_path.py)
+_STATES = ["default"] + [s for s in ALL_STATES if s != "CUDA autocast"]
+
+
+def _state_call(state, fn):
+    return fn() if state == "default" else call_in(state, fn)
+
+
 @settings(max_examples=400, deadline=None)
 @given(calls, st.data())
 def test_fast_check_accepts_only_equal_keys(first, data):
+    """The compiled check, TensorGuards and the global-state tests included, accepts a call
+    only if that call has the key of the traced one: arrays, values, which arrays are one object,
+    and the framework settings (grad mode, default dtype, autocast, inference mode, forward AD,
+    a function mode, a functorch transform, module hooks, flush-denormal) it runs under."""
     args, kwargs = first
-    args = tuple(args)
-    args2, kwargs2 = _perturb(args, data), _perturb(kwargs, data)
+    pool = []
+    args, kwargs = _map_leaves((tuple(args), kwargs), lambda leaf: _alias(leaf, data, pool))
+    pool = []
+    args2, kwargs2 = _map_leaves((args, kwargs), lambda leaf: _perturb(leaf, data, pool))
     lazy = lazytrace.trace_graph(lambda *a, **k: a)
     try:
         key, leaves, backends = lazy._key(args, kwargs)
-        key2, _, _ = lazy._key(args2, kwargs2)
     except TypeError:
         return                                  # mixed frameworks: never traced
     if len(backends) != 1:
@@ -83,8 +116,10 @@ def test_fast_check_accepts_only_equal_keys(first, data):
     if check is None:
         return
     assert check(args, kwargs) == "hit"          # the traced call itself passes
-    if check(args2, kwargs2) is not MISS:
-        assert key2 == key
+    for state in _STATES:
+        key2, accepted = _state_call(state, lambda: (lazy._key(args2, kwargs2)[0], check(args2, kwargs2)))
+        if accepted is not MISS:
+            assert key2 == key, state
 
 
 def test_negative_zero_is_another_signature():
@@ -113,9 +148,9 @@ def test_fast_check_notices_grad_mode_and_default_dtype():
 
 @pytest.mark.parametrize("on_cpu_only", [True, False])
 def test_fast_check_notices_autocast_and_inference_mode(on_cpu_only):
-    """On an all-CPU graph the fast check leaves inference mode and CPU autocast to dynamo's
-    TensorGuards (they change the thread's dispatch keys it compares); a graph with an array on
-    another device keeps its own checks. Either way eager's result comes back."""
+    """The fast check leaves inference mode to dynamo's TensorGuards (it changes the thread's
+    dispatch keys it compares), and on an all-CPU graph CPU autocast too; a graph with an array on
+    another device keeps its own check of autocast. Either way eager's result comes back."""
     def mixed(x):
         y = x @ x.T                                # autocast runs matmul in bfloat16 on the CPU
         return y if on_cpu_only else (y, x.to("meta"))
@@ -125,7 +160,8 @@ def test_fast_check_notices_autocast_and_inference_mode(on_cpu_only):
     lazy(x), lazy(x)
     assert lazy._fast is not None
     checks = list(lazy._fast[0].__globals__.values())
-    assert (torch.is_inference_mode_enabled in checks) is not on_cpu_only
+    assert torch.is_inference_mode_enabled not in checks
+    assert (torch._C._is_any_autocast_enabled in checks) is not on_cpu_only
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, expected = lazy(x), mixed(x)
     first = (lambda o: o) if on_cpu_only else (lambda o: o[0])

@@ -129,6 +129,11 @@ class Backend:
         has the describe() of the matching example (it may be stricter, e.g. on strides)."""
         return None
 
+    def array_check_distinct(self) -> bool:
+        """Whether an `array_check` fails when one array is given for two of its examples (then
+        it tells too that the arrays of a call are distinct objects)."""
+        return False
+
     def array_check_extra(self, expr: str, array, const) -> list[str]:
         """Conditions the native `array_check` leaves out but describe() holds."""
         return []

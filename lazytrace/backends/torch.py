@@ -514,6 +514,14 @@ class TorchBackend(Backend):
             return None
         return check
 
+    @functools.cache
+    def array_check_distinct(self):
+        """dynamo's TensorGuards.check fails on a tensor given twice (it relies on dynamo's own
+        alias guards); asked of the installed torch once."""
+        t = torch.zeros(())
+        check = self.array_check([t, torch.zeros(())])
+        return check is not None and check(t, t) is False
+
     def array_check_extra(self, expr, t, const):
         return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
@@ -521,12 +529,13 @@ class TorchBackend(Backend):
         grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks) = state
         if dual:
             return ["False"]        # tangents are keyed by describe only: the general path
+        # (each as few operations as it takes: these run at every cache hit; the functions return bools)
         conditions = [f"{const(_forward_ad)}._current_level < 0",
-                      f"{const(torch.is_grad_enabled)}() is {grad}",
+                      f"{'' if grad else 'not '}{const(torch.is_grad_enabled)}()",
                       f"{const(torch.get_default_dtype)}() is {const(dtype)}",
-                      f"({const(_MIN_NORMAL)} * 0.5 == 0.0) is {flushed}",      # _denormals_flushed() inline
+                      f"{const(_MIN_NORMAL)} * 0.5 {'==' if flushed else '!='} 0.0",   # _denormals_flushed() inline
                       f"{const(_function_modes)}() == {const(modes)}" if modes else
-                      f"{const(torch._C._len_torch_function_stack)}() == 0",
+                      f"not {const(torch._C._len_torch_function_stack)}()",
                       f"{const(_global_hooks)}() == {const(hooks)}" if hooks else
                       " or ".join(f"{const(d)}" for d in _GLOBAL_HOOKS).join(("not (", ")"))]
         if not (inference is False and "inference" in covered):
@@ -542,15 +551,16 @@ class TorchBackend(Backend):
     def state_covered(self, tensors, plan):
         """dynamo's TensorGuards compares each tensor's dispatch keys under the thread's included
         and excluded key sets, which a torch.func transform (functorch's dynamic layer keys),
-        inference mode (autograd keys) and CPU autocast (AutocastCPU) change: with tensors, the
-        first needs no check of its own; with CPU tensors that are not inference tensors, and a
-        graph whose every array is on the CPU (another device's autocast cannot reach it), neither
-        do the other two (about 0.35 us of a cache hit)."""
+        inference mode (autograd keys; inference tensors too, in either direction, on any device)
+        and autocast for the tensor's device (AutocastCPU ...) change: with tensors, the first two
+        need no check of their own; with CPU tensors and a graph whose every array is on the CPU
+        (another device's autocast cannot reach it), neither does autocast (about 0.35 us of a
+        cache hit)."""
         if not tensors:
             return frozenset()
-        if all(t.device.type == "cpu" and not t.is_inference() for t in tensors) and _cpu_only(plan):
+        if all(t.device.type == "cpu" for t in tensors) and _cpu_only(plan):
             return frozenset({"transform", "inference", "autocast"})
-        return frozenset({"transform"})
+        return frozenset({"transform", "inference"})
 
     def global_state(self):
         """Grad mode, then default dtype, inference mode, autocast, function modes, whether a

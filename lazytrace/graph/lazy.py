@@ -155,18 +155,14 @@ class LazyGraph:
 
     # ---- the call path ---------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        session = _active.get()
-        code_of = self._code_of               # its __code__ replaced (autoreload): its graphs are stale
-        if code_of is not None and code_of.__code__ is not self._code:
-            self._code_replaced()
-        fast = self._fast                        # (never set while disabled)
-        if fast is not None and session is None:
+        fast = self._fast           # (check_and_call, graph) of the last hit; never set while disabled
+        if fast is not None:        # the check tests too that no trace runs and the code is the traced one
             try:
                 out = fast[0](args, kwargs)
             except GuardFailed:
                 if fast[1].has_state_changes:
                     fast[1].backend.restore_global_state(fast[1]._state)
-                out = MISS                       # the general path below handles it
+                out = MISS                       # the general path handles it
             except Unkeyable:                    # the live inputs' key (a module hook added): the general path says why
                 out = MISS
             except Exception:
@@ -177,8 +173,16 @@ class LazyGraph:
                 stats.calls += 1
                 stats.hits += 1
                 return out
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
+        """The general path: the signature key, the cache, a trace on a miss."""
+        code_of = self._code_of               # its __code__ replaced (autoreload): its graphs are stale
+        if code_of is not None and code_of.__code__ is not self._code:
+            self._code_replaced()
         if self._disabled:
             return self._fn(*args, **kwargs)
+        session = _active.get()
         if session is not None:                  # inlined into an outer trace
             if session.include_generators and not self._options.include_generators:
                 session.fail(f"calls {self._name}, traced with include_generators=False: its random draws "
@@ -264,9 +268,18 @@ class LazyGraph:
     def _remember_fast(self, entry, graph, args, kwargs, backends, key):
         if entry.dispatch is None:
             entry.dispatch = compile_dispatch(graph, args, kwargs, self._signature, backends,
-                                              key[1] if self._extra is not None else None) or False
+                                              key[1] if self._extra is not None else None,
+                                              conditions=self._call_conditions()) or False
         if entry.dispatch:
             self._fast = (entry.dispatch, graph)
+
+    def _call_conditions(self) -> list:
+        """What the general path tests before the key, for compile_dispatch: no trace runs (in
+        one, this function is inlined), and the function's code is the one its graphs were traced from."""
+        conditions = [("{}() is None", _active.get)]
+        if self._code_of is not None:
+            conditions.append(("{}.__code__ is {}", self._code_of, self._code))
+        return conditions
 
     def _eager(self, reason: str, args, kwargs):
         self.stats.eager += 1
@@ -420,7 +433,7 @@ class LazyGraph:
             entry.described = explain.describe_call(found.args, found.kwargs, self._signature, backends, None, None)
             if len(graphs) == 1:
                 entry.dispatch = compile_dispatch(graphs[0], found.args, found.kwargs, self._signature,
-                                                  backends) or False
+                                                  backends, conditions=self._call_conditions()) or False
                 fast = fast or (entry.dispatch and (key, entry))
             for graph, (_, memos) in zip(graphs, entry.stored_data) if warm else ():
                 call = functools.partial(entry.dispatch, found.args, found.kwargs) if entry.dispatch else \
@@ -440,6 +453,8 @@ class LazyGraph:
     def _confirming(self, key, entry):
         """The fast path's first call of a preloaded signature: _confirm, then its dispatch."""
         def dispatch(args, kwargs):
+            if _active.get() is not None:       # inlined into a trace: the general path
+                return MISS
             if not self._confirm(key, entry) or not entry.dispatch:
                 self._fast = None
                 return MISS
