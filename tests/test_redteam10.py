@@ -55,3 +55,37 @@ def test_deterministic_algorithms_switched_inside_the_function_runs_eagerly(dete
         out = lazy(_rand(3, seed=seed))
         assert torch.are_deterministic_algorithms_enabled() and out.isnan().all()
     assert lazy.stats.hits == 0
+
+
+def test_keras_floatx_changed_between_calls_is_part_of_a_tensorflow_key():
+    """keras.ops make their tensors of keras's floatx, read in Python inside keras (no op shows
+    it): `keras.ops.ones(3)` folded as float32 must not replay after set_floatx('float64'), where
+    eager makes float64 (and adding it to a float32 input raises)."""
+    tf = pytest.importorskip("tensorflow")
+    keras = pytest.importorskip("keras")
+
+    def fn(x):
+        return keras.ops.add(x, 1.0) * keras.ops.ones((3,))
+
+    lazy = lazytrace.trace_graph(fn)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        x32 = tf.constant(rng.random(3).astype(np.float32))
+        assert np.array_equal(lazy(x32).numpy(), fn(x32).numpy())
+    keras.config.set_floatx("float64")
+    try:
+        for _ in range(3):
+            x32 = tf.constant(rng.random(3).astype(np.float32))
+            with pytest.raises(tf.errors.InvalidArgumentError):
+                fn(x32)
+            with pytest.raises(tf.errors.InvalidArgumentError):
+                lazy(x32)
+            x = tf.constant(rng.random(3))
+            expected = fn(x)
+            out = lazy(x)
+            assert out.dtype == expected.dtype == tf.float64 and np.array_equal(out.numpy(), expected.numpy())
+    finally:
+        keras.config.set_floatx("float32")
+    x32 = tf.constant(rng.random(3).astype(np.float32))
+    assert np.array_equal(lazy(x32).numpy(), fn(x32).numpy())
+    assert "floatx" in lazy.explain() and lazy.stats.hits >= 3
