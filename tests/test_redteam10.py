@@ -89,3 +89,47 @@ def test_keras_floatx_changed_between_calls_is_part_of_a_tensorflow_key():
     x32 = tf.constant(rng.random(3).astype(np.float32))
     assert np.array_equal(lazy(x32).numpy(), fn(x32).numpy())
     assert "floatx" in lazy.explain() and lazy.stats.hits >= 3
+
+
+class _HoldsArray(Exception):
+    def __init__(self, array, message):
+        super().__init__(message)
+        self.array = array
+
+
+_FILLED = []
+
+
+def _raises_with_arrays(x):
+    y = x * 2
+    _FILLED.append(y)
+    try:
+        raise KeyError(y + 1)
+    except KeyError as exc:
+        raise _HoldsArray(y, "bad input") from exc
+
+
+@pytest.mark.parametrize("framework", ["numpy", "jax", "tensorflow"])
+def test_an_exception_raised_at_a_trace_holds_arrays_as_eagers_does(framework):
+    """The first call's exception propagates unchanged: the arrays it holds (its args, its
+    attributes, its __cause__'s, a global the function filled before raising) are the
+    framework's arrays, not the tracer objects the function was handed."""
+    if framework == "numpy":
+        array_type, make = np.ndarray, np.asarray
+    elif framework == "jax":
+        jnp = pytest.importorskip("jax.numpy")
+        array_type, make = type(jnp.ones(1)), jnp.asarray
+    else:
+        tf = pytest.importorskip("tensorflow")
+        array_type, make = type(tf.ones(1)), tf.constant
+    lazy = lazytrace.trace_graph(_raises_with_arrays)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = make(rng.random(3).astype(np.float32))
+        _FILLED.clear()
+        with pytest.raises(_HoldsArray, match="bad input") as info:
+            lazy(x)
+        exc = info.value
+        for held, expected in ((exc.array, x * 2), (exc.__cause__.args[0], x * 2 + 1), (_FILLED[0], x * 2)):
+            assert type(held) is array_type
+            assert np.array_equal(np.asarray(held), np.asarray(expected))

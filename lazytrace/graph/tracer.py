@@ -1134,6 +1134,12 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         except Exception as exc:
             cause = backend.caused_by_tracing(exc)
             if not cause:
+                if backend.tracer_class is not None or session.proxied:
+                    # it reaches the caller as eager's: holding arrays, as do the places the
+                    # function filled before it raised
+                    escapes.release_exception(exc, backend.tracer_class)
+                    escapes.release_held(session.reads.holders(), backend.tracer_class)
+                    escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
                 raise
             session.undo_writes()       # the call runs again eagerly (LazyGraph._trace)
             raise NotTraceable(cause if isinstance(cause, str) else
