@@ -133,3 +133,14 @@ def test_an_exception_raised_at_a_trace_holds_arrays_as_eagers_does(framework):
         for held, expected in ((exc.array, x * 2), (exc.__cause__.args[0], x * 2 + 1), (_FILLED[0], x * 2)):
             assert type(held) is array_type
             assert np.array_equal(np.asarray(held), np.asarray(expected))
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(static_argnames=3), "static_argnames takes parameter names"),
+    (dict(kwarg_stateful_idxs=[0]), "kwarg_stateful_idxs takes parameter names"),
+    (dict(args=np.ones(2)), "args= takes a tuple"),
+    (dict(args=(np.ones(2),), kwargs=[("y", 1)]), "kwargs= a dict"),
+])
+def test_bad_options_are_refused_naming_the_option(options, message):
+    with pytest.raises(TypeError, match=message):
+        lazytrace.trace_graph(lambda x, y=1: x * y, **options)
