@@ -144,3 +144,24 @@ def test_an_exception_raised_at_a_trace_holds_arrays_as_eagers_does(framework):
 def test_bad_options_are_refused_naming_the_option(options, message):
     with pytest.raises(TypeError, match=message):
         lazytrace.trace_graph(lambda x, y=1: x * y, **options)
+
+
+def _divides_by_zero(x):
+    return x / 0.0
+
+
+@pytest.mark.xfail(strict=True, reason="a warning a framework call issues at the trace is attributed to "
+                   "lazytrace's frame (lazytrace.backends.numpy), at replay to the graph's code "
+                   "(module '<string>'): a warnings filter naming the caller's module (error::RuntimeWarning:"
+                   "mymodule) turns eager's warning into an error, not the trace's nor the graph's")
+def test_a_warning_filter_naming_the_callers_module_applies_as_in_eager():
+    import warnings
+    lazy = lazytrace.trace_graph(_divides_by_zero)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=RuntimeWarning, module=__name__)
+        for seed in range(3):
+            x = np.random.default_rng(seed).random(3)
+            with pytest.raises(RuntimeWarning):
+                _divides_by_zero(x)
+            with pytest.raises(RuntimeWarning):
+                lazy(x)
