@@ -165,3 +165,28 @@ def test_a_warning_filter_naming_the_callers_module_applies_as_in_eager():
                 _divides_by_zero(x)
             with pytest.raises(RuntimeWarning):
                 lazy(x)
+
+
+def test_calls_waiting_for_another_threads_trace_are_counted_once():
+    """Concurrent first calls of one signature trace once; the calls that waited for that trace
+    are each one call (stats.calls == hits + traces + eager calls)."""
+    import threading
+    started = threading.Event()
+
+    def slow(x):
+        started.set()
+        threading.Event().wait(0.3)         # the other threads arrive while this one traces
+        return x * 2
+
+    lazy = lazytrace.trace_graph(slow)
+    x = _rand(3, seed=0)
+    first = threading.Thread(target=lazy, args=(x,))
+    first.start()
+    started.wait()
+    others = [threading.Thread(target=lazy, args=(x,)) for _ in range(3)]
+    for t in others:
+        t.start()
+    for t in [first, *others]:
+        t.join()
+    stats = lazy.stats
+    assert stats.traces == 1 and stats.calls == 4 == stats.hits + stats.traces + stats.eager
