@@ -190,3 +190,29 @@ def test_calls_waiting_for_another_threads_trace_are_counted_once():
         t.join()
     stats = lazy.stats
     assert stats.traces == 1 and stats.calls == 4 == stats.hits + stats.traces + stats.eager
+
+
+def _checks_then_scales(az, srange):
+    if (srange < 0).any():                  # of a 0-d array: a NumPy bool scalar's .any()
+        raise ValueError("negative range")
+    return srange * np.sin(np.radians(az))
+
+
+def _reads_memory_then_scales(r):
+    np.asarray(r)                           # an escape: the call runs eagerly
+    return r * 2.0, np.sin(r)
+
+
+@pytest.mark.parametrize("fn", [_checks_then_scales, _reads_memory_then_scales])
+def test_numpy_scalars_made_from_0d_arrays_are_scalars_as_in_eager(fn):
+    """A 0-d array's operators give NumPy scalars (pymap3d's aer2enu on 0-d inputs): their
+    methods work under the trace (np.ndarray.any does not take an np.bool_), and the first call
+    returns them as scalars, not 0-d arrays, also where the call runs eagerly."""
+    lazy = lazytrace.trace_graph(fn)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        args = [np.asarray(v) for v in rng.random(fn.__code__.co_argcount)]
+        expected, out = fn(*args), lazy(*args)
+        expected, out = (expected, out) if isinstance(expected, tuple) else ((expected,), (out,))
+        for e, o in zip(expected, out):
+            assert type(o) is type(e) is np.float64 and o == e
