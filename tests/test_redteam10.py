@@ -216,3 +216,18 @@ def test_numpy_scalars_made_from_0d_arrays_are_scalars_as_in_eager(fn):
         expected, out = (expected, out) if isinstance(expected, tuple) else ((expected,), (out,))
         for e, o in zip(expected, out):
             assert type(o) is type(e) is np.float64 and o == e
+
+
+def _scales_by_kind(x):
+    total = x.sum()
+    return x * 2 if np.isscalar(total) else x * 3
+
+
+@pytest.mark.xfail(strict=True, reason="NumPy's own Python code (np.isscalar) sees the tracer's class, "
+                   "not the scalar it holds (the framework's code must see tracers to dispatch them): the "
+                   "first call and the graph take the other branch")
+def test_np_isscalar_of_a_scalar_result_answers_as_in_eager():
+    lazy = lazytrace.trace_graph(_scales_by_kind)
+    for seed in range(3):
+        x = np.random.default_rng(seed).random(3)
+        assert np.array_equal(lazy(x), _scales_by_kind(x))
