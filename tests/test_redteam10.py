@@ -231,3 +231,22 @@ def test_np_isscalar_of_a_scalar_result_answers_as_in_eager():
     for seed in range(3):
         x = np.random.default_rng(seed).random(3)
         assert np.array_equal(lazy(x), _scales_by_kind(x))
+
+
+def _contiguous(x):
+    return np.ascontiguousarray(x)          # x itself when it is contiguous (reads its memory: eager)
+
+
+def test_an_input_handed_back_by_a_call_that_runs_eagerly_is_the_inputs_memory_at_the_first_call():
+    """np.ascontiguousarray(x) of a contiguous x is x: the first call (whose trace stops at the
+    escape) returns x's memory, as eager does, not a copy: writes into the result reach x.
+    (Not x itself: NumPy makes a new array object from the tracer's __array_struct__.)"""
+    lazy = lazytrace.trace_graph(_contiguous)
+    for seed in range(3):
+        x = np.random.default_rng(seed).random((2, 3))
+        assert _contiguous(x) is x
+        out = lazy(x)
+        assert np.shares_memory(out, x) and np.array_equal(out, x)
+        out[0, 0] = -1.0
+        assert x[0, 0] == -1.0
+    assert lazy.stats.traces == 1 and lazy.stats.eager == 3

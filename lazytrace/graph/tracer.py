@@ -859,9 +859,11 @@ class TraceSession:
                 if value.source is _EXTERNAL and not backend.sees_creation and id(real) not in reached:
                     value.foldable = True       # made inside by calls lazytrace does not see (np.zeros): a
                                                 # new array at every call in eager, so a copy of the constant
-                if value.foldable:
+                if value.foldable and self.untraceable is None:
                     # the graph keeps this object as a constant: the caller gets a copy, as at
-                    # every replay, so writing into the result cannot change later calls
+                    # every replay, so writing into the result cannot change later calls (no graph
+                    # is made of a trace that failed: its result is eager's, an input handed back
+                    # by a call it could not see, np.ascontiguousarray(x), is that input)
                     if id(real) not in copies:
                         copies[id(real)] = backend.clone(real)
                     real = copies[id(real)]
