@@ -150,21 +150,37 @@ def _divides_by_zero(x):
     return x / 0.0
 
 
-@pytest.mark.xfail(strict=True, reason="a warning a framework call issues at the trace is attributed to "
-                   "lazytrace's frame (lazytrace.backends.numpy), at replay to the graph's code "
-                   "(module '<string>'): a warnings filter naming the caller's module (error::RuntimeWarning:"
-                   "mymodule) turns eager's warning into an error, not the trace's nor the graph's")
-def test_a_warning_filter_naming_the_callers_module_applies_as_in_eager():
+def _softmax_without_dim(x):
+    return torch.nn.functional.softmax(x)       # torch warns: implicit dim (stacklevel: the caller)
+
+
+@pytest.mark.parametrize("fn, make, category", [
+    (_divides_by_zero, lambda seed: np.random.default_rng(seed).random(3), RuntimeWarning),
+    (_softmax_without_dim, lambda seed: _rand(3, seed=seed), UserWarning)], ids=["numpy", "torch"])
+def test_a_warning_filter_naming_the_callers_module_applies_as_in_eager(fn, make, category):
+    """A warning a framework call issues is the calling code's, in eager code: a filter naming
+    its module (pytest's `error::RuntimeWarning:mymodule`) makes it an error. So it is for the
+    trace (the call is made from a frame of the caller's module, file and line) and the graph
+    (its code runs in the traced function's module)."""
     import warnings
-    lazy = lazytrace.trace_graph(_divides_by_zero)
+    lazy, traced = lazytrace.trace_graph(fn), lazytrace.trace_graph(fn)
     with warnings.catch_warnings():
-        warnings.filterwarnings("error", category=RuntimeWarning, module=__name__)
+        warnings.simplefilter("ignore")
+        traced(make(0)), traced(make(1))           # a graph, traced without the filter
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=category, module=__name__)
         for seed in range(3):
-            x = np.random.default_rng(seed).random(3)
-            with pytest.raises(RuntimeWarning):
-                _divides_by_zero(x)
-            with pytest.raises(RuntimeWarning):
+            x = make(seed)
+            with pytest.raises(category):
+                fn(x)
+            with pytest.raises(category):
                 lazy(x)
+            with pytest.raises(category):
+                traced(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lazy(make(4)), traced(make(5))
+    assert [w.category for w in caught] == [category, category]
 
 
 def test_calls_waiting_for_another_threads_trace_are_counted_once():

@@ -30,7 +30,7 @@ import numpy as np
 from ..graph.stateful import CallRecordingProxy
 
 from . import mtstate
-from .base import ArrayTracer, Backend, CallKind
+from .base import ArrayTracer, Backend, CallKind, call_as_caller
 
 
 def asarray(array):
@@ -135,12 +135,13 @@ def _call_method(tracer, method, *args, **kwargs):
 
 
 def _invoke(func, args, kwargs):
-    """func(*args, **kwargs); an ndarray method (recorded as `np.ndarray.any`) of a NumPy scalar,
-    which a 0-d array's operators give (`(r < 0).any()`), is the scalar's own, as in eager code
-    and in a graph (`v.any()`, codegen's method syntax)."""
+    """func(*args, **kwargs), from the frame of the code that called NumPy (its warnings are
+    that code's: base.call_as_caller); an ndarray method (recorded as `np.ndarray.any`) of a NumPy
+    scalar, which a 0-d array's operators give (`(r < 0).any()`), is the scalar's own, as in
+    eager code and in a graph (`v.any()`, codegen's method syntax)."""
     if args and isinstance(args[0], np.generic) and getattr(func, "__objclass__", None) is np.ndarray:
-        return getattr(args[0], func.__name__)(*args[1:], **kwargs)
-    return func(*args, **kwargs)
+        func, args = getattr(args[0], func.__name__), args[1:]
+    return call_as_caller(func, args, kwargs, NumpyBackend.internal_modules)
 
 
 def _unwrap(obj):

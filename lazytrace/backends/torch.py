@@ -41,7 +41,7 @@ from torch.overrides import TorchFunctionMode
 from ..graph.ir import Source, Value
 from ..graph.signature import Unkeyable, _value_key
 from ..graph.stateful import own_class
-from .base import Backend, CallKind, operator_syntax
+from .base import Backend, CallKind, call_as_caller, operator_syntax
 from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, torchs_own
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
@@ -130,6 +130,9 @@ def _shape(t):
 
 
 _MIN_NORMAL = sys.float_info.min
+#: frames between the code calling torch and a traced call (torch's Python wrappers, its
+#: function-mode dispatch, lazytrace): the code whose warnings a call's are (base.call_as_caller)
+_CALLERS_OF_TORCH = ("lazytrace.", "torch.")
 
 
 def _denormals_flushed() -> bool:
@@ -659,17 +662,17 @@ class TorchBackend(Backend):
         # an in-place call that changed `self` without a data write (`requires_grad_()`) is an
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
         if info.setter:
-            return func(*args, **kwargs), tensors[:1]
+            return call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH), tensors[:1]
         if any(isinstance(t, _Uninitialized) for t in tensors):
             return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
         if len(tensors) == 1 and not tensors[0].is_inference():    # the common case, without the lists
             t = tensors[0]
             before = t._version
-            result = func(*args, **kwargs)
+            result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH)      # (its warnings: the caller's)
             return result, (tensors if t._version != before or info.underscore and args and result is args[0]
                             else ())
         before = [None if t.is_inference() else t._version for t in tensors]     # inference: no counter
-        result = func(*args, **kwargs)
+        result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH)
         return result, [t for t, v in zip(tensors, before)
                         if (_wrote_inference(info.name, args, t, result) if v is None else t._version != v)
                         or t is result and info.underscore and args and result is args[0]]

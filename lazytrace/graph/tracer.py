@@ -1206,6 +1206,8 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
                 backend.compile(compiled, body)
         source, gfn, constants, aliases = codegen.generate(backend, plan, plan.inputs, plan.output_structure,
                                                            name)
+        # the warnings its calls issue are the traced function's module's, for filters naming it
+        gfn.__globals__["__name__"] = getattr(original, "__module__", None) or "<lazytrace>"
         if compiler:
             gfn = codegen.Checked(compiled, checks) if checks else compiled
         return source, gfn, constants, aliases
