@@ -281,3 +281,19 @@ def test_a_returned_constant_and_its_view_share_memory_as_in_eager():
         grid, row = lazy(_rand(2, 3, seed=seed))
         grid.fill_(1.0)                     # eager: the row is a view of the grid
         assert torch.equal(row, torch.ones(3))
+
+
+def test_a_lazygraph_converting_to_another_framework_pickles_and_copies():
+    """A LazyGraph pickles and copies as what it was made from; with to= too (the wrapt proxy
+    that converts the arguments refused: 'object proxy must define __reduce__()')."""
+    import copy
+    import operator
+    import pickle
+    lazy = lazytrace.trace_graph(operator.neg, to="torch")
+    x = np.random.default_rng(0).random(3)
+    lazy(x)
+    for other, own in ((pickle.loads(pickle.dumps(lazy)), True), (copy.copy(lazy), False),
+                       (copy.deepcopy(lazy), True)):
+        out = other(x)
+        assert type(out) is torch.Tensor and torch.equal(out, -torch.from_numpy(x))
+        assert (other.__wrapped__ is not lazy.__wrapped__) is own      # a new LazyGraph, traced anew
