@@ -112,6 +112,9 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
                            max_signatures=max_signatures)
         traced.preload()
     else:
+        if not isinstance(args, (tuple, list, type(None))) or not isinstance(kwargs, (dict, type(None))):
+            raise TypeError(f"args= takes a tuple of positional arguments and kwargs= a dict of keyword "
+                            f"arguments, got args={type(args).__name__}, kwargs={type(kwargs).__name__}")
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         if target is not None:
             args, kwargs = convert_arguments(args, kwargs, signature, target)
@@ -136,6 +139,9 @@ def like_options(obj, lazy: LazyGraph) -> tuple | None:
     return None
 
 
+_NAMES_OPTION = {"static_argnums": "static_argnames", "arg_stateful_idxs": "kwarg_stateful_idxs"}
+
+
 def _by_position_and_name(obj, nums: tuple, names: tuple, option: str) -> tuple[tuple, tuple]:
     """(argnums, argnames) completed from the function's parameters, as jax.jit does: a parameter
     named in one is also given by the other way of passing it; negative indices count from the end."""
@@ -147,6 +153,8 @@ def _by_position_and_name(obj, nums: tuple, names: tuple, option: str) -> tuple[
         params = None
     if any(not isinstance(i, int) or isinstance(i, bool) for i in nums):
         raise TypeError(f"{option} takes argument indices (int), got {nums!r}")
+    if any(not isinstance(n, str) for n in names):
+        raise TypeError(f"{_NAMES_OPTION[option]} takes parameter names (str), got {names!r}")
     positional = [p.name for p in params or () if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if any(i < 0 for i in nums):
         if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):

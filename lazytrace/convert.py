@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import wrapt
 
-from .backends import backend_for_type
+from .backends import backend_for_type, get_backend
 from .graph.signature import walk
 
 
@@ -96,6 +96,24 @@ class Converting(wrapt.ObjectProxy):
         write_back(converted, counts, target)
         return out
 
+    def __reduce_ex__(self, protocol):
+        """Pickled, copied and deep-copied as the LazyGraph (or Graph) it wraps is, with its target
+        framework by name."""
+        return _converting, (self.__wrapped__, self._self_target.name)
+
+    def __copy__(self):
+        return _converting(self.__wrapped__, self._self_target.name)
+
+    def __deepcopy__(self, memo):
+        import copy
+        return _converting(copy.deepcopy(self.__wrapped__, memo), self._self_target.name)
+
     def graph_for(self, *args, **kwargs):
         args, kwargs = convert_arguments(args, kwargs, self._self_signature, self._self_target)
         return self.__wrapped__.graph_for(*args, **kwargs)
+
+
+def _converting(wrapped, target: str) -> Converting:
+    """(The signature is the wrapped LazyGraph's or Graph's own, rebuilt with it.)"""
+    signature = wrapped._signature
+    return Converting(wrapped, signature, get_backend(target))

@@ -10,6 +10,7 @@ import copy
 import enum
 import operator
 import sys
+import types
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable
 
@@ -631,3 +632,31 @@ def load_numpy_arrays(data: bytes, metadata: dict, dtype_of) -> dict:
     for name, (dtype, shape) in raw.items():
         arrays[name] = arrays[name].view(dtype_of(dtype)).reshape(shape)
     return arrays
+
+
+def _calls(func, args, kwargs): return func(*args, **kwargs)     # (one line: see call_as_caller)
+
+
+_CALLERS: dict = {}         # (id of the caller's globals, file, line) -> _calls placed there
+_CALLERS_SIZE = 1024
+
+
+def call_as_caller(func, args, kwargs, internal: tuple):
+    """func(*args, **kwargs) made from a frame that warnings take for the code calling the
+    framework (the first frame outside the `internal` module prefixes): a warning the call
+    issues (NumPy's divide by zero, a deprecation with its stacklevel) is attributed to that
+    code's module, file and line, as in eager code, so a filter naming its module
+    (`error::RuntimeWarning:mymodule`) applies to it as it does eagerly."""
+    frame = sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(internal):
+        frame = frame.f_back
+    if frame is None:
+        return func(*args, **kwargs)
+    where = (id(frame.f_globals), frame.f_code.co_filename, frame.f_lineno)
+    caller = _CALLERS.get(where)
+    if caller is None:
+        if len(_CALLERS) >= _CALLERS_SIZE:
+            _CALLERS.clear()
+        code = _calls.__code__.replace(co_filename=where[1], co_firstlineno=where[2] or 1)
+        caller = _CALLERS[where] = types.FunctionType(code, frame.f_globals, frame.f_code.co_name)
+    return caller(func, args, kwargs)

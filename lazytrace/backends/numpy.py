@@ -30,7 +30,7 @@ import numpy as np
 from ..graph.stateful import CallRecordingProxy
 
 from . import mtstate
-from .base import ArrayTracer, Backend, CallKind
+from .base import ArrayTracer, Backend, CallKind, call_as_caller
 
 
 def asarray(array):
@@ -132,6 +132,16 @@ def _call_method(tracer, method, *args, **kwargs):
     # `x.view(type(x))`: type() of a tracer is NumpyTracer, which NumPy would take for a dtype
     args = tuple(np.ndarray if a is NumpyTracer else a for a in args) if args else args
     return tracer._lt_call(method, (tracer,) + args, kwargs)
+
+
+def _invoke(func, args, kwargs):
+    """func(*args, **kwargs), from the frame of the code that called NumPy (its warnings are
+    that code's: base.call_as_caller); an ndarray method (recorded as `np.ndarray.any`) of a NumPy
+    scalar, which a 0-d array's operators give (`(r < 0).any()`), is the scalar's own, as in
+    eager code and in a graph (`v.any()`, codegen's method syntax)."""
+    if args and isinstance(args[0], np.generic) and getattr(func, "__objclass__", None) is np.ndarray:
+        func, args = getattr(args[0], func.__name__), args[1:]
+    return call_as_caller(func, args, kwargs, NumpyBackend.internal_modules)
 
 
 def _unwrap(obj):
@@ -319,13 +329,13 @@ class NumpyBackend(Backend):
         if writes:
             mutated.append(args[0])
         if session is None:
-            return func(*raw_args, **raw_kwargs), mutated
+            return _invoke(func, raw_args, raw_kwargs), mutated
         mutated = [m for m in mutated if isinstance(m, self.tracked_types)]
         for m in mutated:
             session.before_write(m)
         if args and type(args[0]) is CallRecordingProxy:       # a generator passed in draws
             session.before_write(args[0].__wrapped__)
-        result = func(*raw_args, **raw_kwargs)
+        result = _invoke(func, raw_args, raw_kwargs)
         if _holds_objects(result) or not isinstance(result, _VALUES) and _object_arrays(raw_args):
             # an item of an object array (a list, a user's object): what the function reads from it
             # or changes in it is no call lazytrace sees (the trace handed it a copy of a list before)
@@ -355,7 +365,7 @@ class NumpyBackend(Backend):
                  "trace's, where a constant met a division by zero, an overflow or an invalid value")]
 
     def run_detached(self, func, args, kwargs):
-        return func(*_unwrap(args), **_unwrap(kwargs))
+        return _invoke(func, _unwrap(args), _unwrap(kwargs))
 
     def _wrap(self, result, session, by_array):
         if isinstance(result, (np.ndarray, np.generic)):
@@ -382,7 +392,7 @@ class NumpyBackend(Backend):
         return id(a)
 
     def clone(self, a):
-        return np.copy(a)
+        return a if isinstance(a, np.generic) else np.copy(a)     # (np.copy of a scalar is a 0-d array)
 
     def snapshot(self, a):
         if isinstance(a, np.random.Generator):

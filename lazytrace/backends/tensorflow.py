@@ -199,6 +199,24 @@ class TfTracer(ArrayTracer):
 _PRINT_MODULE = "tensorflow.python.ops.logging_ops"
 
 
+_KERAS_SETTINGS = ("keras.config.floatx()", "keras.config.epsilon()", "keras.config.image_data_format()",
+                   "keras.config.dtype_policy()")
+
+
+def _keras_settings():
+    """Keras's global settings, read in Python inside keras.ops and layers where no op shows them
+    (`keras.ops.ones(3)` is of floatx; a layer computes in its dtype policy's dtype), as
+    `torch.get_default_dtype()` is read by torch: None while Keras is not imported (it is not
+    imported here). The dtype policy is read where keras keeps it (`keras.config.dtype_policy()`
+    sets one when there is none)."""
+    config = sys.modules.get("keras.src.backend.config")
+    if config is None:
+        return None
+    state = sys.modules.get("keras.src.backend.common.global_state")
+    policy = state.get_global_attribute("dtype_policy", None) if state is not None else None
+    return config.floatx(), config.epsilon(), config.image_data_format(), getattr(policy, "name", None)
+
+
 def _tf_print_summarize(frame):
     """`summarize` of the tf.print call whose formatting (pprint) asks for this text, else None."""
     for _ in range(64):             # (pprint recurses through nested containers)
@@ -433,12 +451,13 @@ class TensorflowBackend(Backend):
         """TF-NumPy behaviour (`tf.experimental.numpy.experimental_enable_numpy_behavior`):
         its dtype conversion mode changes how Python numbers and mixed dtypes combine (a graph
         caches a number operand as a tensor of the other operand's dtype), and its slicing mode
-        changes indexing."""
-        return (tf_ops.get_dtype_conversion_mode(), tf_ops._numpy_style_slicing)
+        changes indexing; Keras's global settings, once Keras is imported (see _keras_settings)."""
+        return (tf_ops.get_dtype_conversion_mode(), tf_ops._numpy_style_slicing, _keras_settings())
 
     def describe_global_state(self, state):
-        mode, slicing = state
-        return {"tf dtype conversion mode": str(mode), "tf numpy-style slicing": str(slicing)}
+        mode, slicing, keras_settings = state
+        return {"tf dtype conversion mode": str(mode), "tf numpy-style slicing": str(slicing)} | \
+            ({} if keras_settings is None else dict(zip(_KERAS_SETTINGS, map(repr, keras_settings))))
 
     # ---- tracing ----------------------------------------------------------------
     def wrap_live(self, obj, session):

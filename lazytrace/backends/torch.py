@@ -41,7 +41,7 @@ from torch.overrides import TorchFunctionMode
 from ..graph.ir import Source, Value
 from ..graph.signature import Unkeyable, _value_key
 from ..graph.stateful import own_class
-from .base import Backend, CallKind, operator_syntax
+from .base import Backend, CallKind, call_as_caller, operator_syntax
 from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, torchs_own
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
@@ -133,6 +133,9 @@ def _shape(t):
 
 
 _MIN_NORMAL = sys.float_info.min
+#: frames between the code calling torch and a traced call (torch's Python wrappers, its
+#: function-mode dispatch, lazytrace): the code whose warnings a call's are (base.call_as_caller)
+_CALLERS_OF_TORCH = ("lazytrace.", "torch.")
 
 
 def _denormals_flushed() -> bool:
@@ -141,6 +144,19 @@ def _denormals_flushed() -> bool:
     smallest normal float becomes zero. Constants folded at the trace were computed under the
     trace's setting: it is part of the key."""
     return _MIN_NORMAL * 0.5 == 0.0
+
+
+_deterministic = torch._C._get_deterministic_algorithms
+
+
+def _deterministic_mode():
+    """None, or (warn_only, fill_uninitialized_memory) while `torch.use_deterministic_algorithms(True)`
+    is in effect: then `torch.empty` and its kind fill their memory with NaN (or the largest integer)
+    and ops without a deterministic kernel raise or warn, so constants folded at the trace (an
+    `empty_like(x)`) were made under the trace's mode: it is part of the key."""
+    if not _deterministic():
+        return None
+    return torch._C._get_deterministic_algorithms_warn_only(), torch._C._get_deterministic_fill_uninitialized_memory()
 
 
 def _skipped_by_dynamo(dynamo) -> None:
@@ -526,7 +542,7 @@ class TorchBackend(Backend):
         return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const, covered=frozenset()):
-        grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks) = state
+        grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks, determinism) = state
         if dual:
             return ["False"]        # tangents are keyed by describe only: the general path
         # (each as few operations as it takes: these run at every cache hit; the functions return bools)
@@ -534,6 +550,8 @@ class TorchBackend(Backend):
                       f"{'' if grad else 'not '}{const(torch.is_grad_enabled)}()",
                       f"{const(torch.get_default_dtype)}() is {const(dtype)}",
                       f"{const(_MIN_NORMAL)} * 0.5 {'==' if flushed else '!='} 0.0",   # _denormals_flushed() inline
+                      f"{const(_deterministic)}() is False" if determinism is None else
+                      f"{const(_deterministic_mode)}() == {const(determinism)}",
                       f"{const(_function_modes)}() == {const(modes)}" if modes else
                       f"not {const(torch._C._len_torch_function_stack)}()",
                       f"{const(_global_hooks)}() == {const(hooks)}" if hooks else
@@ -567,10 +585,11 @@ class TorchBackend(Backend):
         torch.func transform runs (`vmap(lazy)` after a plain call: code may branch on it, as
         kornia's morphology and ssim do, and the per-sample shapes matched the plain call's) and
         whether a forward-AD dual level is open (then describe keys each tensor's tangent), the
-        flush-denormal mode and the global module hooks."""
+        flush-denormal mode, the global module hooks and the deterministic-algorithms mode."""
         return torch.is_grad_enabled(), (torch.get_default_dtype(), torch.is_inference_mode_enabled(),
                                          _autocast_state(), _function_modes(), _transform_level() is not None,
-                                         _forward_ad._current_level >= 0, _denormals_flushed(), _global_hooks())
+                                         _forward_ad._current_level >= 0, _denormals_flushed(), _global_hooks(),
+                                         _deterministic_mode())
 
     def state_reads(self):
         return _STATE_READS
@@ -583,9 +602,9 @@ class TorchBackend(Backend):
         graph would replay the forward's calls under autograd: other gradients), so the tracer
         compares this before every call (autocast switches are replayed, see state_change; the
         others make the signature eager; grad mode switched by calls it sees, `torch.no_grad()`,
-        is recorded), and flush-denormal (`torch.set_flush_denormal`)."""
+        is recorded), flush-denormal (`torch.set_flush_denormal`) and `use_deterministic_algorithms`."""
         return (_default_dtype(), _inference_mode(), _any_autocast() and _autocast_state(), _transform_level(),
-                _grad_enabled(), _MIN_NORMAL * 0.5 == 0.0)       # (_denormals_flushed, inlined: every call)
+                _grad_enabled(), _MIN_NORMAL * 0.5 == 0.0, _deterministic())   # (_denormals_flushed, inlined)
 
     def restore_global_state(self, state):
         torch._C._set_grad_enabled(state[0])
@@ -683,17 +702,17 @@ class TorchBackend(Backend):
         # an in-place call that changed `self` without a data write (`requires_grad_()`) is an
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
         if info.setter:
-            return func(*args, **kwargs), tensors[:1]
+            return call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH), tensors[:1]
         if any(isinstance(t, _Uninitialized) for t in tensors):
             return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
         if len(tensors) == 1 and not tensors[0].is_inference():    # the common case, without the lists
             t = tensors[0]
             before = t._version
-            result = func(*args, **kwargs)
+            result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH)      # (its warnings: the caller's)
             return result, (tensors if t._version != before or info.underscore and args and result is args[0]
                             else ())
         before = [None if t.is_inference() else t._version for t in tensors]     # inference: no counter
-        result = func(*args, **kwargs)
+        result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH)
         return result, [t for t, v in zip(tensors, before)
                         if (_wrote_inference(info.name, args, t, result) if v is None else t._version != v)
                         or t is result and info.underscore and args and result is args[0]]
@@ -884,7 +903,7 @@ class TorchBackend(Backend):
         return torch.randint(0, 10, shape, generator=g, dtype=dt)
 
     def describe_global_state(self, state):
-        grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks) = state
+        grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks, determinism) = state
         autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \
             if autocast else "off"
         return {"torch.is_grad_enabled()": repr(grad), "torch.get_default_dtype()": repr(dtype),
@@ -893,7 +912,9 @@ class TorchBackend(Backend):
             ({"torch.func transform": "active"} if transform else {}) | \
             ({"forward-mode AD": "dual level open"} if dual else {}) | \
             {"torch.set_flush_denormal": repr(flushed)} | \
-            ({"global module hooks": str(sum(map(len, hooks)))} if hooks else {})
+            ({"global module hooks": str(sum(map(len, hooks)))} if hooks else {}) | \
+            {"torch.use_deterministic_algorithms": "off" if determinism is None else
+             "on (warn_only=%r, fill_uninitialized_memory=%r)" % determinism}
 
     # ---- persistent cache ----------------------------------------------------------
     distribution = "torch"

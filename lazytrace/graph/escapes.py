@@ -111,6 +111,18 @@ def release(obj, tracer_type: type | None, depth: int = 0, seen: set | None = No
     return obj
 
 
+def release_exception(exc: BaseException, tracer_type: type | None) -> None:
+    """Release, in place, an exception the function raised and the exceptions it was raised
+    from or while handling (`raise Error(x) from KeyError(y)`): their args and attributes."""
+    pending, seen = [exc], set()
+    while pending:
+        exc = pending.pop()
+        if exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            release(exc, tracer_type)
+            pending += (exc.__cause__, exc.__context__)
+
+
 def release_held(holders, tracer_type: type | None) -> None:
     """Release what the function left in the places it can reach by itself: (namespace, name) of
     a global, (cell, None) of a closure variable, (object, None) of an object whose attributes

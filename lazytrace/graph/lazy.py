@@ -324,6 +324,7 @@ class LazyGraph:
                     claim.release()
             with claim:             # until the owner is done
                 pass
+        self.stats.calls -= 1       # (counted again by the call below)
         return self(*args, **kwargs)
 
     def _adopt(self, shared, key, backends, leaves, args, kwargs):

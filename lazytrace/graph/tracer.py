@@ -861,9 +861,11 @@ class TraceSession:
                 if value.source is _EXTERNAL and not backend.sees_creation and id(real) not in reached:
                     value.foldable = True       # made inside by calls lazytrace does not see (np.zeros): a
                                                 # new array at every call in eager, so a copy of the constant
-                if value.foldable:
+                if value.foldable and self.untraceable is None:
                     # the graph keeps this object as a constant: the caller gets a copy, as at
-                    # every replay, so writing into the result cannot change later calls
+                    # every replay, so writing into the result cannot change later calls (no graph
+                    # is made of a trace that failed: its result is eager's, an input handed back
+                    # by a call it could not see, np.ascontiguousarray(x), is that input)
                     if id(real) not in copies:
                         copies[id(real)] = backend.clone(real)
                     real = copies[id(real)]
@@ -1138,6 +1140,12 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
             except Exception as exc:
                 cause = backend.caused_by_tracing(exc)
                 if not cause:
+                    if backend.tracer_class is not None or session.proxied:
+                        # it reaches the caller as eager's: holding arrays, as do the places the
+                        # function filled before it raised
+                        escapes.release_exception(exc, backend.tracer_class)
+                        escapes.release_held(session.reads.holders(), backend.tracer_class)
+                        escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
                     raise
                 session.undo_writes()       # the call runs again eagerly (LazyGraph._trace)
                 raise NotTraceable(cause if isinstance(cause, str) else
@@ -1204,6 +1212,8 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
                 backend.compile(compiled, body)
         source, gfn, constants, aliases = codegen.generate(backend, plan, plan.inputs, plan.output_structure,
                                                            name)
+        # the warnings its calls issue are the traced function's module's, for filters naming it
+        gfn.__globals__["__name__"] = getattr(original, "__module__", None) or "<lazytrace>"
         if compiler:
             gfn = codegen.Checked(compiled, checks) if checks else compiled
         return source, gfn, constants, aliases
