@@ -30,6 +30,9 @@ _HELPERS = """
 
     def helper_b():                 # makes no framework call: only the static walk sees OFFSET
         return SCALE + OFFSET
+
+    def shadow(v):
+        return v + OFFSET
 """
 
 
@@ -45,6 +48,7 @@ def _check(fn, namespace, change, data="OFFSET"):
     np.testing.assert_array_equal(lazy(x), fn(x))
     x = np.arange(3.0) + 1
     np.testing.assert_array_equal(lazy(x), fn(x))
+    assert lazy.stats.eager == 0 and lazy.stats.hits >= 1
     return lazy
 
 
@@ -146,7 +150,7 @@ def test_a_global_created_where_a_builtin_was_read():
     def fn(x):
         return x * abs(-SCALE)
     """)
-    _check(ns["fn"], ns, lambda ns: ns.update(abs=lambda v: -v + ns["helper_b"]() - ns["SCALE"]))
+    _check(ns["fn"], ns, lambda ns: ns.update(abs=ns["shadow"]))
 
 
 def test_a_global_deleted_then_created():
