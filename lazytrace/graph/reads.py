@@ -312,6 +312,8 @@ def _callable_name(fn) -> str:
 
 def _changeable(value) -> bool:
     """Whether a value holds something that can change in place: a list, dict or set, an array."""
+    if type(value) is tuple:
+        return any(map(_changeable, value))
     if isinstance(value, (list, dict, set, bytearray)) or hasattr(type(value), "__array__"):
         return True
     return isinstance(value, tuple) and any(_changeable(x) for x in value)
@@ -623,7 +625,7 @@ class PythonReads:
     def __init__(self, snapshot, nothing, same, known, record, generator_state=lambda obj: None, state_reads=None):
         self._snapshot = snapshot
         self._state_reads = state_reads or {}   # (module, attribute) -> reader: see Backend.state_reads
-        self._state_readers = {id(r): (r, key) for key, r in _readers(self._state_reads).items()}
+        self._readers = None        # id -> (reader, its key) of the state_reads functions imported now (_state_readers)
         self._generator_state = generator_state     # the state of a random generator it does not record
         self._known = known
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
@@ -739,7 +741,8 @@ class PythonReads:
             return False
         _, checks, leaves, state, state_reads, readers, (root, facts, environment, machine) = entry
         # (a reader reached as a bound method is a new object at each getattr: compared by ==)
-        if state_reads != self._state_reads or readers != self._readers_by_key():
+        if state_reads != self._state_reads or readers is not None and readers != \
+                {key: reader for reader, key in self._state_readers.values()}:
             return False
         if type(checks) is list:
             checks = entry[1] = _Checks(*checks)
@@ -754,8 +757,19 @@ class PythonReads:
             method(self, *args)
         return True
 
-    def _readers_by_key(self) -> dict:
-        return {key: reader for reader, key in self._state_readers.values()}
+    @property
+    def _state_readers(self) -> dict:
+        """id -> (reader, (module, attribute)) for the state_reads entries whose attribute is the
+        reader itself, in the modules imported now: made at the first global read."""
+        if self._readers is None:
+            self._readers = {id(r): (r, key) for key, r in _readers(self._state_reads).items()}
+        return self._readers
+
+    def _readers_by_key(self) -> dict | None:
+        """What a remembered walk found of _state_readers (None: it read none)."""
+        if self._readers is None:
+            return None
+        return {key: reader for reader, key in self._readers.values()}
 
     def _seen(self, reader, obj, name=None):
         """reader(obj, name) (_get, _attr, _cell, _vars, _kind), noted while a walk is remembered."""
@@ -885,7 +899,8 @@ class PythonReads:
         if type(module_name) is str:
             self.modules.add(module_name)
         done, where = self._done, id(namespace)
-        state_reads, readers, module_type = self._state_reads, self._state_readers, types.ModuleType
+        state_reads, module_type = self._state_reads, types.ModuleType
+        readers = self._state_readers if reads and state_reads else {}
         checks = self._checks
         if reads and self._facts is None:
             self._facts = _process_facts()
