@@ -236,3 +236,24 @@ def test_a_remembered_walk_gives_the_same_reads_and_guards():
         remembered = _walk(fn, backend)
         assert not walked.remembered and remembered.remembered, fn
         assert _state(remembered) == _state(walked), fn
+
+
+def test_a_remembered_walk_does_not_keep_its_function_alive():
+    import gc
+    import weakref
+    big = np.ones(1000)
+
+    def make():
+        held = big.copy()
+
+        def fn(x):
+            return x + held
+        return fn
+    fn = make()
+    lazy = lazytrace.trace_graph(fn)
+    lazy(np.ones(1000))
+    key, ref = id(fn), weakref.ref(fn)
+    assert key in reads._WALKS
+    del fn, lazy
+    gc.collect()
+    assert ref() is None and key not in reads._WALKS

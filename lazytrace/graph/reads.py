@@ -59,6 +59,7 @@ import re
 import sys
 import threading
 import types
+import weakref
 
 MISSING = object()      # what a guard reads for a global that no longer exists
 _STORED = "<stored>"    # ends an import read that sets the attribute (`import cfg; cfg.LAST = x`)
@@ -500,11 +501,19 @@ def _attributes(obj):
     return dict(vars(obj))
 
 
-#: id(function) -> what PythonReads.start found for it (see start): (the function, the reads it made,
-#: the leaves to do again, the walk's state, the backend's state_reads, the readers imported then,
-#: the root code). Holding the objects read, so their ids stay their own.
+#: id(function) -> what PythonReads.start found for it (see start): [a weak reference to the function,
+#: the reads it made, the leaves to do again, the walk's state, the backend's state_reads, the
+#: readers imported then, (the root code, the process facts, environment, machine)]. Holding the
+#: objects read (their ids stay their own), not the function: its entry goes when it goes.
 _WALKS: dict = {}
 _WALKS_SIZE = 512
+_ROOT = object()        # stands for the walked function itself among the reads (_Checks.hold)
+
+
+def _forget(ref):
+    for key, entry in list(_WALKS.items()):
+        if entry[0] is ref:
+            del _WALKS[key]
 
 # what the walk tests a value for (_kind)
 _CODE, _FOLLOWABLE, _MODULE, _PARTIAL, _FUNCTION, _CLASS, _ENUM, _CALLABLE = (1 << i for i in range(8))
@@ -569,7 +578,7 @@ class _Checks:
     """The reads of a remembered walk, grouped so that most are compared by C loops: hold() tells
     whether each still gives the same object."""
 
-    __slots__ = ("items", "attributes", "others", "consistent")
+    __slots__ = ("items", "attributes", "others", "own", "consistent")
 
     def __init__(self, reads, done):
         """reads: (reader, obj, name, what it gave) in the walk's order; done: PythonReads._done,
@@ -585,9 +594,11 @@ class _Checks:
             if known[3] is not read[3]:
                 self.consistent = False
         items: dict = {}        # id(mapping) -> (mapping, keys, objects found)
-        attributes, others = ([], [], []), []
+        attributes, others, self.own = ([], [], []), [], []
         for reader, obj, name, found in first.values():
-            if reader is _get:
+            if obj is _ROOT:
+                self.own.append((reader, name, found))
+            elif reader is _get:
                 entry = items.get(id(obj))
                 if entry is None:
                     entry = items[id(obj)] = (obj, [], [])
@@ -602,8 +613,9 @@ class _Checks:
         self.attributes = attributes
         self.others = tuple(others)
 
-    def hold(self) -> bool:
-        if not self.consistent:
+    def hold(self, root) -> bool:
+        """Whether each read gives the same object now (`root`: the function walked)."""
+        if not self.consistent or not all(reader(root, name) is found for reader, name, found in self.own):
             return False
         is_ = operator.is_
         for mapping, keys, found in self.items:
@@ -730,14 +742,14 @@ class PythonReads:
         checks = [self._checks, state[self._WALK_STATE.index("_done")]]    # (made a _Checks at the first replay)
         if len(_WALKS) >= _WALKS_SIZE:
             _WALKS.clear()
-        _WALKS[id(fn)] = [fn, checks, tuple(self._leaves), state, dict(self._state_reads),
+        _WALKS[id(fn)] = [weakref.ref(fn, _forget), checks, tuple(self._leaves), state, dict(self._state_reads),
                           self._readers_by_key(), (self.root, self._facts, self.environment, self.machine)]
 
     def _replay(self, fn) -> bool:
         """Take the walk remembered for `fn` if every read it made gives the same object now
         (returns whether it did)."""
         entry = _WALKS.get(id(fn))
-        if entry is None or entry[0] is not fn:
+        if entry is None or entry[0]() is not fn:
             return False
         _, checks, leaves, state, state_reads, readers, (root, facts, environment, machine) = entry
         # (a reader reached as a bound method is a new object at each getattr: compared by ==)
@@ -746,7 +758,7 @@ class PythonReads:
             return False
         if type(checks) is list:
             checks = entry[1] = _Checks(*checks)
-        if not checks.hold():
+        if not checks.hold(fn):
             return False
         if facts is not None and _process_facts() is not facts:
             return False
@@ -814,12 +826,12 @@ class PythonReads:
     def _partial(self, fn, depth=None):
         """For a functools.partial, nested ones included: its arguments are checked (`p.keywords["k"]
         = 5.0` changes every later call); returns the function it calls, followed from `depth`."""
-        while self._seen(_kind, fn) & _PARTIAL:
+        while self._kind_of(fn) & _PARTIAL:
             self._leaf(PythonReads._partial_arguments, fn)
             func = self._seen(_attr, fn, "func")
             fn = self._seen(_attr, func, "__func__")
             fn = func if fn is MISSING else fn
-        if depth is not None and depth < _CALLS and self._seen(_kind, fn) & _FOLLOWABLE:
+        if depth is not None and depth < _CALLS and self._kind_of(fn) & _FOLLOWABLE:
             self._function(fn, depth + 1)
         return fn
 
@@ -859,7 +871,8 @@ class PythonReads:
         wrapped = getattr(fn, "__wrapped__", MISSING)      # functools.wraps, a LazyGraph
         code = getattr(fn, "__code__", MISSING)
         if checks is not None:
-            checks += ((_attr, fn, "__wrapped__", wrapped), (_attr, fn, "__code__", code))
+            obj = _ROOT if depth == 0 and code is self.root else fn     # (not held: see _WALKS)
+            checks += ((_attr, obj, "__wrapped__", wrapped), (_attr, obj, "__code__", code))
         if wrapped is not MISSING and wrapped is not None and wrapped is not fn:
             self._function(wrapped, depth)
         if not isinstance(code, types.CodeType) or id(code) in self._codes:
