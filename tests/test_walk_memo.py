@@ -15,6 +15,12 @@ import lazytrace
 from lazytrace.graph import reads
 
 
+@pytest.fixture(autouse=True)
+def _remember_every_walk(monkeypatch):
+    """These small functions read fewer globals than reads._REMEMBER_FROM: remembered all the same."""
+    monkeypatch.setattr(reads, "_REMEMBER_FROM", 0)
+
+
 def _case(source: str, name: str = "walk_case") -> dict:
     namespace = {"__name__": name}
     exec(textwrap.dedent(source), namespace)        # noqa: S102 - the test's own code

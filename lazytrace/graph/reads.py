@@ -508,6 +508,7 @@ def _attributes(obj):
 _WALKS: dict = {}
 _WALKS_SIZE = 512
 _ROOT = object()        # stands for the walked function itself among the reads (_Checks.hold)
+_REMEMBER_FROM = 3      # global reads (chains) in a function's own code from which its walk is remembered
 
 
 def _forget(ref):
@@ -712,7 +713,9 @@ class PythonReads:
         in the walk's order: the guards are those a walk would give."""
         fn = getattr(fn, "__func__", fn)
         self._stop = sys._getframe(1)       # the trace's own frame: stack walks end there at the latest
-        key = fn if type(fn) is types.FunctionType else None     # (a partial: walked each time)
+        # (a partial: walked each time; a function reading fewer globals than _REMEMBER_FROM walks
+        # about as fast as a remembered walk is checked)
+        key = fn if type(fn) is types.FunctionType and len(code_info(fn.__code__)[1]) >= _REMEMBER_FROM else None
         self.remembered = key is not None and self._replay(key)
         if not self.remembered:
             if key is not None:
