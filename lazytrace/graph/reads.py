@@ -39,6 +39,15 @@ computing a number from a global); a value such code changes before the first fr
 below it is seen at its new value. A read of the process environment (`os.environ`,
 `os.getenv`) in the traced code makes the graph compare the whole environment at each call
 (read_environment), and such graphs are not stored on disk (another process has other variables).
+
+The walk before the function runs is remembered per function object (_WALKS, held weakly) and
+taken again at the function's next trace (a new signature) only where every read it made gives
+the same object now: the globals, module and class attributes it looked up (absent ones too),
+the function attributes (__code__, __wrapped__) and closure cells, what it decided each value
+was, the modules of sys.modules it imported from, the framework's state readers and the process
+facts (_Checks). What it found of data (data globals, closure variables, framework state,
+objects' attributes, defaults) is read again, in the walk's order: the guards are those a walk
+gives (tests/test_walk_memo.py).
 """
 from __future__ import annotations
 
