@@ -603,15 +603,16 @@ class _Checks:
             known = first.setdefault((read[0], id(read[1]), read[2]), read)
             if known[3] is not read[3]:
                 self.consistent = False
-        items: dict = {}        # id(mapping) -> (mapping, keys, objects found)
+        items: dict = {}        # (id(mapping), default) -> (mapping, keys, objects found, default)
         attributes, others, self.own = ([], [], []), [], []
         for reader, obj, name, found in first.values():
             if obj is _ROOT:
                 self.own.append((reader, name, found))
-            elif reader is _get:
-                entry = items.get(id(obj))
+            elif reader is _get or reader is _get_or_none:
+                default = MISSING if reader is _get else None
+                entry = items.get((id(obj), default))
                 if entry is None:
-                    entry = items[id(obj)] = (obj, [], [])
+                    entry = items[id(obj), default] = (obj, [], [], default)
                 entry[1].append(name)
                 entry[2].append(found)
             elif reader is _attr:
@@ -628,8 +629,8 @@ class _Checks:
         if not self.consistent or not all(reader(root, name) is found for reader, name, found in self.own):
             return False
         is_ = operator.is_
-        for mapping, keys, found in self.items:
-            if not all(map(is_, map(mapping.get, keys, itertools.repeat(MISSING)), found)):
+        for mapping, keys, found, default in self.items:
+            if not all(map(is_, map(mapping.get, keys, itertools.repeat(default)), found)):
                 return False
         objs, names, found = self.attributes
         if not all(map(is_, map(getattr, objs, names, itertools.repeat(MISSING)), found)):
