@@ -39,6 +39,15 @@ computing a number from a global); a value such code changes before the first fr
 below it is seen at its new value. A read of the process environment (`os.environ`,
 `os.getenv`) in the traced code makes the graph compare the whole environment at each call
 (read_environment), and such graphs are not stored on disk (another process has other variables).
+
+The walk before the function runs is remembered per function object (_WALKS, held weakly) and
+taken again at the function's next trace (a new signature) only where every read it made gives
+the same object now: the globals, module and class attributes it looked up (absent ones too),
+the function attributes (__code__, __wrapped__) and closure cells, what it decided each value
+was, the modules of sys.modules it imported from, the framework's state readers and the process
+facts (_Checks). What it found of data (data globals, closure variables, framework state,
+objects' attributes, defaults) is read again, in the walk's order: the guards are those a walk
+gives (tests/test_walk_memo.py).
 """
 from __future__ import annotations
 
@@ -51,12 +60,15 @@ import enum
 import functools
 import importlib.util
 import inspect
+import itertools
 import math
+import operator
 import os
 import re
 import sys
 import threading
 import types
+import weakref
 
 MISSING = object()      # what a guard reads for a global that no longer exists
 _STORED = "<stored>"    # ends an import read that sets the attribute (`import cfg; cfg.LAST = x`)
@@ -116,12 +128,24 @@ _ANY = _AnyType()
 
 
 
+#: [(the last _process_facts, the modules and the values it was made from)]: made again when one changed
+_FACTS: list = []
+
+
 def _process_facts() -> dict:
     """id -> "environment" or "machine", for the objects of _PROCESS_FACTS in the modules imported
-    now (they live as long as the process)."""
-    found = {}
-    for module_name, names in _PROCESS_FACTS.items():
-        module = sys.modules.get(module_name)
+    now. The same dict while those modules and their values are the same objects (a remembered
+    walk checks that its facts are those of now by identity)."""
+    modules = tuple(map(sys.modules.get, _PROCESS_FACTS))
+    if _FACTS:
+        facts, made_of, contents = _FACTS[0]
+        if all(map(operator.is_, modules, made_of)) and all(
+                (len(namespace) == len(values) and all(map(operator.is_, namespace.values(), values)))
+                if names is None else all(map(operator.is_, map(namespace.get, names), values))
+                for namespace, names, values in contents):
+            return facts
+    found, contents = {}, []
+    for module, (module_name, names) in zip(modules, _PROCESS_FACTS.items()):
         if module is None:
             continue
         namespace = vars(module)
@@ -131,11 +155,15 @@ def _process_facts() -> dict:
             for obj in namespace.values():
                 if obj is not None and callable(obj):
                     found[id(obj)] = "machine"
+            contents.append((namespace, None, tuple(namespace.values())))
             continue
-        for name in namespace if names is None else names:
+        read = tuple(namespace if names is None else names)
+        contents.append((namespace, read, tuple(map(namespace.get, read))))
+        for name in read:
             obj = namespace.get(name)
             if obj is not None and (names is not None or callable(obj)):
                 found[id(obj)] = _process_read(module, name)
+    _FACTS[:] = [(found, modules, tuple(contents))]     # (holding the objects: their ids stay their own)
     return found
 
 
@@ -294,6 +322,8 @@ def _callable_name(fn) -> str:
 
 def _changeable(value) -> bool:
     """Whether a value holds something that can change in place: a list, dict or set, an array."""
+    if type(value) is tuple:
+        return any(map(_changeable, value))
     if isinstance(value, (list, dict, set, bytearray)) or hasattr(type(value), "__array__"):
         return True
     return isinstance(value, tuple) and any(_changeable(x) for x in value)
@@ -480,6 +510,134 @@ def _attributes(obj):
     return dict(vars(obj))
 
 
+#: id(function) -> what PythonReads.start found for it (see start): [a weak reference to the function,
+#: the reads it made, the leaves to do again, the walk's state, the backend's state_reads, the
+#: readers imported then, (the root code, the process facts, environment, machine)]. Holding the
+#: objects read (their ids stay their own), not the function: its entry goes when it goes.
+_WALKS: dict = {}
+_WALKS_SIZE = 512
+_ROOT = object()        # stands for the walked function itself among the reads (_Checks.hold)
+_REMEMBER_FROM = 3      # global reads (chains) in a function's own code from which its walk is remembered
+
+
+def _forget(ref):
+    for key, entry in list(_WALKS.items()):
+        if entry[0] is ref:
+            del _WALKS[key]
+
+# what the walk tests a value for (_kind)
+_CODE, _FOLLOWABLE, _MODULE, _PARTIAL, _FUNCTION, _CLASS, _ENUM, _CALLABLE = (1 << i for i in range(8))
+_KINDS = tuple(range(1 << 8))       # (the same int objects, compared by identity)
+
+
+# The reads of the static walk, each (obj, name) -> the object found, compared by identity when a
+# remembered walk is taken (PythonReads._seen)
+def _copy(container):
+    return type(container)(container)
+
+
+def _get(mapping, key):
+    return mapping.get(key, MISSING)
+
+
+def _get_or_none(mapping, key):
+    return mapping.get(key)
+
+
+def _attr(obj, name):
+    return getattr(obj, name, MISSING)
+
+
+def _cell(cell, _):
+    return read_cell(cell)[1]
+
+
+def _vars(obj, _):
+    return vars(obj)
+
+
+def _kind(value, _=None):
+    """What the walk decides by about a value (a function it follows, data, a module ...)."""
+    kind = _TYPE_KINDS.get(type(value))
+    if kind is not None:
+        return kind
+    kind = (_CODE if _is_code(value) else 0) | (_FOLLOWABLE if _followable(value) else 0)
+    if isinstance(value, types.ModuleType):
+        kind |= _MODULE
+    if isinstance(value, functools.partial):
+        kind |= _PARTIAL
+    if type(value) is types.FunctionType:
+        kind |= _FUNCTION
+    if isinstance(value, type):
+        kind |= _CLASS | (_ENUM if issubclass(value, enum.Enum) else 0)
+    if callable(value):
+        kind |= _CALLABLE
+    return _KINDS[kind]
+
+
+
+#: _kind of the objects of types whose objects all have their type's (no __class__ assignment, no
+#: __wrapped__ that would change it): not checked again
+_TYPE_KINDS: dict = {}
+_TYPE_KINDS.update({tp: _kind(obj) for tp, obj in ((types.FunctionType, _kind), (types.BuiltinFunctionType, len),
+                                                 (type(None), None), (int, 0), (float, 0.0),
+                                                 (str, ""), (tuple, ()), (bool, True), (object, MISSING))})
+
+
+class _Checks:
+    """The reads of a remembered walk, grouped so that most are compared by C loops: hold() tells
+    whether each still gives the same object."""
+
+    __slots__ = ("items", "attributes", "others", "own", "consistent")
+
+    def __init__(self, reads, done):
+        """reads: (reader, obj, name, what it gave) in the walk's order; done: PythonReads._done,
+        whose entries are the reads `namespace.get(name)` of _code."""
+        first: dict = {}        # (reader, id(obj), name) -> the read
+        self.consistent = True  # each read gave one object (else: another thread changed a global meanwhile)
+        reads = itertools.chain(reads, ((_get_or_none, namespace, chain[0], value)
+                                        for (_, chain), (value, _, namespace) in done.items()))
+        for read in reads:
+            if read[0] is _kind and type(read[1]) in _TYPE_KINDS:
+                continue
+            known = first.setdefault((read[0], id(read[1]), read[2]), read)
+            if known[3] is not read[3]:
+                self.consistent = False
+        items: dict = {}        # (id(mapping), default) -> (mapping, keys, objects found, default)
+        attributes, others, self.own = ([], [], []), [], []
+        for reader, obj, name, found in first.values():
+            if obj is _ROOT:
+                self.own.append((reader, name, found))
+            elif reader is _get or reader is _get_or_none:
+                default = MISSING if reader is _get else None
+                entry = items.get((id(obj), default))
+                if entry is None:
+                    entry = items[id(obj), default] = (obj, [], [], default)
+                entry[1].append(name)
+                entry[2].append(found)
+            elif reader is _attr:
+                for column, x in zip(attributes, (obj, name, found)):
+                    column.append(x)
+            else:
+                others.append((reader, obj, name, found))
+        self.items = tuple(items.values())
+        self.attributes = attributes
+        self.others = tuple(others)
+
+    def hold(self, root) -> bool:
+        """Whether each read gives the same object now (`root`: the function walked)."""
+        if not self.consistent or not all(reader(root, name) is found for reader, name, found in self.own):
+            return False
+        is_ = operator.is_
+        for mapping, keys, found, default in self.items:
+            if not all(map(is_, map(mapping.get, keys, itertools.repeat(default)), found)):
+                return False
+        objs, names, found = self.attributes
+        if not all(map(is_, map(getattr, objs, names, itertools.repeat(MISSING)), found)):
+            return False
+        return all(reader(obj, name) is found for reader, obj, name, found in self.others)
+
+
 class PythonReads:
     """The globals and closure variables one trace reads, with what each guard expects.
 
@@ -490,7 +648,7 @@ class PythonReads:
     def __init__(self, snapshot, nothing, same, known, record, generator_state=lambda obj: None, state_reads=None):
         self._snapshot = snapshot
         self._state_reads = state_reads or {}   # (module, attribute) -> reader: see Backend.state_reads
-        self._state_readers = {id(r): (r, key) for key, r in _readers(self._state_reads).items()}
+        self._readers = None        # id -> (reader, its key) of the state_reads functions imported now (_state_readers)
         self._generator_state = generator_state     # the state of a random generator it does not record
         self._known = known
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
@@ -525,6 +683,9 @@ class PythonReads:
         self.states: dict = {}      # id(reader) -> (reader, what it reads, expected): framework state read
         self.contexts: dict = {}    # id(ContextVar) -> (the variable, expected read_context)
         self.late_write = None      # a global set in a module the function imported for the first time
+        self._checks = None         # while start() walks a function to remember: (reader, id, name) -> read
+        self._leaves = None         # ... and the leaves it did (_leaf)
+        self.remembered = False     # start() took a remembered walk
 
     def holders(self):
         """(container, key) of each place the function's code can leave a value in besides its
@@ -552,28 +713,145 @@ class PythonReads:
     def start(self, fn):
         """Note what `fn` can read before it runs: its closure, the globals of its code and of
         the Python functions those globals hold, eight calls deep (a counter the function
-        bumps before its first framework call is then seen as changed)."""
+        bumps before its first framework call is then seen as changed).
+
+        The walk of a plain function is remembered (_WALKS): the next trace of the same code,
+        globals and closure cells checks every read the walk made (each global, module and
+        class attribute, function attribute and closure variable it looked at, each test of
+        what a value is) by identity, and where all are the same objects it takes the walk's
+        result instead of walking again. What the walk read of data (the values of data
+        globals, closure variables, framework state, objects' attributes) is read again then,
+        in the walk's order: the guards are those a walk would give."""
         fn = getattr(fn, "__func__", fn)
         self._stop = sys._getframe(1)       # the trace's own frame: stack walks end there at the latest
-        fn = self._partial(fn)
-        self.root = getattr(fn, "__code__", None)
-        self._function(fn, depth=0)
+        # (a partial: walked each time; a function reading fewer globals than _REMEMBER_FROM walks
+        # about as fast as a remembered walk is checked)
+        key = fn if type(fn) is types.FunctionType and len(code_info(fn.__code__)[1]) >= _REMEMBER_FROM else None
+        self.remembered = key is not None and self._replay(key)
+        if not self.remembered:
+            if key is not None:
+                self._checks, self._leaves = [], []
+            try:
+                fn = self._partial(fn)
+                self.root = getattr(fn, "__code__", None)
+                self._function(fn, depth=0)
+                if self._checks is not None:
+                    self._remember(key)
+            finally:
+                self._checks = self._leaves = None
         # a list, a dict, an array can change in place: checked. Numbers, strings, other objects
         # are the same objects unless __defaults__ is replaced, which is not watched (the
         # persistent cache keys them; a check would keep such graphs out of it)
         if isinstance(fn, types.FunctionType) and _changeable(read_defaults(fn)):
             self._defaults(fn)
 
+    # the state of a walk that a remembered one restores (the rest is filled by its leaves)
+    _WALK_STATE = ("_codes", "_watched", "_done", "packages", "code_globals", "framework_functions", "modules",
+                   "_class_namespaces", "_imports", "_submodules_later", "unbound")   # (copied)
+
+    def _remember(self, fn):
+        """Keep this walk (start) of `fn` for its next trace (its own __code__, __wrapped__ ... are
+        among the reads checked)."""
+        state = tuple(_copy(getattr(self, name)) for name in self._WALK_STATE)
+        checks = [self._checks, state[self._WALK_STATE.index("_done")]]    # (made a _Checks at the first replay)
+        if len(_WALKS) >= _WALKS_SIZE:
+            _WALKS.clear()
+        _WALKS[id(fn)] = [weakref.ref(fn, _forget), checks, tuple(self._leaves), state, dict(self._state_reads),
+                          self._readers_by_key(), (self.root, self._facts, self.environment, self.machine)]
+
+    def _replay(self, fn) -> bool:
+        """Take the walk remembered for `fn` if every read it made gives the same object now
+        (returns whether it did)."""
+        entry = _WALKS.get(id(fn))
+        if entry is None or entry[0]() is not fn:
+            return False
+        _, checks, leaves, state, state_reads, readers, (root, facts, environment, machine) = entry
+        # (a reader reached as a bound method is a new object at each getattr: compared by ==)
+        if state_reads != self._state_reads or readers is not None and readers != \
+                {key: reader for reader, key in self._state_readers.values()}:
+            return False
+        if type(checks) is list:
+            checks = entry[1] = _Checks(*checks)
+        if not checks.hold(fn):
+            return False
+        if facts is not None and _process_facts() is not facts:
+            return False
+        for name, value in zip(self._WALK_STATE, state):
+            setattr(self, name, _copy(value))
+        self.root, self._facts, self.environment, self.machine = root, facts, environment, machine
+        for method, args in leaves:
+            method(self, *args)
+        return True
+
+    @property
+    def _state_readers(self) -> dict:
+        """id -> (reader, (module, attribute)) for the state_reads entries whose attribute is the
+        reader itself, in the modules imported now: made at the first global read."""
+        if self._readers is None:
+            self._readers = {id(r): (r, key) for key, r in _readers(self._state_reads).items()}
+        return self._readers
+
+    def _readers_by_key(self) -> dict | None:
+        """What a remembered walk found of _state_readers (None: it read none)."""
+        if self._readers is None:
+            return None
+        return {key: reader for reader, key in self._readers.values()}
+
+    def _seen(self, reader, obj, name=None):
+        """reader(obj, name) (_get, _attr, _cell, _vars, _kind), noted while a walk is remembered."""
+        found = reader(obj, name)
+        if self._checks is not None:
+            self._checks.append((reader, obj, name, found))
+        return found
+
+    def _item(self, mapping, key):
+        """mapping.get(key, MISSING), noted (_seen, with one call less: most reads are these)."""
+        found = mapping.get(key, MISSING)
+        if self._checks is not None:
+            self._checks.append((_get, mapping, key, found))
+        return found
+
+    def _name(self, obj):
+        """obj.__name__ (MISSING if none), noted."""
+        found = getattr(obj, "__name__", MISSING)
+        if self._checks is not None:
+            self._checks.append((_attr, obj, "__name__", found))
+        return found
+
+    def _kind_of(self, value):
+        """_kind(value), noted unless its type fixes it. (Whether an object is a module, a class or
+        a functools.partial is not noted: __class__ assignment cannot change that.)"""
+        kind = _TYPE_KINDS.get(type(value))
+        return self._seen(_kind, value) if kind is None else kind
+
+    def _leaf(self, method, *args):
+        """method(self, *args): what the walk does with a value it found (a data global, a closure
+        variable, framework state): done again when a remembered walk is taken."""
+        leaves, checks = self._leaves, self._checks
+        if leaves is None:
+            return method(self, *args)
+        leaves.append((method, args))
+        self._leaves = self._checks = None      # (what it reads is read again each time: not checked)
+        try:
+            method(self, *args)
+        finally:
+            self._leaves, self._checks = leaves, checks
+
     def _partial(self, fn, depth=None):
         """For a functools.partial, nested ones included: its arguments are checked (`p.keywords["k"]
         = 5.0` changes every later call); returns the function it calls, followed from `depth`."""
-        while isinstance(fn, functools.partial):
-            if fn.keywords or _changeable(fn.args):
-                self._defaults(fn)
-            fn = getattr(fn.func, "__func__", fn.func)
-        if depth is not None and depth < _CALLS and _followable(fn):
+        while self._kind_of(fn) & _PARTIAL:
+            self._leaf(PythonReads._partial_arguments, fn)
+            func = self._seen(_attr, fn, "func")
+            fn = self._seen(_attr, func, "__func__")
+            fn = func if fn is MISSING else fn
+        if depth is not None and depth < _CALLS and self._kind_of(fn) & _FOLLOWABLE:
             self._function(fn, depth + 1)
         return fn
+
+    def _partial_arguments(self, fn):
+        if (fn.keywords or _changeable(fn.args)) and not any(f is fn for f, _ in self.defaults):
+            self._defaults(fn)
 
     def _defaults(self, fn):
         expected = self._snapshot(read_defaults(fn))
@@ -603,69 +881,89 @@ class PythonReads:
             walked[id(frame)] = frame
 
     def _function(self, fn, depth):
-        wrapped = getattr(fn, "__wrapped__", None)      # functools.wraps, a LazyGraph
-        if wrapped is not None and wrapped is not fn:
+        checks = self._checks
+        wrapped = getattr(fn, "__wrapped__", MISSING)      # functools.wraps, a LazyGraph
+        code = getattr(fn, "__code__", MISSING)
+        if checks is not None:
+            obj = _ROOT if depth == 0 and code is self.root else fn     # (not held: see _WALKS)
+            checks += ((_attr, obj, "__wrapped__", wrapped), (_attr, obj, "__code__", code))
+        if wrapped is not MISSING and wrapped is not None and wrapped is not fn:
             self._function(wrapped, depth)
-        code = getattr(fn, "__code__", None)
         if not isinstance(code, types.CodeType) or id(code) in self._codes:
             return
-        if str(fn.__globals__.get("__name__", "")).partition(".")[0] in UNWATCHED:
+        # (a function's __globals__ and __closure__ cannot be set: what it is fixes them)
+        function = type(fn) is types.FunctionType
+        namespace = fn.__globals__ if function else self._seen(_attr, fn, "__globals__")
+        if str(self._item(namespace, "__name__")).partition(".")[0] in UNWATCHED:
             # a framework's own function (tf.sigmoid's dispatch wrappers): its code is not watched
             # (_code), nor its closure, the framework's own state (dispatchers, signatures); a user
             # function it wraps was followed through __wrapped__ above
             self._codes[id(code)] = code
             return
-        for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
-            value = read_cell(cell)[1]
-            expected = self._expect(value)
-            if expected is not self._nothing:
-                self.cells.append((cell, name, value, expected))
-            elif depth < _CALLS and _followable(value):
+        closure = fn.__closure__ if function else self._seen(_attr, fn, "__closure__")
+        for name, cell in zip(code.co_freevars, closure if isinstance(closure, tuple) else ()):
+            value = self._seen(_cell, cell)
+            kind = self._kind_of(value)
+            if not kind & _CODE:
+                self._leaf(PythonReads._closure_variable, cell, name, value)
+            elif depth < _CALLS and kind & _FOLLOWABLE:
                 self._function(value, depth + 1)
-        self._code(code, fn.__globals__, depth)
+        self._code(code, namespace, depth)
+
+    def _closure_variable(self, cell, name, value):
+        self.cells.append((cell, name, value, self._expect(value)))
 
     def _code(self, code, namespace, depth):
         self._codes[id(code)] = code
-        package = str(namespace.get("__name__", "")).partition(".")[0]
+        seen = self._seen
+        module_name = self._item(namespace, "__name__")
+        package = str("" if module_name is MISSING else module_name).partition(".")[0]
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
         _, reads, nested, imports = code_info(code)
         self._watched.add(id(code))
         self.packages.add(package)
-        if type(namespace.get("__name__")) is str:
-            self.modules.add(namespace["__name__"])
+        if type(module_name) is str:
+            self.modules.add(module_name)
         done, where = self._done, id(namespace)
-        state_reads, readers, module_type = self._state_reads, self._state_readers, types.ModuleType
+        state_reads, module_type = self._state_reads, types.ModuleType
+        readers = self._state_readers if reads and state_reads else {}
+        checks = self._checks
         if reads and self._facts is None:
             self._facts = _process_facts()
         facts = self._facts
         framework_state, framework_function = self._framework_state, self._framework_function
         for chain in reads:
             name = chain[0]
-            value = namespace.get(name)
+            value = namespace.get(name)     # (checked through _done when the walk is remembered)
             # the same read in another code object of this module, with the same object there:
             # already handled, at this depth or a shallower one (which followed at least as far;
             # what it reads of the framework does not depend on the depth)
             key = (where, chain)
-            seen = done.get(key)
+            found = done.get(key)
             framework = False       # a module of a package not watched (torch): _chain has nothing to do
-            if seen is not None and seen[0] is value:
-                if seen[1] <= depth:
+            if found is not None and found[0] is value:
+                if found[1] <= depth:
                     continue
-            elif type(value) is module_type or isinstance(value, module_type):
+            elif type(value) is module_type or isinstance(value, module_type):     # (so while it is the same object)
                 if len(chain) > 1:      # (a module read alone reads no state nor function of it)
                     # _framework_state reads on from a (module, attribute) of state_reads, or a submodule
-                    if state_reads and ((value.__name__, chain[1]) in state_reads
-                                        or isinstance(vars(value).get(chain[1]), module_type)):
+                    module = self._name(value)
+                    if state_reads and ((module, chain[1]) in state_reads
+                                        or isinstance(self._item(vars(value), chain[1]), module_type)):
                         framework_state(value, chain)
                     framework_function(value, chain[1:])
-                    framework = value.__name__.partition(".")[0] in UNWATCHED
+                    framework = str(module).partition(".")[0] in UNWATCHED
             elif state_reads and id(value) in readers:
                 framework_state(value, chain)
             done[key] = (value, depth, namespace)     # (holding it: its id stays its own)
             fact = facts.get(id(value))
-            if fact is None and len(chain) > 1 and getattr(value, "__name__", None) in _PROCESS_FACTS:
-                fact = _process_read(value, chain[1])   # (None for a module not in _PROCESS_FACTS)
+            if fact is None and len(chain) > 1:
+                module = getattr(value, "__name__", MISSING)
+                if checks is not None:
+                    checks.append((_attr, value, "__name__", module))
+                if module is not MISSING and module in _PROCESS_FACTS:
+                    fact = _process_read(value, chain[1])   # (None for a module not in _PROCESS_FACTS)
             if fact is not None:
                 self._note_process(fact)
             if len(chain) == 1:             # a plain global (most reads)
@@ -696,15 +994,19 @@ class PythonReads:
             attribute = next(attributes, None)
             if attribute is None:
                 return
-            key = (value.__name__, attribute)
+            module = self._name(value)
+            key = (module, attribute)
             if key in self._state_reads:
-                reader = self._state_reads[key] or vars(value).get(attribute)
+                reader = self._state_reads[key] or self._item(vars(value), attribute)
                 call = "()" if self._state_reads[key] is None else ""
-                found = (reader, f"{value.__name__}.{attribute}{call}") if callable(reader) else None
+                found = (reader, f"{module}.{attribute}{call}") if self._kind_of(reader) & _CALLABLE else None
                 break
-            value = vars(value).get(attribute)
-        if found is not None and id(found[0]) not in self.states:
-            reader, what = found
+            value = self._item(vars(value), attribute)
+        if found is not None:
+            self._leaf(PythonReads._state, *found)
+
+    def _state(self, reader, what):
+        if id(reader) not in self.states:
             self.states[id(reader)] = (reader, what, read_state(reader))
 
     def _framework_function(self, module, attributes):
@@ -712,8 +1014,12 @@ class PythonReads:
         not the standard library), which a backend recording lower-level calls (JAX's primitives)
         does not name; replacing it after the trace must be seen (codegen.function_homes)."""
         for i, attribute in enumerate(attributes):
-            value = vars(module).get(attribute)
-            if value is None and i < len(attributes) - 1 and f"{module.__name__}.{attribute}" not in sys.modules:
+            # (a module's __dict__ cannot be replaced; another object's can)
+            space = vars(module) if isinstance(module, types.ModuleType) else self._seen(_vars, module)
+            value = self._item(space, attribute)
+            value = None if value is MISSING else value
+            if value is None and i < len(attributes) - 1 and \
+                    self._item(sys.modules, f"{self._name(module)}.{attribute}") is MISSING:
                 # a submodule not imported yet (`torch.onnx`: torch imports it at its first use, in this
                 # call): its function is recorded once the call has run (settle)
                 self._submodules_later.append((module, attributes))
@@ -723,23 +1029,24 @@ class PythonReads:
             module = value
         else:
             return
-        root = module.__name__.partition(".")[0]
-        if root in UNWATCHED and root not in sys.stdlib_module_names and callable(value) and \
-                not isinstance(value, type) and i == len(attributes) - 1:
-            self.framework_functions[(module.__name__, attribute)] = value
+        name = self._name(module)
+        root = name.partition(".")[0]
+        if root in UNWATCHED and root not in sys.stdlib_module_names and i == len(attributes) - 1 and \
+                self._kind_of(value) & (_CALLABLE | _CLASS) == _CALLABLE:
+            self.framework_functions[(name, attribute)] = value
 
     def _chain(self, space, name, attributes, depth, origin=None):
         """`name.attribute...` read in the namespace `space`: the global it ends at (through
         modules: config.SCALE), or the class attribute (Config.GAIN)."""
-        while attributes and isinstance(space.get(name), types.ModuleType):    # config.SCALE
-            module = space[name]
-            if module.__name__.partition(".")[0] in UNWATCHED:
+        while attributes:    # config.SCALE
+            module = self._item(space, name)
+            if not isinstance(module, types.ModuleType) or str(self._name(module)).partition(".")[0] in UNWATCHED:
                 break
             space, name = vars(module), attributes.pop(0)
         if space is not origin or not attributes:
             self._global(space, name, depth)        # config.SCALE: a global of the module `config`
-        holder = space.get(name) if attributes else None
-        if isinstance(holder, type) and not issubclass(holder, enum.Enum):     # Config.GAIN
+        holder = self._item(space, name) if attributes else None
+        if self._kind_of(holder) & (_CLASS | _ENUM) == _CLASS:     # Config.GAIN
             self._class_attribute(holder, attributes[0], depth)
 
     def settle(self):
@@ -757,43 +1064,58 @@ class PythonReads:
     def _import(self, level, name, attributes, namespace, depth) -> bool:
         """`import name` (relative at `level`) then `name.attributes...` in code of `namespace`:
         handled if the module is imported (returns whether it is)."""
+        seen = self._seen
         if level:
-            package = namespace.get("__package__") or str(namespace.get("__name__", "")).rpartition(".")[0]
+            package = seen(_get, namespace, "__package__")
+            if package is MISSING or not package:
+                module_name = seen(_get, namespace, "__name__")
+                package = str("" if module_name is MISSING else module_name).rpartition(".")[0]
             try:
                 name = importlib.util.resolve_name("." * level + name, package)
             except (ImportError, ValueError):
                 return False
-        module = sys.modules.get(name)
-        if module is None:
+        module = seen(_get, sys.modules, name)
+        if module is MISSING or module is None:
             return False
         first, *rest = attributes[:-1] if attributes[-1] == _STORED else attributes
+        seen(_kind, module), seen(_attr, module, "__name__")     # (what _process_read reads)
         self._note_process(_process_read(module, first))
         if self._state_reads:           # `from torch import are_deterministic_algorithms_enabled`
             self._framework_state(module, (name, first, *rest))
         self._framework_function(module, (first, *rest))     # `import jax.numpy as jnp` ... `jnp.sin`
         if name.partition(".")[0] not in UNWATCHED:
-            self._chain(vars(module), first, rest, depth)
+            self._chain(seen(_vars, module), first, rest, depth)
         return True
 
     def _global(self, namespace, name, depth):
         key = (id(namespace), name)
         if key in self.globals:
             return
+        checks = self._checks       # (the reads noted inline: this runs for most globals)
         value = namespace.get(name, MISSING)
+        if checks is not None:
+            checks.append((_get, namespace, name, value))
         if value is MISSING:
             self.unbound[key] = (namespace, name)
             return              # a builtin, or a name the function stores later
-        if not (type(value) is types.FunctionType or _is_code(value)):     # (what _expect gives nothing for)
-            expected = self._expect(value)
-            if expected is not self._nothing:
-                self.globals[key] = (namespace, name, value, expected)
-                return
-        if type(namespace.get("__name__")) is str:     # a module's global (not a class attribute)
-            self.code_globals.add((namespace["__name__"], name))
-        if isinstance(value, functools.partial) and not any(fn is value for fn, _ in self.defaults):
+        kind = self._kind_of(value)
+        if not kind & (_FUNCTION | _CODE):     # (what _expect gives nothing for)
+            self._leaf(PythonReads._data_global, namespace, name, value)
+            return
+        module = namespace.get("__name__", MISSING)
+        if checks is not None:
+            checks.append((_get, namespace, "__name__", module))
+        if type(module) is str:     # a module's global (not a class attribute)
+            self.code_globals.add((module, name))
+        if kind & _PARTIAL:
             self._partial(value, depth)     # `SCALED = partial(f, scale=2.0)`: its keywords change in place
-        elif depth < _CALLS and (type(value) is types.FunctionType or _followable(value)):
+        elif depth < _CALLS and kind & (_FUNCTION | _FOLLOWABLE):
             self._function(value, depth + 1)
+
+    def _data_global(self, namespace, name, value):
+        key = (id(namespace), name)
+        if key not in self.globals:
+            self.globals[key] = (namespace, name, value, self._expect(value))
 
     def class_method(self, descriptor, cls):
         """A classmethod or staticmethod of `cls` reached through an object the trace records
@@ -812,19 +1134,25 @@ class PythonReads:
         """`Config.SCALE`: checked in the namespace of each class of the MRO down to the one that
         defines it (absent from the ones before: setting it on a subclass later is seen too).
         Classes of the standard library, the frameworks and tools are not watched."""
-        for klass in cls.__mro__:
-            if str(getattr(klass, "__module__", "")).partition(".")[0] in UNWATCHED:
+        seen = self._seen
+        for klass in seen(_attr, cls, "__mro__"):
+            module = seen(_attr, klass, "__module__")
+            if str("" if module is MISSING else module).partition(".")[0] in UNWATCHED:
                 return
             namespace = self._class_namespaces.get(klass)
             if namespace is None:       # vars() makes a new (live) mappingproxy each time: one per class
                 namespace = self._class_namespaces[klass] = vars(klass)
-            if name in namespace:
-                if not _is_code(namespace[name]):    # methods, nested classes: not checked
+            value = seen(_get, namespace, name)
+            if value is not MISSING:
+                if not seen(_kind, value) & _CODE:    # methods, nested classes: not checked
                     self._global(namespace, name, depth)
                 return
-            key = (id(namespace), name)
-            if key not in self.globals:
-                self.globals[key] = (namespace, name, MISSING, self._expect(MISSING))
+            self._leaf(PythonReads._class_missing, namespace, name)
+
+    def _class_missing(self, namespace, name):
+        key = (id(namespace), name)
+        if key not in self.globals:
+            self.globals[key] = (namespace, name, MISSING, self._expect(MISSING))
 
     def _expect(self, value):
         """(type, snapshot) a guard compares, or `nothing` for code (functions, classes, modules,

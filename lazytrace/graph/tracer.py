@@ -16,6 +16,7 @@ import inspect
 import enum
 import os
 import sys
+import types
 import warnings
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -1094,6 +1095,10 @@ _UNSEEN_STATE = ("global state changed inside the function in a way calls do not
                  "such as x64 ...): a graph could not replay it")
 
 
+#: a plain function whose code has one of these flags runs its body after the call returns (what
+#: inspect.isgeneratorfunction, iscoroutinefunction and isasyncgenfunction read, in one test)
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
 _UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazytrace does not see "
                "(manual_seed, set_rng_state, ...): a graph could not replay that")
 
@@ -1105,7 +1110,8 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     Returns (graph or NotTraceable, result): the result is what `fn` returned.
     Exceptions raised by `fn` propagate unchanged.
     """
-    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+    if fn.__code__.co_flags & _RESUMABLE if type(fn) is types.FunctionType and not fn.__dict__ else \
+            inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
         # its body runs after the call returns, outside the trace: it would keep the trace's arrays
         raise NotTraceable("a generator or async function: its body runs after the call returns")
     backend = choose_backend(backends, options.to)
