@@ -17,8 +17,10 @@ from lazytrace.graph import reads
 
 @pytest.fixture(autouse=True)
 def _remember_every_walk(monkeypatch):
-    """These small functions read fewer globals than reads._REMEMBER_FROM: remembered all the same."""
+    """These small functions read fewer globals than reads._REMEMBER_FROM: remembered all the same,
+    from their first walk on."""
     monkeypatch.setattr(reads, "_REMEMBER_FROM", 0)
+    monkeypatch.setattr(reads, "_NOTE_FIRST_WALK", True)
 
 
 def _case(source: str, name: str = "walk_case") -> dict:
@@ -246,3 +248,22 @@ def test_a_remembered_walk_does_not_keep_its_function_alive():
     del fn, lazy
     gc.collect()
     assert ref() is None and key not in reads._WALKS
+
+
+def test_a_function_walk_is_remembered_from_its_second_trace_on(monkeypatch):
+    # (by default: a first walk noting its reads would cost more, and most functions trace once)
+    monkeypatch.setattr(reads, "_NOTE_FIRST_WALK", False)
+    ns = _case(_HELPERS + """
+    def fn(x):
+        return x * helper_b() + shadow(x)
+    """)
+    lazy = lazytrace.trace_graph(ns["fn"])
+    for n in range(1, 4):                   # three signatures: three traces
+        x = np.arange(float(n))
+        np.testing.assert_array_equal(lazy(x), ns["fn"](x))
+        assert (id(ns["fn"]) in reads._WALKS) is (n >= 2), n
+    ns["OFFSET"] = 5.0                       # the remembered walk's guards: the graphs see it
+    for n in range(1, 4):
+        x = np.arange(float(n))
+        np.testing.assert_array_equal(lazy(x), ns["fn"](x))
+    assert lazy.stats.traces == 6 and lazy.stats.eager == 0
