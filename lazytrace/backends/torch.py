@@ -178,11 +178,9 @@ _FAST_PATH_MODULES = (torch.nn.MultiheadAttention, torch.nn.TransformerEncoderLa
 
 
 def _fast_path_refused(modules) -> str | None:
-    if not torch.backends.mha.get_fastpath_enabled():
-        return None
-    for m in modules:
-        if isinstance(m, _FAST_PATH_MODULES) and not m.training and \
-                not (torch.is_grad_enabled() and any(p.requires_grad for p in m.parameters())):
+    for m in modules:       # (the module type first: this runs with the module key, at every call)
+        if isinstance(m, _FAST_PATH_MODULES) and not m.training and torch.backends.mha.get_fastpath_enabled() \
+                and not (torch.is_grad_enabled() and any(p.requires_grad for p in m.parameters())):
             return (f"{type(m).__name__} in eval mode without autograd takes torch's fused fast path, which a trace "
                     f"(under a torch function mode) does not take: a graph would compute the other path, not "
                     f"bitwise equal")
@@ -466,9 +464,9 @@ class TorchBackend(Backend):
 
     @staticmethod
     def model_refused(modules):
-        script = _script_module(modules) or _fast_path_refused(modules)
-        if script is not None:
-            return script
+        refused = _script_module(modules) or _fast_path_refused(modules)
+        if refused is not None:
+            return refused
         hooks = [h for m in modules for name in _HOOK_DICTS for h in vars(m)[name].values()]
         if any(_GLOBAL_HOOKS):
             hooks += [h for d in _GLOBAL_HOOKS for h in d.values()]
@@ -492,9 +490,12 @@ class TorchBackend(Backend):
     def model_state_reads(self, modules):
         # inside parametrize.cached(), a parametrized weight is its cache's (trace_refused); a
         # transformer traced with its fast path off (_fast_path_refused) computes the other path
-        return ((((_parametrize, "_cache_enabled"),) if any(map(_parametrize.is_parametrized, modules)) else ()) +
-                (((torch.backends.mha, "get_fastpath_enabled"),) if any(isinstance(m, _FAST_PATH_MODULES)
-                                                                         for m in modules) else ()))
+        reads = []
+        if any(map(_parametrize.is_parametrized, modules)):
+            reads.append((_parametrize, "_cache_enabled"))
+        if any(isinstance(m, _FAST_PATH_MODULES) for m in modules):
+            reads.append((torch.backends.mha, "get_fastpath_enabled"))
+        return tuple(reads)
 
     def traced_method(self, cls):
         return "forward" if issubclass(cls, torch.nn.Module) else None
