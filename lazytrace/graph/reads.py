@@ -30,7 +30,7 @@ changes during the trace (a counter, a cache it fills) is traced once more and t
 signature run eagerly: the graph could not replay the change. The traced function's own closure cells are guarded the same
 way. `mod.NAME` of a module global (an imported config module) and `Cls.NAME` of a class
 global (each class of its MRO down to the one defining it) are guarded like globals. Not watched
-(the README lists them): globals holding functions, classes or modules themselves (rebinding
+(docs/limits.md lists them): globals holding functions, classes or modules themselves (rebinding
 a function after the trace is not seen, unless it holds a framework function the graph calls:
 codegen.function_homes; stored graphs name them, persist/identity.py), code of the standard library, lazytrace, the
 frameworks and the tools listed in UNWATCHED, closure cells of functions seen only on the stack,
