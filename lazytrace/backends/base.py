@@ -23,6 +23,8 @@ class CallKind(enum.Enum):
     GENERATOR = "generator"    # draws random numbers
     STATE = "state"            # sets framework global state (grad mode): record, replay in order
     METADATA = "metadata"      # reads shape/dtype/device...: covered by the signature key
+    HISTORY = "history"        # reads what happened to an array before (torch's version counter): not
+                               # keyed, so guarded for arrays passed in; fixed by the graph for those it made
     DISPLAY = "display"        # repr/str/format: for printing, not recorded
     READBACK = "readback"      # returns a Python value computed from array data: guard it
     ESCAPE = "escape"          # hands array memory to code the tracer cannot see

@@ -51,12 +51,14 @@ _ESCAPE = {"numpy", "__array__", "data_ptr", "untyped_storage", "storage", "_typ
 _METADATA = {"size", "dim", "ndimension", "numel", "nelement", "__len__", "element_size",
              "is_floating_point", "is_complex", "get_device", "shape", "dtype", "device", "ndim",
              "requires_grad", "is_cuda", "is_cpu", "is_sparse", "is_mps", "is_meta", "layout", "is_leaf",
-             "is_quantized", "names", "itemsize", "nbytes", "grad_fn", "_version", "__hash__",
+             "is_quantized", "names", "itemsize", "nbytes", "grad_fn", "__hash__",
              "is_same_size", "is_signed", "type", "__torch_function__", "is_inference", "is_nested", "is_xla", "is_mkldnn",
              "stride", "is_contiguous", "is_non_overlapping_and_dense"}    # strides are keyed too
 # not in the key, so read back and guarded: `_is_view()`, `_base`, `retains_grad`, `output_nr` (is_leaf is
-# keyed for tensors requiring grad, see describe, so `grad_fn is None` is too). `_version` stays unguarded:
-# kornia records the version counters of the parameters it just drew (the same at every replay)
+# keyed for tensors requiring grad, see describe, so `grad_fn is None` is too). `_version` is guarded for
+# tensors passed in only: kornia records the version counters of the parameters it just drew (the same at
+# every replay; a guard after a draw would make the call eager)
+_HISTORY = {"_version"}
 _STATE = {"_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype", "autocast_increment_nesting",
           "autocast_decrement_nesting", "set_autocast_cache_enabled", "clear_autocast_cache",
           "_enter_autocast", "_exit_autocast", "_set_fwd_grad_enabled"}
@@ -664,6 +666,8 @@ class TorchBackend(Backend):
             return CallKind.ESCAPE
         if name in _METADATA:
             return CallKind.METADATA
+        if name in _HISTORY:
+            return CallKind.HISTORY
         if name in _STATE:
             return CallKind.STATE
         if name in _SETTERS:
@@ -695,7 +699,7 @@ class TorchBackend(Backend):
 
     def run(self, func, args, kwargs):
         info = self._infos.get(func) or self._info(func)
-        if info.kind is CallKind.METADATA:
+        if info.kind is CallKind.METADATA or info.kind is CallKind.HISTORY:
             return func(*args, **kwargs), ()
         tensors = _tensors_in(args, kwargs)
         if not tensors:

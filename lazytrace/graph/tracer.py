@@ -37,9 +37,9 @@ _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
 
 # enum members read at every framework call: an enum class attribute costs ~0.2 us on Python 3.11
 # (EnumType.__getattr__ puts every attribute read of the class through Python), a global 20 ns
-_OP, _GENERATOR, _STATE, _METADATA, _DISPLAY, _READBACK, _ESCAPE, _UNKNOWN, _DYNAMIC_SHAPE = (
-    CallKind.OP, CallKind.GENERATOR, CallKind.STATE, CallKind.METADATA, CallKind.DISPLAY, CallKind.READBACK,
-    CallKind.ESCAPE, CallKind.UNKNOWN, CallKind.DYNAMIC_SHAPE)
+_OP, _GENERATOR, _STATE, _METADATA, _HISTORY, _DISPLAY, _READBACK, _ESCAPE, _UNKNOWN, _DYNAMIC_SHAPE = (
+    CallKind.OP, CallKind.GENERATOR, CallKind.STATE, CallKind.METADATA, CallKind.HISTORY, CallKind.DISPLAY,
+    CallKind.READBACK, CallKind.ESCAPE, CallKind.UNKNOWN, CallKind.DYNAMIC_SHAPE)
 _EXTERNAL, _FROM_NODE = Source.EXTERNAL, Source.NODE
 _NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD = Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD
 
@@ -270,9 +270,11 @@ class TraceSession:
                     kind = _OP
                 else:
                     kind = _READBACK if inputs else _METADATA
-            if kind is _METADATA:
-                # the shape of a data-dependent result, or of an array not passed in, is not in the key
-                if any(v.dynamic or v.source is _EXTERNAL for v in inputs):
+            if kind is _METADATA or kind is _HISTORY:
+                # not in the key: the shape of a data-dependent result or of an array not passed in,
+                # and what happened before to an array the trace did not make (its version counter)
+                if any(v.dynamic or v.source is _EXTERNAL or kind is _HISTORY and v.source is not _FROM_NODE
+                       for v in inputs):
                     self._guard(func, largs, lkwargs, inputs, versions, result)
                 return result
             if kind is _READBACK:
