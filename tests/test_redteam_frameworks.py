@@ -493,6 +493,28 @@ def test_python_effects_before_a_failed_trace_happen_once():
     assert "needs a concrete value (jax._src.numpy.lax_numpy.bincount)" in next(iter(lazy.stats.reasons))
 
 
+def test_python_effects_before_a_jax_boolean_mask_happen_once():
+    # x[x > 0.5] asks JAX's core whether the mask is concrete and raises without it: the trace goes
+    # on with the mask's values (eager from then on) instead of stopping and running the function again
+    jax = pytest.importorskip("jax")
+    log = []
+
+    def masked(x):
+        log.append("called")
+        return x[x > 0.5].sum() * 2
+
+    lazy = lazytrace.trace_graph(masked)
+    for seed in range(3):
+        x = jax.numpy.asarray(np.random.default_rng(seed).random(6), dtype=jax.numpy.float32)
+        log.clear()
+        out = lazy(x)
+        assert log == ["called"]
+        expected = masked(x)
+        assert out.dtype == expected.dtype and np.array_equal(np.asarray(out), np.asarray(expected))
+    assert lazy.stats.traces == 1 and lazy.stats.hits == 0
+    assert "boolean mask" in next(iter(lazy.stats.reasons))
+
+
 def test_a_jax_count_jax_needs_concrete_is_read_back_and_guarded():
     # jnp.nonzero without size= asks JAX's core for the count of nonzeros: a scalar, read back like
     # .item() and guarded, so a graph replays while the count is the same

@@ -96,8 +96,9 @@ guards. A jax function that asks JAX's core for a concrete value to decide a
 shape gets it (`JaxTracer.to_concrete_value`): a scalar (`jnp.nonzero`'s count
 without `size=`) is read back like `.item()` and guarded; another array
 (`jnp.bincount` without `length=`) lets the function go on with its values and
-makes that signature run eagerly from then on, with the reason recorded. Other errors a tracer causes (a boolean mask, `np.asarray`
-of a tracer) stop the trace and the call runs eagerly (`caused_by_tracing`):
+makes that signature run eagerly from then on, with the reason recorded, as does a
+boolean mask index (`x[x > 0.5]`, whose concreteness JAX's indexing asks for). Other errors a
+tracer causes (`int()` of a tracer where JAX forbids it) stop the trace and the call runs eagerly (`caused_by_tracing`):
 what the function did in Python before the error then happens twice. `jax.random` keys
 passed in are inputs like any array; a key made inside from a constant seed
 is a constant (JAX's random numbers are a pure function of the key).
@@ -131,6 +132,21 @@ _trace_context = jax_config.trace_context
 _DESCRIBED = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion",
               "jax_numpy_rank_promotion", "jax_default_device", "jax_disable_jit", "jax_threefry_partitionable")
 _NEEDS_CONCRETE = core.concrete_or_error.__code__
+#: JAX's boolean-mask indexing (`x[x > 0.5]`) asks core.is_concrete for the mask and raises without it
+_CONCRETE_PROBE = (core.to_concrete_value.__code__, core.is_concrete.__code__)
+try:
+    from jax._src.numpy.indexing import NDIndexer as _NDIndexer
+    _NEEDS_MASK = _NDIndexer.expand_bool_indices.__code__
+except (ImportError, AttributeError):      # another layout: the mask raises, and the call runs again eagerly
+    _NEEDS_MASK = None
+
+
+def _mask_index(frame) -> bool:
+    """Whether core.to_concrete_value (`frame`) was asked by core.is_concrete for a boolean mask
+    index (NDIndexer.expand_bool_indices), which JAX must have concrete."""
+    probe = frame.f_back
+    return probe is not None and probe.f_code is _CONCRETE_PROBE[1] and probe.f_back is not None \
+        and probe.f_back.f_code is _NEEDS_MASK
 
 
 def _concrete_caller() -> str:
@@ -190,10 +206,14 @@ class JaxTracer(ReadbackMixin, core.Tracer):
         # guard of the graph; another array (`jnp.bincount`'s argument without length=) makes
         # this signature eager, and this call goes on with the value (stopping here would run
         # the function twice, its Python effects too)
-        if sys._getframe(1).f_code is _NEEDS_CONCRETE:
+        caller = sys._getframe(1)
+        if caller.f_code is _NEEDS_CONCRETE:
             if not self.aval.shape:         # a scalar (jnp.nonzero's count): read back, guarded
                 return self.item()
             self._lt_session.fail(f"needs a concrete value ({_concrete_caller()}), which a graph could not replay")
+            return self._lt_array
+        if caller.f_code is _CONCRETE_PROBE[0] and _mask_index(caller):
+            self._lt_session.fail("a boolean mask index (x[mask]): the result's shape depends on the mask's values")
             return self._lt_array
         return None
 
