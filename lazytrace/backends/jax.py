@@ -98,7 +98,7 @@ without `size=`) is read back like `.item()` and guarded; another array
 (`jnp.bincount` without `length=`) lets the function go on with its values and
 makes that signature run eagerly from then on, with the reason recorded, as does a
 boolean mask index (`x[x > 0.5]`, whose concreteness JAX's indexing asks for). Other errors a
-tracer causes (`int()` of a tracer where JAX forbids it) stop the trace and the call runs eagerly (`caused_by_tracing`):
+tracer causes (JAX's TracerIntegerConversionError ...) stop the trace and the call runs eagerly (`caused_by_tracing`):
 what the function did in Python before the error then happens twice. `jax.random` keys
 passed in are inputs like any array; a key made inside from a constant seed
 is a constant (JAX's random numbers are a pure function of the key).
