@@ -1,0 +1,91 @@
+"""What of a first call (the trace) is the interception, and what is lazytrace's recording, over
+bench_kornia's 48-function suite at 1x3x32x32, in thread CPU time (time.thread_time).
+
+Per function: eager (min of 7 calls); `mode`: eager under a TorchFunctionMode whose handler only
+calls through (min of 7: the floor of any tracer built on torch's function modes, the mechanism
+lazytrace uses); `first`: a fresh LazyGraph's first call (min of 3); the intercepted calls; and
+lazytrace's own cost per intercepted call, (first - mode) / calls. The first call's 5x target
+(issue 2) leaves 5 x eager - mode for recording: the last column says how many us per call that is.
+
+    .venv/bin/python benchmarks/first_call_floor.py [--json PATH]
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import warnings
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--json", help="also write the raw figures here")
+options = parser.parse_args()
+
+sys.argv = [sys.argv[0], "--sizes", "32", "--no-compile"]       # (bench_kornia parses its own at import)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+import bench_kornia  # noqa: E402
+import lazytrace  # noqa: E402
+
+
+class PassThrough(TorchFunctionMode):
+    """The least a function-mode tracer does: be called for each call, and call it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def cpu_min(call, times):
+    best = math.inf
+    for _ in range(times):
+        t = time.thread_time()
+        call()
+        best = min(best, time.thread_time() - t)
+    return best * 1e6
+
+
+warnings.simplefilter("ignore")
+x = torch.rand(1, 3, 32, 32)
+lazytrace.trace_graph(lambda t: t + 1)(x)       # lazytrace's one-time set-up, not any function's
+out = {}
+print(f"{'function':32s} {'eager':>8s} {'mode':>8s} {'first':>9s} {'calls':>6s} {'mode/e':>7s} "
+      f"{'first/e':>8s} {'us/call':>8s} {'5x left':>8s}")
+for name, fn, build in bench_kornia._suite():
+    args, kwargs = build(x, 32)
+    for _ in range(3):
+        fn(*args, **kwargs)
+    eager = cpu_min(lambda: fn(*args, **kwargs), 7)
+    mode = PassThrough()
+
+    def under_mode():
+        with mode:
+            fn(*args, **kwargs)
+    under_mode()
+    calls = mode.calls
+    floor = cpu_min(under_mode, 7)
+    first = cpu_min(lambda: lazytrace.trace_graph(fn)(*args, **kwargs), 3)
+    out[name] = [eager, floor, first, calls]
+    print(f"{name:32s} {eager:8.1f} {floor:8.1f} {first:9.1f} {calls:6d} {floor / eager:7.2f} "
+          f"{first / eager:8.1f} {(first - floor) / calls:8.1f} {(5 * eager - floor) / calls:8.1f}")
+
+
+def geomean(ratios):
+    return math.exp(sum(map(math.log, ratios)) / len(ratios))
+
+
+rows = out.values()
+print(f"lazytrace {lazytrace.__file__} (thread CPU): geomean mode/eager {geomean([m / e for e, m, _, _ in rows]):.2f}x, "
+      f"first/eager {geomean([f / e for e, _, f, _ in rows]):.1f}x, first/mode {geomean([f / m for _, m, f, _ in rows]):.1f}x; "
+      f"median lazytrace us per intercepted call {statistics.median((f - m) / c for _, m, f, c in rows):.1f}, "
+      f"median us per call the 5x target leaves {statistics.median((5 * e - m) / c for e, m, _, c in rows):.1f}")
+if options.json:
+    with open(options.json, "w") as f:
+        json.dump(out, f)
