@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import os
+import pathlib
 import statistics
 import sys
 import time
@@ -77,15 +78,11 @@ for name, fn, build in bench_kornia._suite():
           f"{first / eager:8.1f} {(first - floor) / calls:8.1f} {(5 * eager - floor) / calls:8.1f}")
 
 
-def geomean(ratios):
-    return math.exp(sum(map(math.log, ratios)) / len(ratios))
-
-
+geomean = bench_kornia._geomean
 rows = out.values()
 print(f"lazytrace {lazytrace.__file__} (thread CPU): geomean mode/eager {geomean([m / e for e, m, _, _ in rows]):.2f}x, "
       f"first/eager {geomean([f / e for e, _, f, _ in rows]):.1f}x, first/mode {geomean([f / m for _, m, f, _ in rows]):.1f}x; "
       f"median lazytrace us per intercepted call {statistics.median((f - m) / c for _, m, f, c in rows):.1f}, "
       f"median us per call the 5x target leaves {statistics.median((5 * e - m) / c for e, m, _, c in rows):.1f}")
 if options.json:
-    with open(options.json, "w") as f:
-        json.dump(out, f)
+    pathlib.Path(options.json).write_text(json.dumps(out))

@@ -470,49 +470,31 @@ def test_numpy_write_through_a_sliding_window_view():
         assert np.array_equal(b, a)
 
 
-def test_python_effects_before_a_failed_trace_happen_once():
-    # jnp.bincount without length= needs the values of its argument (not a scalar): the trace goes
-    # on with them (eager from then on) instead of stopping and running the whole function again
+@pytest.mark.parametrize("needs", ["bincount", "mask"])
+def test_python_effects_before_a_failed_trace_happen_once(needs):
+    # where JAX needs the values of an array (not a scalar): jnp.bincount without length= asks
+    # core.concrete_or_error, a boolean mask index x[x > 0.5] core.is_concrete; the trace goes on with
+    # them (eager from then on) instead of stopping and running the whole function again
     jax = pytest.importorskip("jax")
+    jnp = jax.numpy
     log = []
     note = log.append
 
     def counts(x):
         note("called")
-        return jax.numpy.bincount(x * 2) + 1
+        return jnp.bincount(x * 2) + 1 if needs == "bincount" else x[x > 2].sum() * 2
 
     lazy = lazytrace.trace_graph(counts)
     for data in ([1, 0, 2], [0, 3, 4], [5, 0, 0]):
-        x = jax.numpy.asarray(data)
+        x = jnp.asarray(data)
         log.clear()
         out = lazy(x)
         assert log == ["called"]
         expected = counts(x)
         assert out.dtype == expected.dtype and np.array_equal(np.asarray(out), np.asarray(expected))
     assert lazy.stats.traces == 1 and lazy.stats.hits == 0
-    assert "needs a concrete value (jax._src.numpy.lax_numpy.bincount)" in next(iter(lazy.stats.reasons))
-
-
-def test_python_effects_before_a_jax_boolean_mask_happen_once():
-    # x[x > 0.5] asks JAX's core whether the mask is concrete and raises without it: the trace goes
-    # on with the mask's values (eager from then on) instead of stopping and running the function again
-    jax = pytest.importorskip("jax")
-    log = []
-
-    def masked(x):
-        log.append("called")
-        return x[x > 0.5].sum() * 2
-
-    lazy = lazytrace.trace_graph(masked)
-    for seed in range(3):
-        x = jax.numpy.asarray(np.random.default_rng(seed).random(6), dtype=jax.numpy.float32)
-        log.clear()
-        out = lazy(x)
-        assert log == ["called"]
-        expected = masked(x)
-        assert out.dtype == expected.dtype and np.array_equal(np.asarray(out), np.asarray(expected))
-    assert lazy.stats.traces == 1 and lazy.stats.hits == 0
-    assert "boolean mask" in next(iter(lazy.stats.reasons))
+    assert ("needs a concrete value (jax._src.numpy.lax_numpy.bincount)" if needs == "bincount" else
+            "a boolean mask index") in next(iter(lazy.stats.reasons))
 
 
 def test_a_jax_count_jax_needs_concrete_is_read_back_and_guarded():

@@ -62,9 +62,12 @@ _HISTORY = {"_version"}
 _STATE = {"_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype", "autocast_increment_nesting",
           "autocast_decrement_nesting", "set_autocast_cache_enabled", "clear_autocast_cache",
           "_enter_autocast", "_exit_autocast", "_set_fwd_grad_enabled"}
-#: random functions without an aten op of their own name (Python-level compositions)
 #: a Tensor property set or deleted (`x.grad = g`): the mode sees the descriptor's own method
 _SETTERS = {"__set__", "__delete__"}
+#: the kind of a call by its name, in this order (a name in none: module, aten tags, result)
+_KIND_BY_NAME = ((_DISPLAY, CallKind.DISPLAY), (_ESCAPE, CallKind.ESCAPE), (_METADATA, CallKind.METADATA),
+                 (_HISTORY, CallKind.HISTORY), (_STATE, CallKind.STATE), (_SETTERS, CallKind.OP))
+#: random functions without an aten op of their own name (Python-level compositions)
 _GENERATOR_EXTRA = {"dropout1d", "dropout2d", "dropout3d", "feature_alpha_dropout", "alpha_dropout",
                     "rrelu", "rrelu_", "gumbel_softmax", "feature_dropout"}
 _DETERMINISTIC_INIT = {"constant_", "ones_", "zeros_", "eye_", "dirac_", "calculate_gain"}
@@ -660,18 +663,9 @@ class TorchBackend(Backend):
 
     def _classify(self, func) -> CallKind:
         name = _func_name(func)
-        if name in _DISPLAY:
-            return CallKind.DISPLAY
-        if name in _ESCAPE:
-            return CallKind.ESCAPE
-        if name in _METADATA:
-            return CallKind.METADATA
-        if name in _HISTORY:
-            return CallKind.HISTORY
-        if name in _STATE:
-            return CallKind.STATE
-        if name in _SETTERS:
-            return CallKind.OP
+        for names, kind in _KIND_BY_NAME:
+            if name in names:
+                return kind
         module = getattr(func, "__module__", "") or ""
         if module == "torch.nn.init":
             return CallKind.OP if name in _DETERMINISTIC_INIT else CallKind.GENERATOR
