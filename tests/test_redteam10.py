@@ -273,8 +273,6 @@ def _grid_and_its_row(x):
     return grid, grid[0]
 
 
-@pytest.mark.xfail(strict=True, reason="returned constants are copied one by one for the caller: a constant "
-                   "and a view of it come back as two arrays that no longer share memory")
 def test_a_returned_constant_and_its_view_share_memory_as_in_eager():
     lazy = lazytrace.trace_graph(_grid_and_its_row)
     for seed in range(3):

@@ -81,16 +81,40 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
 
 def _demote_mutated_constants(nodes: list[Node], final_versions: dict) -> None:
     work = [n for n in nodes if not n.foldable]
+    varying: set = set()        # storages written by calls that run at every call
     while work:
-        consumer = work.pop()
-        for value, version in zip(consumer.inputs, consumer.input_versions):
-            producer = value.node
-            if (producer is not None and producer.foldable
-                    and final_versions.get(value.storage, 0) != version):
-                producer.foldable = False
-                for out in producer.outputs:
-                    out.foldable = False
-                work.append(producer)
+        for n in work:
+            varying.update(m.storage for m in n.mutated)
+        demoted = []
+        for consumer in work:
+            for value, version in zip(consumer.inputs, consumer.input_versions):
+                producer = value.node
+                if (producer is not None and producer.foldable
+                        and final_versions.get(value.storage, 0) != version):
+                    _demote(producer)
+                    demoted.append(producer)
+        # a constant in memory such a call writes is stale: `v = g[:2]; g.add_(x); return v`
+        demoted += demote_storages(nodes, varying)
+        work = demoted
+
+
+def demote_storages(nodes: list[Node], storages: set) -> list[Node]:
+    """Demote every foldable call that makes or writes an array in `storages` (memory that is
+    not one constant's alone: the caller's, or written at every call); return them."""
+    demoted = []
+    for n in nodes:
+        if n.foldable and (any(v.storage in storages for v in n.outputs) or
+                           any(m.storage in storages for m in n.mutated)):
+            _demote(n)
+            demoted.append(n)
+            storages.update(m.storage for m in n.mutated)
+    return demoted
+
+
+def _demote(node: Node) -> None:
+    node.foldable = False
+    for out in node.outputs:
+        out.foldable = False
 
 
 def output_values(structure) -> list[Value]:

@@ -892,11 +892,44 @@ class TraceSession:
                     obj = escapes.release(obj, backend.tracer_class)
             return obj, obj
 
+        if self.untraceable is None:
+            self._separate_returned_memory(result, reached)
         structure, real = out(result)
         if backend.sees_every_array:
             self._check_externals()
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
         return trace, real
+
+    def _separate_returned_memory(self, result, reached) -> None:
+        """Arrays returned together that share memory (a constant and its view, a view of a
+        constant that runs at every call) are made at every call, not copied one by one from
+        constants: the caller gets them sharing memory, and a write into one reaches no later call."""
+        backend = self.backend
+        found: dict = {}        # storage -> {id: (object, Value or None)}
+        stack = [result]
+        while stack:
+            obj = stack.pop()
+            if isinstance(obj, self._tracked):
+                real = backend.unwrap(obj)
+                value = self.value_of(obj)
+                storage = value.storage if value is not None else backend.storage_key(real)
+                found.setdefault(storage, {})[id(real)] = value
+            elif isinstance(obj, (tuple, list)):
+                stack.extend(obj)
+            elif isinstance(obj, dict):
+                stack.extend(obj.values())
+        shared = set()
+        for storage, values in found.items():
+            if len(values) > 1 or any(v is not None and not v.foldable for v in values.values()):
+                if len(values) > 1 and not backend.sees_creation and \
+                        any(v is None or v.source is _EXTERNAL for v in values.values()) and \
+                        not all(id_ in reached for id_ in values):
+                    self.fail("returns arrays sharing memory made by calls lazytrace does not see: a "
+                              "graph would copy them apart")
+                    return
+                shared.add(storage)
+        if shared:
+            passes.demote_storages(self.nodes, shared)
 
     def _check_externals(self):
         """Arrays used or returned that no seen call made must be held where the trace watches them."""
