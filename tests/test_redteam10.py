@@ -239,9 +239,6 @@ def _scales_by_kind(x):
     return x * 2 if np.isscalar(total) else x * 3
 
 
-@pytest.mark.xfail(strict=True, reason="NumPy's own Python code (np.isscalar) sees the tracer's class, "
-                   "not the scalar it holds (the framework's code must see tracers to dispatch them): the "
-                   "first call and the graph take the other branch")
 def test_np_isscalar_of_a_scalar_result_answers_as_in_eager():
     lazy = lazytrace.trace_graph(_scales_by_kind)
     for seed in range(3):
