@@ -220,13 +220,19 @@ def _visible_effect(node: Node, visible: set) -> str | None:
 
 def _effects(kept: list[Node], visible: set) -> tuple[str | None, bool]:
     """(why the guards are unsafe, if they are; whether the graph has visible effects)."""
-    effect = None
+    effect = caught = None
     for n in kept:
         if n.kind is _GUARD and effect is not None:
             return (f"a value is read back from an array (by {_describe(n)}) after the function "
                     f"{effect}; a failed check could not be undone"), True
         if effect is None and (n.mutated or n.kind is not _OP):
             effect = _visible_effect(n, visible)
+        caught = caught or (n if n.guarded_by_except else None)
+    if caught is not None and effect is not None:
+        # a graph that raises is run again as the function only where it did nothing visible
+        return (f"it calls {_describe(caught)} inside a try block with an except clause and {effect}: "
+                f"had the call raised at a replay, the graph could neither undo that nor go on as the "
+                f"function does"), True
     return None, effect is not None
 
 

@@ -12,6 +12,7 @@ import collections
 import contextvars
 import copy
 import dataclasses
+import dis
 import inspect
 import enum
 import os
@@ -345,7 +346,8 @@ class TraceSession:
                 args = backend.specialize_args(func, raw_args, kwargs, args)
             if self._replays:
                 func, args, kwargs = backend.replay_call(func, raw_args, raw_kwargs or {}, args, kwargs)
-        node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable)
+        node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable,
+                    guarded_by_except=_inside_except(sys._getframe(1), self.reads._stop))
         if func is not called:
             node.wrapper = called       # the graph checks it is still where the code found it
         for obj in mutated:
@@ -940,6 +942,55 @@ class TraceSession:
                 self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
                           f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, nested tensors, "
                           f"work of another thread ...) or held where it does not look: a graph would bake it")
+
+
+def _inside_except(frame, stop) -> bool:
+    """Whether a frame of the traced code between `frame` and `stop` (the trace's own) is inside a
+    try block with an except clause: if that call raised, the function would go on."""
+    while frame is not None and frame is not stop:
+        ranges = _EXCEPT_RANGES.get(frame.f_code)
+        if ranges is None:
+            ranges = _except_ranges(frame.f_code, frame.f_globals)
+        if ranges:
+            lasti = frame.f_lasti
+            for start, end in ranges:
+                if start <= lasti < end:
+                    return True
+        frame = frame.f_back
+    return False
+
+
+#: code -> the (start, end) offsets its except clauses cover (none for code lazytrace does not watch)
+_EXCEPT_RANGES: dict = {}
+
+
+def _except_ranges(code, namespace) -> tuple:
+    """The instruction ranges of `code` whose exceptions an except clause may catch: a handler
+    that tests the exception (CHECK_EXC_MATCH) or takes any (a bare except), not the handler of a
+    `with` block or of a finally clause (they raise again). Framework, standard library and
+    lazytrace code is not the traced code's: none."""
+    ranges = ()
+    if str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED:
+        ops = [(i.offset, i.opname) for i in dis.get_instructions(code)]
+        at = {offset: index for index, (offset, _) in enumerate(ops)}
+        found = []
+        for entry in dis.Bytecode(code).exception_entries:
+            index = at.get(entry.target)
+            if index is None or ops[index][1] != "PUSH_EXC_INFO":
+                continue            # (the cleanup of an except clause's own body)
+            if index + 1 < len(ops) and ops[index + 1][1] == "POP_TOP":
+                found.append((entry.start, entry.end))          # a bare `except:`
+                continue
+            for _, op in ops[index + 1:]:
+                if op in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):
+                    found.append((entry.start, entry.end))
+                if op in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH", "WITH_EXCEPT_START", "RERAISE", "RETURN_VALUE"):
+                    break
+        ranges = tuple(found)
+    if len(_EXCEPT_RANGES) >= 4096:
+        _EXCEPT_RANGES.clear()
+    _EXCEPT_RANGES[code] = ranges
+    return ranges
 
 
 def _warning_display() -> tuple:
