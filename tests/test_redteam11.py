@@ -66,3 +66,74 @@ def test_numpy_arrays_made_unseen_and_returned_sharing_memory_share_it_as_in_eag
         grid, row = lazy(np.random.default_rng(seed).random(3))
         grid.fill(1.0)
         assert np.array_equal(row, np.ones(3))
+
+
+def _writes_then_factors(x, a):
+    x.mul_(2)
+    try:
+        factor = torch.linalg.cholesky(a)
+    except RuntimeError:                    # not positive-definite: the function goes on
+        factor = torch.zeros_like(a)
+    return factor.sum() + x.sum()
+
+
+def _factors_then_writes(x, a):
+    try:
+        factor = torch.linalg.cholesky(a)
+    except RuntimeError:
+        factor = torch.zeros_like(a)
+    x.mul_(2)
+    return factor.sum() + x.sum()
+
+
+@pytest.mark.parametrize("fn", [_writes_then_factors, _factors_then_writes])
+def test_a_call_the_function_catches_raising_at_a_later_call_goes_on_as_in_eager(fn):
+    """A call inside try/except in a function that writes into its input: at a later call the
+    call raises (a matrix that is not positive-definite); eager takes the except path, the graph
+    raised _LinAlgError to the caller (it could not run the function again after the write)."""
+    lazy = lazytrace.trace_graph(fn)
+    for a in (torch.eye(2), -torch.eye(2), 2 * torch.eye(2)):
+        x_eager, x_lazy = torch.ones(2), torch.ones(2)
+        assert torch.equal(lazy(x_lazy, a), fn(x_eager, a))
+        assert torch.equal(x_lazy, x_eager)
+    assert "try block" in next(iter(lazy.stats.reasons))
+
+
+def _writes_then_logs(x):
+    x *= 2
+    try:
+        y = np.log(x - 2)
+    except RuntimeWarning:                  # a warning made an error by the caller's filter
+        y = np.zeros_like(x)
+    return y
+
+
+def test_a_warning_made_an_error_after_the_trace_takes_the_functions_except_path():
+    import warnings
+    lazy = lazytrace.trace_graph(_writes_then_logs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lazy(np.array([3.0, 4.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x_eager, x_lazy = np.array([1.0, 2.0]), np.array([1.0, 2.0])
+        assert np.array_equal(lazy(x_lazy), _writes_then_logs(x_eager))
+        assert np.array_equal(x_lazy, x_eager)
+
+
+def test_calls_under_with_or_finally_still_trace_with_effects():
+    """Only an except clause can take an exception: calls under `with` or `finally` (which raise
+    it again) in a function with effects still give a graph."""
+    def fn(x):
+        x.mul_(2)
+        with torch.no_grad():
+            try:
+                y = x + 1
+            finally:
+                pass
+        return y
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(3):
+        x_eager, x_lazy = _rand(3, seed=seed), _rand(3, seed=seed)
+        assert torch.equal(lazy(x_lazy), fn(x_eager)) and torch.equal(x_lazy, x_eager)
+    assert lazy.stats.hits == 2

@@ -970,27 +970,32 @@ def _except_ranges(code, namespace) -> tuple:
     `with` block or of a finally clause (they raise again). Framework, standard library and
     lazytrace code is not the traced code's: none."""
     ranges = ()
-    if str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED:
-        ops = [(i.offset, i.opname) for i in dis.get_instructions(code)]
-        at = {offset: index for index, (offset, _) in enumerate(ops)}
+    if code.co_exceptiontable and str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED:
+        ops = code.co_code          # (inline caches read as CACHE, 0: stepping by 2 meets each opcode)
         found = []
         for entry in dis.Bytecode(code).exception_entries:
-            index = at.get(entry.target)
-            if index is None or ops[index][1] != "PUSH_EXC_INFO":
+            at = entry.target
+            if ops[at] != _PUSH_EXC_INFO:
                 continue            # (the cleanup of an except clause's own body)
-            if index + 1 < len(ops) and ops[index + 1][1] == "POP_TOP":
+            if ops[at + 2] == _POP_TOP:
                 found.append((entry.start, entry.end))          # a bare `except:`
                 continue
-            for _, op in ops[index + 1:]:
-                if op in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):
+            for at in range(at + 2, len(ops), 2):
+                if ops[at] in _EXCEPT_MATCH:
                     found.append((entry.start, entry.end))
-                if op in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH", "WITH_EXCEPT_START", "RERAISE", "RETURN_VALUE"):
+                if ops[at] in _HANDLER_ENDS:
                     break
         ranges = tuple(found)
     if len(_EXCEPT_RANGES) >= 4096:
         _EXCEPT_RANGES.clear()
     _EXCEPT_RANGES[code] = ranges
     return ranges
+
+
+_PUSH_EXC_INFO, _POP_TOP = dis.opmap["PUSH_EXC_INFO"], dis.opmap["POP_TOP"]
+_EXCEPT_MATCH = frozenset(dis.opmap[name] for name in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"))
+_HANDLER_ENDS = _EXCEPT_MATCH | {dis.opmap[name] for name in ("WITH_EXCEPT_START", "RERAISE", "RETURN_VALUE",
+                                                               "RETURN_CONST") if name in dis.opmap}
 
 
 def _warning_display() -> tuple:
