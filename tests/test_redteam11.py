@@ -137,3 +137,17 @@ def test_calls_under_with_or_finally_still_trace_with_effects():
         x_eager, x_lazy = _rand(3, seed=seed), _rand(3, seed=seed)
         assert torch.equal(lazy(x_lazy), fn(x_eager)) and torch.equal(x_lazy, x_eager)
     assert lazy.stats.hits == 2
+
+
+def test_the_callers_own_try_block_does_not_make_a_function_with_effects_eager():
+    def fn(x):
+        x.mul_(2)
+        return x + 1
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(3):
+        try:
+            out = lazy(_rand(3, seed=seed))
+        except ValueError:
+            raise AssertionError("not raised") from None
+        assert torch.equal(out, _rand(3, seed=seed) * 2 + 1)
+    assert lazy.stats.hits == 2

@@ -84,7 +84,8 @@ def _demote_mutated_constants(nodes: list[Node], final_versions: dict) -> None:
     varying: set = set()        # storages written by calls that run at every call
     while work:
         for n in work:
-            varying.update(m.storage for m in n.mutated)
+            if n.mutated:
+                varying.update(m.storage for m in n.mutated)
         demoted = []
         for consumer in work:
             for value, version in zip(consumer.inputs, consumer.input_versions):
@@ -94,7 +95,8 @@ def _demote_mutated_constants(nodes: list[Node], final_versions: dict) -> None:
                     _demote(producer)
                     demoted.append(producer)
         # a constant in memory such a call writes is stale: `v = g[:2]; g.add_(x); return v`
-        demoted += demote_storages(nodes, varying)
+        if varying:
+            demoted += demote_storages(nodes, varying)
         work = demoted
 
 
@@ -227,7 +229,8 @@ def _effects(kept: list[Node], visible: set) -> tuple[str | None, bool]:
                     f"{effect}; a failed check could not be undone"), True
         if effect is None and (n.mutated or n.kind is not _OP):
             effect = _visible_effect(n, visible)
-        caught = caught or (n if n.guarded_by_except else None)
+        if n.guarded_by_except:
+            caught = n
     if caught is not None and effect is not None:
         # a graph that raises is run again as the function only where it did nothing visible
         return (f"it calls {_describe(caught)} inside a try block with an except clause and {effect}: "

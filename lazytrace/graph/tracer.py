@@ -222,7 +222,8 @@ class TraceSession:
         try:
             # the code making this call (graph.reads), from the frame below the interceptor's: that
             # one is lazytrace's own code (a backend's or stateful.py's), which reads never watches
-            self.reads.on_call(sys._getframe(2))
+            caller = sys._getframe(2)
+            self.reads.on_call(caller)
             backend = self.backend
             kind = backend.classify(func, args, kwargs)
             if kind is _METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
@@ -279,7 +280,7 @@ class TraceSession:
             if kind is _READBACK:
                 self._guard(func, largs, lkwargs, inputs, versions, result)
                 return result
-            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs)
+            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs, caller)
             if kind is _STATE:
                 self._unseen = backend.unseen_state()       # a change this call shows, recorded
             return result
@@ -310,7 +311,7 @@ class TraceSession:
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=(),
-                raw_kwargs=None):
+                raw_kwargs=None, caller=None):
         backend = self.backend
         if kind is _OP and raw_args and result is raw_args[0] and \
                 backend.returned_its_input(func, raw_args, result, mutated):
@@ -347,7 +348,7 @@ class TraceSession:
             if self._replays:
                 func, args, kwargs = backend.replay_call(func, raw_args, raw_kwargs or {}, args, kwargs)
         node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable,
-                    guarded_by_except=_inside_except(sys._getframe(1), self.reads._stop))
+                    guarded_by_except=caller is not None and _inside_except(caller, self.reads))
         if func is not called:
             node.wrapper = called       # the graph checks it is still where the code found it
         for obj in mutated:
@@ -944,18 +945,23 @@ class TraceSession:
                           f"work of another thread ...) or held where it does not look: a graph would bake it")
 
 
-def _inside_except(frame, stop) -> bool:
-    """Whether a frame of the traced code between `frame` and `stop` (the trace's own) is inside a
-    try block with an except clause: if that call raised, the function would go on."""
+def _inside_except(frame, reads) -> bool:
+    """Whether `frame` (the code making a framework call) or a frame below it down to the traced
+    function's is inside a try block with an except clause: if that call raised, the function
+    would go on."""
+    known, root, stop = _EXCEPT_RANGES, reads.root, reads._stop
     while frame is not None and frame is not stop:
-        ranges = _EXCEPT_RANGES.get(frame.f_code)
+        code = frame.f_code
+        ranges = known.get(code)
         if ranges is None:
-            ranges = _except_ranges(frame.f_code, frame.f_globals)
+            ranges = _except_ranges(code, frame.f_globals)
         if ranges:
             lasti = frame.f_lasti
             for start, end in ranges:
                 if start <= lasti < end:
                     return True
+        if code is root:
+            return False
         frame = frame.f_back
     return False
 
