@@ -151,3 +151,23 @@ def test_the_callers_own_try_block_does_not_make_a_function_with_effects_eager()
             raise AssertionError("not raised") from None
         assert torch.equal(out, _rand(3, seed=seed) * 2 + 1)
     assert lazy.stats.hits == 2
+
+
+def _rounds_small_values(e, n):
+    try:                                    # pymap3d's enu2aer: arrays, else numbers
+        e[abs(e) < 1e-3] = 0.0
+        n[abs(n) < 1e-3] = 0.0
+    except TypeError:                       # raised for types only, which the key fixes
+        e, n = float(e), float(n)
+    return np.arctan2(e, n)
+
+
+def test_an_except_clause_for_type_errors_only_keeps_the_graph():
+    lazy = lazytrace.trace_graph(_rounds_small_values)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        e, n = rng.random(3) - 0.5, rng.random(3) - 0.5
+        e[0] = 1e-4
+        expected = _rounds_small_values(e.copy(), n.copy())
+        assert np.array_equal(lazy(e, n), expected)
+    assert lazy.stats.hits == 2

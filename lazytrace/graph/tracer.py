@@ -971,26 +971,33 @@ _EXCEPT_RANGES: dict = {}
 
 
 def _except_ranges(code, namespace) -> tuple:
-    """The instruction ranges of `code` whose exceptions an except clause may catch: a handler
-    that tests the exception (CHECK_EXC_MATCH) or takes any (a bare except), not the handler of a
-    `with` block or of a finally clause (they raise again). Framework, standard library and
-    lazytrace code is not the traced code's: none."""
+    """The instruction ranges of `code` whose exceptions an except clause may catch where a
+    graph's call could raise at a replay and not at the trace (a bare except, `except
+    Exception`, `RuntimeError`, a warning made an error ...; not `except TypeError`, which calls
+    raise for what the key fixes). Not the handlers of `with` blocks or finally clauses (they
+    raise again), nor code of the frameworks, the standard library or lazytrace."""
     ranges = ()
     if code.co_exceptiontable and str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED:
-        ops = code.co_code          # (inline caches read as CACHE, 0: stepping by 2 meets each opcode)
+        ops = list(dis.get_instructions(code))
+        at = {ins.offset: index for index, ins in enumerate(ops)}
         found = []
         for entry in dis.Bytecode(code).exception_entries:
-            at = entry.target
-            if ops[at] != _PUSH_EXC_INFO:
+            index = at.get(entry.target)
+            if index is None or ops[index].opname != "PUSH_EXC_INFO":
                 continue            # (the cleanup of an except clause's own body)
-            if ops[at + 2] == _POP_TOP:
+            if index + 1 < len(ops) and ops[index + 1].opname == "POP_TOP":
                 found.append((entry.start, entry.end))          # a bare `except:`
                 continue
-            for at in range(at + 2, len(ops), 2):
-                if ops[at] in _EXCEPT_MATCH:
-                    found.append((entry.start, entry.end))
-                if ops[at] in _HANDLER_ENDS:
+            names = set()
+            for ins in ops[index + 1:]:
+                if ins.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):
+                    if not names <= _KEYED_ERRORS:
+                        found.append((entry.start, entry.end))
                     break
+                if ins.opname in _HANDLER_ENDS:
+                    break
+                if ins.opname.startswith("LOAD_") and isinstance(ins.argval, str):
+                    names.add(ins.argval)
         ranges = tuple(found)
     if len(_EXCEPT_RANGES) >= 4096:
         _EXCEPT_RANGES.clear()
@@ -998,10 +1005,11 @@ def _except_ranges(code, namespace) -> tuple:
     return ranges
 
 
-_PUSH_EXC_INFO, _POP_TOP = dis.opmap["PUSH_EXC_INFO"], dis.opmap["POP_TOP"]
-_EXCEPT_MATCH = frozenset(dis.opmap[name] for name in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"))
-_HANDLER_ENDS = _EXCEPT_MATCH | {dis.opmap[name] for name in ("WITH_EXCEPT_START", "RERAISE", "RETURN_VALUE",
-                                                               "RETURN_CONST") if name in dis.opmap}
+_HANDLER_ENDS = frozenset({"WITH_EXCEPT_START", "RERAISE", "RETURN_VALUE", "RETURN_CONST"})
+#: exceptions framework calls raise for what a signature's key fixes (types, not values): an
+#: except clause naming only these cannot take an exception a replay raised where the trace did not
+_KEYED_ERRORS = frozenset({"TypeError", "AttributeError", "KeyError", "NameError", "ImportError",
+                           "ModuleNotFoundError", "NotImplementedError", "StopIteration", "builtins"})
 
 
 def _warning_display() -> tuple:
