@@ -171,3 +171,53 @@ def test_an_except_clause_for_type_errors_only_keeps_the_graph():
         expected = _rounds_small_values(e.copy(), n.copy())
         assert np.array_equal(lazy(e, n), expected)
     assert lazy.stats.hits == 2
+
+
+class _HoldsAView(torch.nn.Module):
+    def forward(self, x):
+        grid = torch.zeros(5)
+        self.tail = grid[x.argmax():]       # a view of a constant, at an index read from x
+        return x * 2
+
+
+class _HoldsAConstantAndItsView(torch.nn.Module):
+    def forward(self, x):
+        grid = torch.zeros(5)
+        self.grid, self.row = grid, grid[1:]
+        return x * 2
+
+
+class _WritesWhatItHolds(torch.nn.Module):
+    def forward(self, x):
+        grid = torch.zeros(3)
+        self.grid = grid
+        self.grid.add_(x)                   # writes the grid it returns
+        return grid * 1
+
+
+def test_an_attribute_holding_a_view_of_a_constant_cannot_change_later_calls():
+    model = _HoldsAView()
+    lazy = lazytrace.trace_graph(model)
+    for seed in range(4):
+        x = _rand(5, seed=seed)
+        lazy(x)
+        assert torch.equal(model.tail, torch.zeros(5 - int(x.argmax())))
+        model.tail.fill_(7.0)               # the caller's write: eager's next call makes a new grid
+
+
+def test_attributes_holding_a_constant_and_its_view_share_memory_as_in_eager():
+    model = _HoldsAConstantAndItsView()
+    lazy = lazytrace.trace_graph(model)
+    for seed in range(3):
+        lazy(_rand(3, seed=seed))
+        model.grid.fill_(7.0)
+        assert torch.equal(model.row, torch.full((4,), 7.0))
+
+
+def test_an_attribute_set_to_a_constant_then_written_holds_the_write():
+    model = _WritesWhatItHolds()
+    lazy = lazytrace.trace_graph(model)
+    for seed in range(3):
+        x = _rand(3, seed=seed)
+        assert torch.equal(lazy(x), x)
+        assert torch.equal(model.grid, x)   # was the copy made before the write (zeros) at replays

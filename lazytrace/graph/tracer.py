@@ -474,7 +474,7 @@ class TraceSession:
     def _record_setattr(self, obj, name, value):
         inputs: list[Value] = []
         args = self._lift((obj, name, value), inputs)
-        args = (args[0], args[1], self._fresh(args[2], inputs))
+        self._made_per_call(args[2])
         if not self._rebuildable(args[2]):
             self.fail(f"sets attribute {name!r} of a stateful object to a {type(value).__name__} "
                       f"a graph cannot rebuild")
@@ -482,6 +482,25 @@ class TraceSession:
         node = Node(len(self.nodes), Kind.SETATTR, setattr, args, {}, inputs,
                     [self.version(v) for v in inputs])
         self.nodes.append(node)
+
+    def _made_per_call(self, lifted) -> None:
+        """Arrays set as an attribute in memory of a constant (the constant, a view of it) are made
+        at every call, as eager makes them: the caller may write into what it finds there, and
+        what the function writes or views later is that memory (a copy of the constant would be
+        apart from it)."""
+        shared = set()
+        stack = [lifted]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, Value):
+                if item.source is _FROM_NODE and _in_constant_memory(item):
+                    shared.add(item.storage)
+            elif type(item) in (tuple, list) or isinstance(item, tuple) and hasattr(type(item), "_fields"):
+                stack.extend(item)
+            elif type(item) is dict:
+                stack.extend(item.values())
+        if shared:
+            passes.demote_storages(self.nodes, shared)
 
     def _fresh(self, lifted, inputs: list):
         """`lifted` with each cached constant replaced by a copy made at every call, as eager makes
@@ -943,6 +962,16 @@ class TraceSession:
                 self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
                           f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, nested tensors, "
                           f"work of another thread ...) or held where it does not look: a graph would bake it")
+
+
+def _in_constant_memory(value: Value) -> bool:
+    """Whether `value` is a constant, or a view made by calls (of the same memory) from one."""
+    while value is not None:
+        if value.foldable:
+            return True
+        node = value.node
+        value = next((v for v in node.inputs if v.storage == value.storage), None) if node is not None else None
+    return False
 
 
 def _inside_except(frame, reads) -> bool:
