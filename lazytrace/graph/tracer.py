@@ -474,7 +474,6 @@ class TraceSession:
     def _record_setattr(self, obj, name, value):
         inputs: list[Value] = []
         args = self._lift((obj, name, value), inputs)
-        self._made_per_call(args[2])
         if not self._rebuildable(args[2]):
             self.fail(f"sets attribute {name!r} of a stateful object to a {type(value).__name__} "
                       f"a graph cannot rebuild")
@@ -482,25 +481,6 @@ class TraceSession:
         node = Node(len(self.nodes), Kind.SETATTR, setattr, args, {}, inputs,
                     [self.version(v) for v in inputs])
         self.nodes.append(node)
-
-    def _made_per_call(self, lifted) -> None:
-        """Arrays set as an attribute in memory of a constant (the constant, a view of it) are made
-        at every call, as eager makes them: the caller may write into what it finds there, and
-        what the function writes or views later is that memory (a copy of the constant would be
-        apart from it)."""
-        shared = set()
-        stack = [lifted]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, Value):
-                if item.source is _FROM_NODE and _in_constant_memory(item):
-                    shared.add(item.storage)
-            elif type(item) in (tuple, list) or isinstance(item, tuple) and hasattr(type(item), "_fields"):
-                stack.extend(item)
-            elif type(item) is dict:
-                stack.extend(item.values())
-        if shared:
-            passes.demote_storages(self.nodes, shared)
 
     def _fresh(self, lifted, inputs: list):
         """`lifted` with each cached constant replaced by a copy made at every call, as eager makes
@@ -527,10 +507,11 @@ class TraceSession:
         return lifted
 
     def _rebuildable(self, lifted) -> bool:
-        """Arrays (computed by the graph, or external ones, the same object as in eager), literals,
-        and tuples, lists and dicts of them."""
+        """Arrays (computed by the graph, constants included: made at every call, see
+        _separate_shared_memory; or external ones, the same object as in eager), literals, and
+        tuples, lists and dicts of them."""
         if isinstance(lifted, Value):
-            return lifted.source is _EXTERNAL or not lifted.foldable
+            return True
         if type(lifted) in (tuple, list) or isinstance(lifted, tuple) and hasattr(type(lifted), "_fields"):
             return all(self._rebuildable(x) for x in lifted)
         if type(lifted) is dict:
@@ -915,18 +896,33 @@ class TraceSession:
             return obj, obj
 
         if self.untraceable is None:
-            self._separate_returned_memory(result, reached)
+            self._separate_shared_memory(result, reached)
         structure, real = out(result)
         if backend.sees_every_array:
             self._check_externals()
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
         return trace, real
 
-    def _separate_returned_memory(self, result, reached) -> None:
+    def _separate_shared_memory(self, result, reached) -> None:
         """Arrays returned together that share memory (a constant and its view, a view of a
-        constant that runs at every call) are made at every call, not copied one by one from
-        constants: the caller gets them sharing memory, and a write into one reaches no later call."""
+        constant that runs at every call), and arrays set as attributes in memory of a constant,
+        are made at every call, as in eager, not copied one by one from constants: the caller
+        gets them sharing memory, writes into one reach no later call, and what the function
+        writes or views later is that memory."""
         backend = self.backend
+        shared = set()
+        for node in self.nodes:
+            if node.kind is Kind.SETATTR:
+                stack = list(node.args[2:])     # (a `del` has no value)
+                while stack:
+                    item = stack.pop()
+                    if isinstance(item, Value):
+                        if item.source is _FROM_NODE and _in_constant_memory(item):
+                            shared.add(item.storage)
+                    elif isinstance(item, (tuple, list)):
+                        stack.extend(item)
+                    elif type(item) is dict:
+                        stack.extend(item.values())
         found: dict = {}        # storage -> {id: (object, Value or None)}
         stack = [result]
         while stack:
@@ -940,7 +936,6 @@ class TraceSession:
                 stack.extend(obj)
             elif isinstance(obj, dict):
                 stack.extend(obj.values())
-        shared = set()
         for storage, values in found.items():
             if len(values) > 1 or any(v is not None and not v.foldable for v in values.values()):
                 if len(values) > 1 and not backend.sees_creation and \
