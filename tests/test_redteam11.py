@@ -221,3 +221,39 @@ def test_an_attribute_set_to_a_constant_then_written_holds_the_write():
         x = _rand(3, seed=seed)
         assert torch.equal(lazy(x), x)
         assert torch.equal(model.grid, x)   # was the copy made before the write (zeros) at replays
+
+
+class _Holder:
+    pass
+
+
+def _keeps_zeros(holder, x):
+    holder.buf = np.zeros(3)                # made by a call lazytrace does not see
+    return x + 1
+
+
+def _keeps_zeros_and_a_row(holder, x):
+    grid = np.zeros(3)
+    holder.buf, holder.row = grid, grid[1:]
+    return x + 1
+
+
+def test_a_numpy_array_made_unseen_and_set_as_an_attribute_is_new_at_every_call():
+    """The graph set its constant itself as the attribute: the caller's write into it reached
+    every later call."""
+    holder = _Holder()
+    lazy = lazytrace.trace_graph(_keeps_zeros, arg_stateful_idxs=[0])
+    for seed in range(3):
+        lazy(holder, np.random.default_rng(seed).random(3))
+        assert np.array_equal(holder.buf, np.zeros(3))
+        holder.buf[:] = 7.0
+    assert lazy.stats.hits == 2
+
+
+def test_numpy_arrays_made_unseen_and_set_as_attributes_sharing_memory_share_it():
+    holder = _Holder()
+    lazy = lazytrace.trace_graph(_keeps_zeros_and_a_row, arg_stateful_idxs=[0])
+    for seed in range(3):
+        lazy(holder, np.random.default_rng(seed).random(3))
+        holder.buf[:] = 7.0
+        assert np.array_equal(holder.row, np.full(2, 7.0))

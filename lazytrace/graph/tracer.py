@@ -75,6 +75,7 @@ class TraceSession:
         self._filter_count = len(warnings.filters)
         self._shows_warnings = _warning_display()
         self._displays: list = []               # text made from arrays (on_display)
+        self._copied_unseen: list = []          # Values of arrays made unseen, set as attributes (copied)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self.proxied = False                    # objects passed in were handed as SessionProxy
         self._written: dict = {}                # (id(stateful object), attribute) -> (real, value, object, layout)
@@ -474,6 +475,8 @@ class TraceSession:
     def _record_setattr(self, obj, name, value):
         inputs: list[Value] = []
         args = self._lift((obj, name, value), inputs)
+        if not self.backend.sees_creation:
+            args = (args[0], args[1], self._copy_made_unseen(args[2], inputs))
         if not self._rebuildable(args[2]):
             self.fail(f"sets attribute {name!r} of a stateful object to a {type(value).__name__} "
                       f"a graph cannot rebuild")
@@ -481,6 +484,28 @@ class TraceSession:
         node = Node(len(self.nodes), Kind.SETATTR, setattr, args, {}, inputs,
                     [self.version(v) for v in inputs])
         self.nodes.append(node)
+
+    def _copy_made_unseen(self, lifted, inputs: list):
+        """`lifted` with each array made by calls lazytrace does not see (NumPy's np.zeros: a
+        constant of the graph) replaced by a copy of it made at every call, as eager makes a new
+        array each time (the caller may write into what it finds in the attribute)."""
+        if isinstance(lifted, Value):
+            if lifted.source is not _EXTERNAL or id(lifted.obj) in self.reads.reached():
+                return lifted       # (an array the function reached is the same object in eager)
+            self._copied_unseen.append(lifted)      # (its constant becomes a copy when the trace ends)
+            node = Node(len(self.nodes), _NODE_OP, self.backend.clone, (lifted,), {}, [lifted],
+                        [self.version(lifted)])
+            self._register_outputs(node, self.backend.clone(lifted.obj), False, lifted.dynamic)
+            self.nodes.append(node)
+            inputs.append(node.outputs[0])
+            return node.outputs[0]
+        if type(lifted) in (tuple, list):
+            return type(lifted)(self._copy_made_unseen(x, inputs) for x in lifted)
+        if isinstance(lifted, tuple) and hasattr(type(lifted), "_fields"):
+            return type(lifted)(*[self._copy_made_unseen(x, inputs) for x in lifted])
+        if type(lifted) is dict:
+            return {k: self._copy_made_unseen(v, inputs) for k, v in lifted.items()}
+        return lifted
 
     def _fresh(self, lifted, inputs: list):
         """`lifted` with each cached constant replaced by a copy made at every call, as eager makes
@@ -923,7 +948,10 @@ class TraceSession:
                         stack.extend(item)
                     elif type(item) is dict:
                         stack.extend(item.values())
-        found: dict = {}        # storage -> {id: (object, Value or None)}
+        found: dict = {}        # storage -> {id: Value or None}
+        for value in self._copied_unseen:   # (also set as an attribute: a copy apart from any other)
+            found.setdefault(value.storage, {})[("attribute", id(value))] = value
+            value.obj = backend.clone(value.obj)    # the attribute holds the trace's array: not the graph's
         stack = [result]
         while stack:
             obj = stack.pop()
@@ -941,8 +969,8 @@ class TraceSession:
                 if len(values) > 1 and not backend.sees_creation and \
                         any(v is None or v.source is _EXTERNAL for v in values.values()) and \
                         not all(id_ in reached for id_ in values):
-                    self.fail("returns arrays sharing memory made by calls lazytrace does not see: a "
-                              "graph would copy them apart")
+                    self.fail("returns or sets as attributes arrays sharing memory made by calls lazytrace does "
+                              "not see: a graph would copy them apart")
                     return
                 shared.add(storage)
         if shared:
