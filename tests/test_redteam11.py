@@ -257,3 +257,25 @@ def test_numpy_arrays_made_unseen_and_set_as_attributes_sharing_memory_share_it(
         lazy(holder, np.random.default_rng(seed).random(3))
         holder.buf[:] = 7.0
         assert np.array_equal(holder.row, np.full(2, 7.0))
+
+
+def _logs(x):
+    return np.log(x) * 2                    # divide by zero: a RuntimeWarning from this module
+
+
+@pytest.mark.parametrize("action", ["once", "module"])
+def test_a_warning_shown_once_per_module_is_shown_once_with_replays(action):
+    """The `once` and `module` actions look in the calling module's __warningregistry__; a
+    graph's code had a registry of its own: every replay showed the warning once more."""
+    import warnings
+
+    def shown(fn):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter(action)
+            for v in (1.0, 2.0, 3.0):
+                fn(np.array([0.0, v]))
+        return [(str(w.message), w.category) for w in caught]
+
+    lazy = lazytrace.trace_graph(_logs)
+    assert shown(lazy) == shown(_logs) and len(shown(_logs)) == 1
+    assert lazy.stats.hits == 2

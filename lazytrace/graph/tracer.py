@@ -1373,8 +1373,13 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
                 backend.compile(compiled, body)
         source, gfn, constants, aliases = codegen.generate(backend, plan, plan.inputs, plan.output_structure,
                                                            name)
-        # the warnings its calls issue are the traced function's module's, for filters naming it
-        gfn.__globals__["__name__"] = getattr(original, "__module__", None) or "<lazytrace>"
+        # the warnings its calls issue are the traced function's module's, for filters naming it,
+        # and shown once per module where its registry says so (the `once` and `module` actions)
+        module = getattr(original, "__module__", None)
+        gfn.__globals__["__name__"] = module or "<lazytrace>"
+        registry = getattr(sys.modules.get(module), "__warningregistry__", None) if module else None
+        if type(registry) is dict:
+            gfn.__globals__["__warningregistry__"] = registry
         if compiler:
             gfn = codegen.Checked(compiled, checks) if checks else compiled
         return source, gfn, constants, aliases
