@@ -239,9 +239,6 @@ def _scales_by_kind(x):
     return x * 2 if np.isscalar(total) else x * 3
 
 
-@pytest.mark.xfail(strict=True, reason="NumPy's own Python code (np.isscalar) sees the tracer's class, "
-                   "not the scalar it holds (the framework's code must see tracers to dispatch them): the "
-                   "first call and the graph take the other branch")
 def test_np_isscalar_of_a_scalar_result_answers_as_in_eager():
     lazy = lazytrace.trace_graph(_scales_by_kind)
     for seed in range(3):
@@ -273,8 +270,6 @@ def _grid_and_its_row(x):
     return grid, grid[0]
 
 
-@pytest.mark.xfail(strict=True, reason="returned constants are copied one by one for the caller: a constant "
-                   "and a view of it come back as two arrays that no longer share memory")
 def test_a_returned_constant_and_its_view_share_memory_as_in_eager():
     lazy = lazytrace.trace_graph(_grid_and_its_row)
     for seed in range(3):

@@ -553,9 +553,13 @@ class ReadbackMixin:
         frame = sys._getframe(1)
         while frame.f_globals.get("__name__") in _ISINSTANCE_MODULES:   # isinstance(x, SomeABC): who asks
             frame = frame.f_back
-        if frame.f_globals.get("__name__", "").startswith(self._lt_session.backend.internal_modules):
+        if frame.f_globals.get("__name__", "").startswith(self._lt_sees_tracer()):
             return type(self)
         return type(self._lt_array)
+
+    def _lt_sees_tracer(self) -> tuple:
+        """Prefixes of the modules whose code `__class__` answers with the tracer's class."""
+        return self._lt_session.backend.internal_modules
 
 
 class ArrayTracer(ReadbackMixin):

@@ -70,6 +70,7 @@ class Node:
     foldable: bool = False
     wrapper: Any = None             # the callable the code called, when `target` is the lower-level
                                     # call doing its work (Backend.replay_call: F.pad -> torch._C._nn.pad)
+    guarded_by_except: bool = False  # made inside a try block of the traced code with an except clause
 
     @property
     def has_side_effect(self) -> bool:

@@ -81,16 +81,42 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
 
 def _demote_mutated_constants(nodes: list[Node], final_versions: dict) -> None:
     work = [n for n in nodes if not n.foldable]
+    varying: set = set()        # storages written by calls that run at every call
     while work:
-        consumer = work.pop()
-        for value, version in zip(consumer.inputs, consumer.input_versions):
-            producer = value.node
-            if (producer is not None and producer.foldable
-                    and final_versions.get(value.storage, 0) != version):
-                producer.foldable = False
-                for out in producer.outputs:
-                    out.foldable = False
-                work.append(producer)
+        for n in work:
+            if n.mutated:
+                varying.update(m.storage for m in n.mutated)
+        demoted = []
+        for consumer in work:
+            for value, version in zip(consumer.inputs, consumer.input_versions):
+                producer = value.node
+                if (producer is not None and producer.foldable
+                        and final_versions.get(value.storage, 0) != version):
+                    _demote(producer)
+                    demoted.append(producer)
+        # a constant in memory such a call writes is stale: `v = g[:2]; g.add_(x); return v`
+        if varying:
+            demoted += demote_storages(nodes, varying)
+        work = demoted
+
+
+def demote_storages(nodes: list[Node], storages: set) -> list[Node]:
+    """Demote every foldable call that makes or writes an array in `storages` (memory that is
+    not one constant's alone: the caller's, or written at every call); return them."""
+    demoted = []
+    for n in nodes:
+        if n.foldable and (any(v.storage in storages for v in n.outputs) or
+                           any(m.storage in storages for m in n.mutated)):
+            _demote(n)
+            demoted.append(n)
+            storages.update(m.storage for m in n.mutated)
+    return demoted
+
+
+def _demote(node: Node) -> None:
+    node.foldable = False
+    for out in node.outputs:
+        out.foldable = False
 
 
 def output_values(structure) -> list[Value]:
@@ -196,13 +222,20 @@ def _visible_effect(node: Node, visible: set) -> str | None:
 
 def _effects(kept: list[Node], visible: set) -> tuple[str | None, bool]:
     """(why the guards are unsafe, if they are; whether the graph has visible effects)."""
-    effect = None
+    effect = caught = None
     for n in kept:
         if n.kind is _GUARD and effect is not None:
             return (f"a value is read back from an array (by {_describe(n)}) after the function "
                     f"{effect}; a failed check could not be undone"), True
         if effect is None and (n.mutated or n.kind is not _OP):
             effect = _visible_effect(n, visible)
+        if n.guarded_by_except:
+            caught = n
+    if caught is not None and effect is not None:
+        # a graph that raises is run again as the function only where it did nothing visible
+        return (f"it calls {_describe(caught)} inside a try block with an except clause and {effect}: "
+                f"had the call raised at a replay, the graph could neither undo that nor go on as the "
+                f"function does"), True
     return None, effect is not None
 
 

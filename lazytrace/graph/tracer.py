@@ -12,6 +12,7 @@ import collections
 import contextvars
 import copy
 import dataclasses
+import dis
 import inspect
 import enum
 import os
@@ -74,6 +75,7 @@ class TraceSession:
         self._filter_count = len(warnings.filters)
         self._shows_warnings = _warning_display()
         self._displays: list = []               # text made from arrays (on_display)
+        self._copied_unseen: list = []          # Values of arrays made unseen, set as attributes (copied)
         self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
         self.proxied = False                    # objects passed in were handed as SessionProxy
         self._written: dict = {}                # (id(stateful object), attribute) -> (real, value, object, layout)
@@ -221,7 +223,8 @@ class TraceSession:
         try:
             # the code making this call (graph.reads), from the frame below the interceptor's: that
             # one is lazytrace's own code (a backend's or stateful.py's), which reads never watches
-            self.reads.on_call(sys._getframe(2))
+            caller = sys._getframe(2)
+            self.reads.on_call(caller)
             backend = self.backend
             kind = backend.classify(func, args, kwargs)
             if kind is _METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
@@ -280,7 +283,7 @@ class TraceSession:
             if kind is _READBACK:
                 self._guard(func, largs, lkwargs, inputs, versions, result)
                 return result
-            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs)
+            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs, caller)
             if kind is _STATE:
                 self._unseen = backend.unseen_state()       # a change this call shows, recorded
             return result
@@ -311,7 +314,7 @@ class TraceSession:
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=(),
-                raw_kwargs=None):
+                raw_kwargs=None, caller=None):
         backend = self.backend
         if kind is _OP and raw_args and result is raw_args[0] and \
                 backend.returned_its_input(func, raw_args, result, mutated):
@@ -347,7 +350,8 @@ class TraceSession:
                 args = backend.specialize_args(func, raw_args, kwargs, args)
             if self._replays:
                 func, args, kwargs = backend.replay_call(func, raw_args, raw_kwargs or {}, args, kwargs)
-        node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable)
+        node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable,
+                    guarded_by_except=caller is not None and _inside_except(caller, self.reads))
         if func is not called:
             node.wrapper = called       # the graph checks it is still where the code found it
         for obj in mutated:
@@ -473,7 +477,8 @@ class TraceSession:
     def _record_setattr(self, obj, name, value):
         inputs: list[Value] = []
         args = self._lift((obj, name, value), inputs)
-        args = (args[0], args[1], self._fresh(args[2], inputs))
+        if not self.backend.sees_creation:
+            args = (args[0], args[1], self._copy_made_unseen(args[2], inputs))
         if not self._rebuildable(args[2]):
             self.fail(f"sets attribute {name!r} of a stateful object to a {type(value).__name__} "
                       f"a graph cannot rebuild")
@@ -481,6 +486,28 @@ class TraceSession:
         node = Node(len(self.nodes), Kind.SETATTR, setattr, args, {}, inputs,
                     [self.version(v) for v in inputs])
         self.nodes.append(node)
+
+    def _copy_made_unseen(self, lifted, inputs: list):
+        """`lifted` with each array made by calls lazytrace does not see (NumPy's np.zeros: a
+        constant of the graph) replaced by a copy of it made at every call, as eager makes a new
+        array each time (the caller may write into what it finds in the attribute)."""
+        if isinstance(lifted, Value):
+            if lifted.source is not _EXTERNAL or id(lifted.obj) in self.reads.reached():
+                return lifted       # (an array the function reached is the same object in eager)
+            self._copied_unseen.append(lifted)      # (its constant becomes a copy when the trace ends)
+            node = Node(len(self.nodes), _NODE_OP, self.backend.clone, (lifted,), {}, [lifted],
+                        [self.version(lifted)])
+            self._register_outputs(node, self.backend.clone(lifted.obj), False, lifted.dynamic)
+            self.nodes.append(node)
+            inputs.append(node.outputs[0])
+            return node.outputs[0]
+        if type(lifted) in (tuple, list):
+            return type(lifted)(self._copy_made_unseen(x, inputs) for x in lifted)
+        if isinstance(lifted, tuple) and hasattr(type(lifted), "_fields"):
+            return type(lifted)(*[self._copy_made_unseen(x, inputs) for x in lifted])
+        if type(lifted) is dict:
+            return {k: self._copy_made_unseen(v, inputs) for k, v in lifted.items()}
+        return lifted
 
     def _fresh(self, lifted, inputs: list):
         """`lifted` with each cached constant replaced by a copy made at every call, as eager makes
@@ -507,10 +534,11 @@ class TraceSession:
         return lifted
 
     def _rebuildable(self, lifted) -> bool:
-        """Arrays (computed by the graph, or external ones, the same object as in eager), literals,
-        and tuples, lists and dicts of them."""
+        """Arrays (computed by the graph, constants included: made at every call, see
+        _separate_shared_memory; or external ones, the same object as in eager), literals, and
+        tuples, lists and dicts of them."""
         if isinstance(lifted, Value):
-            return lifted.source is _EXTERNAL or not lifted.foldable
+            return True
         if type(lifted) in (tuple, list) or isinstance(lifted, tuple) and hasattr(type(lifted), "_fields"):
             return all(self._rebuildable(x) for x in lifted)
         if type(lifted) is dict:
@@ -894,11 +922,61 @@ class TraceSession:
                     obj = escapes.release(obj, backend.tracer_class)
             return obj, obj
 
+        if self.untraceable is None:
+            self._separate_shared_memory(result, reached)
         structure, real = out(result)
         if backend.sees_every_array:
             self._check_externals()
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
         return trace, real
+
+    def _separate_shared_memory(self, result, reached) -> None:
+        """Arrays returned together that share memory (a constant and its view, a view of a
+        constant that runs at every call), and arrays set as attributes in memory of a constant,
+        are made at every call, as in eager, not copied one by one from constants: the caller
+        gets them sharing memory, writes into one reach no later call, and what the function
+        writes or views later is that memory."""
+        backend = self.backend
+        shared = set()
+        for node in self.nodes:
+            if node.kind is Kind.SETATTR:
+                stack = list(node.args[2:])     # (a `del` has no value)
+                while stack:
+                    item = stack.pop()
+                    if isinstance(item, Value):
+                        if item.source is _FROM_NODE and _in_constant_memory(item):
+                            shared.add(item.storage)
+                    elif isinstance(item, (tuple, list)):
+                        stack.extend(item)
+                    elif type(item) is dict:
+                        stack.extend(item.values())
+        found: dict = {}        # storage -> {id: Value or None}
+        for value in self._copied_unseen:   # (also set as an attribute: a copy apart from any other)
+            found.setdefault(value.storage, {})[("attribute", id(value))] = value
+            value.obj = backend.clone(value.obj)    # the attribute holds the trace's array: not the graph's
+        stack = [result]
+        while stack:
+            obj = stack.pop()
+            if isinstance(obj, self._tracked):
+                real = backend.unwrap(obj)
+                value = self.value_of(obj)
+                storage = value.storage if value is not None else backend.storage_key(real)
+                found.setdefault(storage, {})[id(real)] = value
+            elif isinstance(obj, (tuple, list)):
+                stack.extend(obj)
+            elif isinstance(obj, dict):
+                stack.extend(obj.values())
+        for storage, values in found.items():
+            if len(values) > 1 or any(v is not None and not v.foldable for v in values.values()):
+                if len(values) > 1 and not backend.sees_creation and \
+                        any(v is None or v.source is _EXTERNAL for v in values.values()) and \
+                        not all(id_ in reached for id_ in values):
+                    self.fail("returns or sets as attributes arrays sharing memory made by calls lazytrace does "
+                              "not see: a graph would copy them apart")
+                    return
+                shared.add(storage)
+        if shared:
+            passes.demote_storages(self.nodes, shared)
 
     def _check_externals(self):
         """Arrays used or returned that no seen call made must be held where the trace watches them."""
@@ -909,6 +987,83 @@ class TraceSession:
                 self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
                           f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, nested tensors, "
                           f"work of another thread ...) or held where it does not look: a graph would bake it")
+
+
+def _in_constant_memory(value: Value) -> bool:
+    """Whether `value` is a constant, or a view made by calls (of the same memory) from one."""
+    while value is not None:
+        if value.foldable:
+            return True
+        node = value.node
+        value = next((v for v in node.inputs if v.storage == value.storage), None) if node is not None else None
+    return False
+
+
+def _inside_except(frame, reads) -> bool:
+    """Whether `frame` (the code making a framework call) or a frame below it down to the traced
+    function's is inside a try block with an except clause: if that call raised, the function
+    would go on."""
+    known, root, stop = _EXCEPT_RANGES, reads.root, reads._stop
+    while frame is not None and frame is not stop:
+        code = frame.f_code
+        ranges = known.get(code)
+        if ranges is None:
+            ranges = _except_ranges(code, frame.f_globals)
+        if ranges:
+            lasti = frame.f_lasti
+            for start, end in ranges:
+                if start <= lasti < end:
+                    return True
+        if code is root:
+            return False
+        frame = frame.f_back
+    return False
+
+
+#: code -> the (start, end) offsets its except clauses cover (none for code lazytrace does not watch)
+_EXCEPT_RANGES: dict = {}
+
+
+def _except_ranges(code, namespace) -> tuple:
+    """The instruction ranges of `code` whose exceptions an except clause may catch where a
+    graph's call could raise at a replay and not at the trace (a bare except, `except
+    Exception`, `RuntimeError`, a warning made an error ...; not `except TypeError`, which calls
+    raise for what the key fixes). Not the handlers of `with` blocks or finally clauses (they
+    raise again), nor code of the frameworks, the standard library or lazytrace."""
+    ranges = ()
+    if code.co_exceptiontable and str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED:
+        ops = list(dis.get_instructions(code))
+        at = {ins.offset: index for index, ins in enumerate(ops)}
+        found = []
+        for entry in dis.Bytecode(code).exception_entries:
+            index = at.get(entry.target)
+            if index is None or ops[index].opname != "PUSH_EXC_INFO":
+                continue            # (the cleanup of an except clause's own body)
+            if index + 1 < len(ops) and ops[index + 1].opname == "POP_TOP":
+                found.append((entry.start, entry.end))          # a bare `except:`
+                continue
+            names = set()
+            for ins in ops[index + 1:]:
+                if ins.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):
+                    if not names <= _KEYED_ERRORS:
+                        found.append((entry.start, entry.end))
+                    break
+                if ins.opname in _HANDLER_ENDS:
+                    break
+                if ins.opname.startswith("LOAD_") and isinstance(ins.argval, str):
+                    names.add(ins.argval)
+        ranges = tuple(found)
+    if len(_EXCEPT_RANGES) >= 4096:
+        _EXCEPT_RANGES.clear()
+    _EXCEPT_RANGES[code] = ranges
+    return ranges
+
+
+_HANDLER_ENDS = frozenset({"WITH_EXCEPT_START", "RERAISE", "RETURN_VALUE", "RETURN_CONST"})
+#: exceptions framework calls raise for what a signature's key fixes (types, not values): an
+#: except clause naming only these cannot take an exception a replay raised where the trace did not
+_KEYED_ERRORS = frozenset({"TypeError", "AttributeError", "KeyError", "NameError", "ImportError",
+                           "ModuleNotFoundError", "NotImplementedError", "StopIteration", "builtins"})
 
 
 def _warning_display() -> tuple:
@@ -1220,8 +1375,13 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
                 backend.compile(compiled, body)
         source, gfn, constants, aliases = codegen.generate(backend, plan, plan.inputs, plan.output_structure,
                                                            name)
-        # the warnings its calls issue are the traced function's module's, for filters naming it
-        gfn.__globals__["__name__"] = getattr(original, "__module__", None) or "<lazytrace>"
+        # the warnings its calls issue are the traced function's module's, for filters naming it,
+        # and shown once per module where its registry says so (the `once` and `module` actions)
+        module = getattr(original, "__module__", None)
+        gfn.__globals__["__name__"] = module or "<lazytrace>"
+        registry = getattr(sys.modules.get(module), "__warningregistry__", None) if module else None
+        if type(registry) is dict:
+            gfn.__globals__["__warningregistry__"] = registry
         if compiler:
             gfn = codegen.Checked(compiled, checks) if checks else compiled
         return source, gfn, constants, aliases
