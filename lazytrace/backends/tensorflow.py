@@ -427,6 +427,8 @@ class TensorflowBackend(Backend):
         self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}
         self._scalars: dict = {}
         self._distribution = None
+        self._described_states: dict = {}    # global_state() -> describe_global_state()
+        self._brief_texts: dict = {}         # brief() -> format_brief()
         # asked first (it declines every call that holds no tracer at once): a dispatcher asked
         # before it (Keras' KerasOpDispatcher flattens every call's arguments) costs each traced call
         dispatcher = _Dispatcher(self.allowed_target)
@@ -440,6 +442,8 @@ class TensorflowBackend(Backend):
 
     # ---- signature ------------------------------------------------------------
     def describe(self, t):
+        if type(t) is EagerTensor:      # (its shape tuple: no TensorShape built, no Variable check)
+            return (EagerTensor, t._shape_tuple(), t.dtype, t.device)
         if isinstance(t, tf.Variable):
             return (type(t), tuple(t.shape), t.dtype, t.trainable)
         return (type(t), tuple(t.shape), t.dtype, t.device)
@@ -455,6 +459,15 @@ class TensorflowBackend(Backend):
         return (tf_ops.get_dtype_conversion_mode(), tf_ops._numpy_style_slicing, _keras_settings())
 
     def describe_global_state(self, state):
+        """Made once per state (a trace describes it for its explanation)."""
+        described = self._described_states.get(state)
+        if described is None:
+            if len(self._described_states) > 64:
+                self._described_states.clear()
+            described = self._described_states[state] = self._describe_global_state(state)
+        return dict(described)
+
+    def _describe_global_state(self, state):
         mode, slicing, keras_settings = state
         return {"tf dtype conversion mode": str(mode), "tf numpy-style slicing": str(slicing)} | \
             ({} if keras_settings is None else dict(zip(_KERAS_SETTINGS, map(repr, keras_settings))))
@@ -646,8 +659,13 @@ class TensorflowBackend(Backend):
         return (t._shape_tuple() if type(t) is EagerTensor else tuple(t.shape), t.dtype)
 
     def format_brief(self, brief) -> str:
-        shape, dtype = brief
-        return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype.name}"
+        text = self._brief_texts.get(brief)
+        if text is None:        # (made once per shape and dtype: each trace describes its inputs)
+            if len(self._brief_texts) > 1024:
+                self._brief_texts.clear()
+            shape, dtype = brief
+            text = self._brief_texts[brief] = f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype.name}"
+        return text
 
     # ---- persistent cache ----------------------------------------------------------
     persist_roots = ("builtins", "operator")
