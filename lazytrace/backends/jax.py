@@ -505,8 +505,13 @@ class JaxBackend(Backend):
             kwargs = unwrap_tree(kwargs, JaxTracer)
         if type(trace) is not LazyTrace:
             return func(*values, **kwargs), ()
-        with core.set_current_trace(trace.parent):
+        ctx = core.trace_ctx         # (core.set_current_trace(trace.parent) without its context manager)
+        prev = ctx.trace
+        ctx.set_trace(trace.parent)
+        try:
             result = func(*values, **kwargs)
+        finally:
+            ctx.set_trace(prev)
         if tracer is None:
             return result, ()        # made from constants only: a constant
         if type(result) in (list, tuple):
@@ -517,7 +522,8 @@ class JaxBackend(Backend):
         return JaxTracer(trace, result, trace.session) if isinstance(result, self.array_types) else result
 
     def storage_key(self, a):
-        return id(self.unwrap(a))    # jax arrays are immutable: no aliasing to follow
+        # jax arrays are immutable: no aliasing to follow
+        return id(a._lt_array if type(a) is JaxTracer else a)
 
     def clone(self, a):
         return a                     # immutable: a constant can be handed out as is
