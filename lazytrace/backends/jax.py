@@ -90,6 +90,17 @@ flat arguments unwrapped in one pass (`_flat_values`), `_plain` without generato
 a jitted call named once: Python bytecodes of a first call normalize 25540 -> 25066, softmax
 25756 -> 25108, chain16 36218 -> 35594 (-2%). JAX's swish (eager 45 us on a quiet machine) has
 a floor of the identity function's first trace, ~650 us (thread CPU, load ~4): 14x.
+Session 11 (results/first_call_jaxtf_s11.txt): the benchmark times a first call after
+gc.collect(), which leaves the trace's code and data out of the CPU caches: an identity trace
+costs 170-220 us of thread CPU warm, 500-700 after a collection. Two cuts here: a tracer of an
+array on one device takes the array's own aval (typeof's result there, without its cache
+lookup) and `run` switches traces without a context manager (bytecodes of a first call chain16
+30680 -> 28981, swish 12965 -> 12618; an operator in a chain, warm, ~100 -> ~75 us); and in
+backends/mtstate.py the ctypes types the global generators are read with are held (ctypes made
+them anew after each collection: ~130 us of every trace after one, now ~60). JAX's own part,
+measured with a core.Trace that answers each primitive at once: jnp.exp given a tracer 16.6 us
+of JAX's Python before `process_primitive` (eager call 8.7 us), jax.nn.sigmoid 15.5 (7.4),
+jnp.subtract(t, t) 49.9 (16.2).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that asks JAX's core for a concrete value to decide a

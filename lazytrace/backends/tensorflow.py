@@ -72,6 +72,10 @@ takes 50-65 us against 25-27 us in a tight eager loop (the same op on the same t
 the traced function's own body: 50 us; not the op callback below: without it, 47 us), so
 TensorFlow's softmax (eager ~120 us, one API call and one operator) cannot trace in 600 us while
 the trace of an identity function alone costs ~700-800 us (the framework-free tracer's fixed cost).
+Session 11: that fixed cost is ~200 us of thread CPU with warm CPU caches, 550-650 us right after
+gc.collect() (as the benchmark times a first call); an EagerTensor's key is made from its shape
+tuple, and the explanation's texts are memoized per global state and per (shape, dtype)
+(results/first_call_jaxtf_s11.txt).
 
 Session 6: a TensorFlow function held in a closure (`sig = tf.sigmoid`) was
 walked into by graph.reads, which put ten guards on TensorFlow's own dispatch
