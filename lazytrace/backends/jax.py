@@ -98,9 +98,9 @@ lookup) and `run` switches traces without a context manager (bytecodes of a firs
 30680 -> 28981, swish 12965 -> 12618; an operator in a chain, warm, ~100 -> ~75 us); and in
 backends/mtstate.py the ctypes types the global generators are read with are held (ctypes made
 them anew after each collection: ~130 us of every trace after one, now ~60). JAX's own part,
-measured with a core.Trace that answers each primitive at once: jnp.exp given a tracer 16.6 us
-of JAX's Python before `process_primitive` (eager call 8.7 us), jax.nn.sigmoid 15.5 (7.4),
-jnp.subtract(t, t) 49.9 (16.2).
+benchmarks/jax_tracer_floor.py (a core.Trace answering each primitive at once): JAX's Python
+before `process_primitive` for jnp.exp given a tracer 17-19 us (eager call 9 us), jax.nn.sigmoid
+16-18 us (7-15), jnp.subtract(t, t) 24-50 us (12-16).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that asks JAX's core for a concrete value to decide a
