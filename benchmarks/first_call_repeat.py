@@ -3,15 +3,18 @@
 
     python benchmarks/first_call_repeat.py --frameworks jax tensorflow --repeat 30
     python benchmarks/first_call_repeat.py --frameworks jax --only swish --profile 20
+    python benchmarks/first_call_repeat.py --frameworks jax --no-collect   # CPU caches warm
 
 bench_frameworks.py times one first call per function (one sample: its ratio moves 1.5-2x
 between runs). Here each sample is a fresh LazyGraph of a fresh function object (the same code,
 globals and closure: nothing lazytrace keeps per function object is reused) called once, after
 eager calls and two traces warmed the framework's caches; samples are timed as bench_frameworks
 times a first call (gc.collect(), one eager call, cyclic GC off), and alternate with timed eager
-calls so that machine noise hits both alike. Columns: median eager call, median first call (wall
-clock and thread CPU), their ratio (issue 4's target: <= 5). `--profile N` prints cProfile's
-top N entries (by total time) over all the samples instead.
+calls so that machine noise hits both alike. `--no-collect`: without the gc.collect(), whose walk
+over every object leaves the trace's own code and data out of the CPU caches (the difference is
+that cold-cache cost: 300-450 us of a JAX or TF identity trace, session 11). Columns: median
+eager call, median first call (wall clock and thread CPU), their ratio (issue 4's target: <= 5).
+`--profile N` prints cProfile's top N entries (by total time) over all the samples instead.
 """
 from __future__ import annotations
 
@@ -36,8 +39,9 @@ def fresh(fn):
     return new
 
 
-def timed(call, done, rewarm):
-    gc.collect()
+def timed(call, done, rewarm, collect=True):
+    if collect:
+        gc.collect()
     rewarm()
     gc.disable()
     try:
@@ -48,7 +52,7 @@ def timed(call, done, rewarm):
         gc.enable()
 
 
-def measure(fn, x, done, repeat, profiler=None):
+def measure(fn, x, done, repeat, profiler=None, collect=True):
     rewarm = lambda: done(fn(x))      # noqa: E731
     for _ in range(3):
         rewarm()
@@ -63,7 +67,7 @@ def measure(fn, x, done, repeat, profiler=None):
         graph = lazytrace.trace_graph(fresh(fn))
         if profiler is not None:
             profiler.enable()
-        wall, thread = timed(lambda: graph(x), done, rewarm)
+        wall, thread = timed(lambda: graph(x), done, rewarm, collect)
         if profiler is not None:
             profiler.disable()
         first.append(wall)
@@ -77,6 +81,7 @@ def main():
     p.add_argument("--only", nargs="*", help="function names (default: all six)")
     p.add_argument("--repeat", type=int, default=30)
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print cProfile's top N entries")
+    p.add_argument("--no-collect", action="store_true", help="no gc.collect() before a timed first call")
     args = p.parse_args()
     for name in args.frameworks:
         x, done = bf.make_input(name), bf.sync(name)
@@ -88,7 +93,7 @@ def main():
             if args.only and fname not in args.only:
                 continue
             profiler = cProfile.Profile() if args.profile else None
-            eager, first, cpu = measure(fn, x, done, args.repeat, profiler)
+            eager, first, cpu = measure(fn, x, done, args.repeat, profiler, not args.no_collect)
             ratios.append(first / eager)
             print(f"{fname:10} {eager:8.1f} {first:9.1f} {cpu:10.1f} {first / eager:12.1f}")
             if profiler is not None:

@@ -35,3 +35,30 @@ def test_arrays_by_keyword_or_in_containers_replay_on_new_inputs(fn):
     new = _data(1)
     assert np.array_equal(lazy(new), fn(new))
     assert lazy.stats.hits == 1 and lazy.stats.traces == 1 and lazy.stats.eager == 0
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _data(0),                                           # float32, uncommitted
+    lambda: jnp.asarray(2.0),                                   # a weak-typed scalar
+    lambda: jnp.arange(6, dtype=jnp.int32).reshape(2, 3) > 2,   # bool
+    lambda: jax.device_put(_data(0), jax.devices()[0]),         # committed to its device
+    lambda: jax.random.key(0),                                  # a typed key (typeof's own rule)
+])
+def test_tracer_abstract_value_is_the_arrays(make):
+    """A tracer's aval (what jax.numpy's Python path and a jitted call given it read: shape,
+    dtype, weak type, sharding) is core.typeof of its array, from the array's own aval where it
+    lives on one device; a weak type carried through calls keeps eager's result dtype."""
+    from jax._src import core
+    seen = []
+
+    def fn(a):
+        seen.append((a.aval, core.typeof(a)))
+        b = a * 2 if a.dtype != bool and not jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else a
+        seen.append((b.aval, None))
+        return b
+
+    value = make()
+    out = lazytrace.trace_graph(fn)(value)
+    assert seen[0][0] == core.typeof(value) and seen[0][1] == core.typeof(value)
+    assert seen[1][0] == core.typeof(out)
+    assert out.dtype == fn(value).dtype and core.typeof(out).weak_type == core.typeof(fn(value)).weak_type

@@ -90,6 +90,17 @@ flat arguments unwrapped in one pass (`_flat_values`), `_plain` without generato
 a jitted call named once: Python bytecodes of a first call normalize 25540 -> 25066, softmax
 25756 -> 25108, chain16 36218 -> 35594 (-2%). JAX's swish (eager 45 us on a quiet machine) has
 a floor of the identity function's first trace, ~650 us (thread CPU, load ~4): 14x.
+Session 11 (results/first_call_jaxtf_s11.txt): the benchmark times a first call after
+gc.collect(), which leaves the trace's code and data out of the CPU caches: an identity trace
+costs 170-220 us of thread CPU warm, 500-700 after a collection. Two cuts here: a tracer of an
+array on one device takes the array's own aval (typeof's result there, without its cache
+lookup) and `run` switches traces without a context manager (bytecodes of a first call chain16
+30680 -> 28981, swish 12965 -> 12618; an operator in a chain, warm, ~100 -> ~75 us); and in
+backends/mtstate.py the ctypes types the global generators are read with are held (ctypes made
+them anew after each collection: ~130 us of every trace after one, now ~60). JAX's own part,
+benchmarks/jax_tracer_floor.py (a core.Trace answering each primitive at once): JAX's Python
+before `process_primitive` for jnp.exp given a tracer 17-19 us (eager call 9 us), jax.nn.sigmoid
+16-18 us (7-15), jnp.subtract(t, t) 24-50 us (12-16).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that asks JAX's core for a concrete value to decide a
@@ -157,6 +168,7 @@ def _concrete_caller() -> str:
     return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname}"
 
 
+_ONE_DEVICE = jax.sharding.SingleDeviceSharding
 _TRACE_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError,
                  jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError)
 
@@ -198,7 +210,10 @@ class JaxTracer(ReadbackMixin, core.Tracer):
         self._trace = trace
         self._lt_array = value
         self._lt_session = session
-        self.aval = core.typeof(value)
+        # (a concrete array on one device: its own aval, which is what core.typeof gives for it,
+        # without typeof's cache lookup, a third of this backend's bytecodes per recorded call)
+        self.aval = value.aval if type(value) is ArrayImpl and type(value.sharding) is _ONE_DEVICE \
+            else core.typeof(value)
 
     def to_concrete_value(self):
         # abstract, as under jax.jit: jax.numpy probes it for optional shortcuts. Where JAX needs
@@ -521,8 +536,13 @@ class JaxBackend(Backend):
             kwargs = unwrap_tree(kwargs, JaxTracer)
         if type(trace) is not LazyTrace:
             return func(*values, **kwargs), ()
-        with core.set_current_trace(trace.parent):
+        ctx = core.trace_ctx         # (core.set_current_trace(trace.parent) without its context manager)
+        prev = ctx.trace
+        ctx.set_trace(trace.parent)
+        try:
             result = func(*values, **kwargs)
+        finally:
+            ctx.set_trace(prev)
         if tracer is None:
             return result, ()        # made from constants only: a constant
         if type(result) in (list, tuple):
@@ -533,7 +553,8 @@ class JaxBackend(Backend):
         return JaxTracer(trace, result, trace.session) if isinstance(result, self.array_types) else result
 
     def storage_key(self, a):
-        return id(self.unwrap(a))    # jax arrays are immutable: no aliasing to follow
+        # jax arrays are immutable: no aliasing to follow
+        return id(a._lt_array if type(a) is JaxTracer else a)
 
     def clone(self, a):
         return a                     # immutable: a constant can be handed out as is

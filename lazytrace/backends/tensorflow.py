@@ -72,6 +72,10 @@ takes 50-65 us against 25-27 us in a tight eager loop (the same op on the same t
 the traced function's own body: 50 us; not the op callback below: without it, 47 us), so
 TensorFlow's softmax (eager ~120 us, one API call and one operator) cannot trace in 600 us while
 the trace of an identity function alone costs ~700-800 us (the framework-free tracer's fixed cost).
+Session 11: that fixed cost is ~200 us of thread CPU with warm CPU caches, 550-650 us right after
+gc.collect() (as the benchmark times a first call); an EagerTensor's key is made from its shape
+tuple, and the explanation's texts are memoized per global state and per (shape, dtype)
+(results/first_call_jaxtf_s11.txt).
 
 Session 6: a TensorFlow function held in a closure (`sig = tf.sigmoid`) was
 walked into by graph.reads, which put ten guards on TensorFlow's own dispatch
@@ -427,6 +431,8 @@ class TensorflowBackend(Backend):
         self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}
         self._scalars: dict = {}
         self._distribution = None
+        self._described_states: dict = {}    # global_state() -> describe_global_state()
+        self._brief_texts: dict = {}         # brief() -> format_brief()
         # asked first (it declines every call that holds no tracer at once): a dispatcher asked
         # before it (Keras' KerasOpDispatcher flattens every call's arguments) costs each traced call
         dispatcher = _Dispatcher(self.allowed_target)
@@ -440,6 +446,8 @@ class TensorflowBackend(Backend):
 
     # ---- signature ------------------------------------------------------------
     def describe(self, t):
+        if type(t) is EagerTensor:      # (its shape tuple: no TensorShape built, no Variable check)
+            return (EagerTensor, t._shape_tuple(), t.dtype, t.device)
         if isinstance(t, tf.Variable):
             return (type(t), tuple(t.shape), t.dtype, t.trainable)
         return (type(t), tuple(t.shape), t.dtype, t.device)
@@ -455,6 +463,15 @@ class TensorflowBackend(Backend):
         return (tf_ops.get_dtype_conversion_mode(), tf_ops._numpy_style_slicing, _keras_settings())
 
     def describe_global_state(self, state):
+        """Made once per state (a trace describes it for its explanation)."""
+        described = self._described_states.get(state)
+        if described is None:
+            if len(self._described_states) > 64:
+                self._described_states.clear()
+            described = self._described_states[state] = self._describe_global_state(state)
+        return dict(described)
+
+    def _describe_global_state(self, state):
         mode, slicing, keras_settings = state
         return {"tf dtype conversion mode": str(mode), "tf numpy-style slicing": str(slicing)} | \
             ({} if keras_settings is None else dict(zip(_KERAS_SETTINGS, map(repr, keras_settings))))
@@ -646,8 +663,13 @@ class TensorflowBackend(Backend):
         return (t._shape_tuple() if type(t) is EagerTensor else tuple(t.shape), t.dtype)
 
     def format_brief(self, brief) -> str:
-        shape, dtype = brief
-        return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype.name}"
+        text = self._brief_texts.get(brief)
+        if text is None:        # (made once per shape and dtype: each trace describes its inputs)
+            if len(self._brief_texts) > 1024:
+                self._brief_texts.clear()
+            shape, dtype = brief
+            text = self._brief_texts[brief] = f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype.name}"
+        return text
 
     # ---- persistent cache ----------------------------------------------------------
     persist_roots = ("builtins", "operator")
