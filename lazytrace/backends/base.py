@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import functools
 import operator
 import sys
 import types
@@ -29,6 +30,21 @@ class CallKind(enum.Enum):
     READBACK = "readback"      # returns a Python value computed from array data: guard it
     ESCAPE = "escape"          # hands array memory to code the tracer cannot see
     UNKNOWN = "unknown"        # decide from the result: arrays -> OP, Python values -> READBACK
+
+
+def described_once(describe):
+    """A backend's describe_global_state kept per state (a trace describes the state for its
+    explanation at every trace; the states of a process are few)."""
+    @functools.wraps(describe)
+    def described(self, state):
+        memo = self.__dict__.setdefault("_described_states", {})
+        found = memo.get(state)
+        if found is None:
+            if len(memo) > 64:
+                memo.clear()
+            found = memo[state] = describe(self, state)
+        return dict(found)
+    return described
 
 
 class Backend:

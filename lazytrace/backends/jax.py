@@ -135,8 +135,8 @@ from jax._src.lib import _jax
 from jax._src.random import prng as prng_impls
 from jax._src.random.prng import PRNGKeyArray
 
-from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, load_numpy_arrays, save_numpy_arrays,
-                   unwrap_tree)
+from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, described_once, load_numpy_arrays,
+                   save_numpy_arrays, unwrap_tree)
 
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
 _trace_context = jax_config.trace_context
@@ -407,7 +407,6 @@ class JaxBackend(Backend):
         self._primitives: dict = {}    # id(primitive callable) -> (it, primitive, params): stored calls
         self._primitive_refs: dict = {}
         self._distribution = None
-        self._described_states: dict = {}    # global_state() -> describe_global_state()
         self._brief_texts: dict = {}         # brief() -> format_brief()
 
     # ---- signature ------------------------------------------------------------
@@ -441,17 +440,9 @@ class JaxBackend(Backend):
         float64). A change makes the signature run eagerly."""
         return self.global_state()
 
+    @described_once
     def describe_global_state(self, state):
-        """The settings people change by name; the rest of trace_context() as one entry (made
-        once per state: a retrace's explanation compares them at every trace)."""
-        described = self._described_states.get(state)
-        if described is None:
-            if len(self._described_states) > 64:
-                self._described_states.clear()
-            described = self._described_states[state] = self._describe_global_state(state)
-        return dict(described)
-
-    def _describe_global_state(self, state):
+        """The settings people change by name; the rest of trace_context() as one entry."""
         context, prng = state
         try:
             named = dict(zip(jax_config.trace_context_names(), context))

@@ -105,7 +105,7 @@ from tensorflow.python.util import dispatch, tf_decorator, tf_export, tf_inspect
 
 from ..graph.stateful import CallRecordingProxy
 
-from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer, Backend, CallKind,
+from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer, Backend, CallKind, described_once,
                    load_numpy_arrays, operator_syntax, save_numpy_arrays, unwrap_tree)
 
 _METHOD_OPS = {getattr(tf.Tensor, name): name for name in
@@ -431,7 +431,6 @@ class TensorflowBackend(Backend):
         self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}
         self._scalars: dict = {}
         self._distribution = None
-        self._described_states: dict = {}    # global_state() -> describe_global_state()
         self._brief_texts: dict = {}         # brief() -> format_brief()
         # asked first (it declines every call that holds no tracer at once): a dispatcher asked
         # before it (Keras' KerasOpDispatcher flattens every call's arguments) costs each traced call
@@ -462,16 +461,8 @@ class TensorflowBackend(Backend):
         changes indexing; Keras's global settings, once Keras is imported (see _keras_settings)."""
         return (tf_ops.get_dtype_conversion_mode(), tf_ops._numpy_style_slicing, _keras_settings())
 
+    @described_once
     def describe_global_state(self, state):
-        """Made once per state (a trace describes it for its explanation)."""
-        described = self._described_states.get(state)
-        if described is None:
-            if len(self._described_states) > 64:
-                self._described_states.clear()
-            described = self._described_states[state] = self._describe_global_state(state)
-        return dict(described)
-
-    def _describe_global_state(self, state):
         mode, slicing, keras_settings = state
         return {"tf dtype conversion mode": str(mode), "tf numpy-style slicing": str(slicing)} | \
             ({} if keras_settings is None else dict(zip(_KERAS_SETTINGS, map(repr, keras_settings))))
