@@ -637,9 +637,11 @@ def load_numpy_arrays(data: bytes, metadata: dict, dtype_of) -> dict:
 def _calls(func, args, kwargs): return func(*args, **kwargs)     # (one line: see call_as_caller)
 
 
-_CALLERS: dict = {}         # (caller's code, instruction, id of its globals) -> _calls placed at its line
+#: (id of the caller's code, instruction, id of its globals) -> (that code, _calls placed at its line); by
+#: ids, the entry holding the code and globals (a code object's hash walks its constants: ~0.6 us)
+_CALLERS: dict = {}
 _CALLERS_SIZE = 1024
-_INTERNAL: dict = {}        # (code, internal prefixes) -> whether the code's module is internal
+_INTERNAL: dict = {}        # internal prefixes -> {id(code): (code, whether the code's module is internal)}
 
 
 def call_as_caller(func, args, kwargs, internal: tuple):
@@ -648,24 +650,28 @@ def call_as_caller(func, args, kwargs, internal: tuple):
     issues (NumPy's divide by zero, a deprecation with its stacklevel) is attributed to that
     code's module, file and line, as in eager code, so a filter naming its module
     (`error::RuntimeWarning:mymodule`) applies to it as it does eagerly."""
+    known = _INTERNAL.get(internal)
+    if known is None:
+        known = _INTERNAL[internal] = {}
     frame = sys._getframe(1)
     while frame is not None:        # (whether a code is internal: remembered per code, ~3x cheaper)
-        seen = _INTERNAL.get((frame.f_code, internal))
-        if seen is None:
-            if len(_INTERNAL) >= _CALLERS_SIZE:
-                _INTERNAL.clear()
-            seen = _INTERNAL[(frame.f_code, internal)] = \
-                str(frame.f_globals.get("__name__", "")).startswith(internal)
-        if not seen:
+        code = frame.f_code
+        seen = known.get(id(code))
+        if seen is None or seen[0] is not code:
+            if len(known) >= _CALLERS_SIZE:
+                known.clear()
+            seen = known[id(code)] = (code, str(frame.f_globals.get("__name__", "")).startswith(internal))
+        if not seen[1]:
             break
         frame = frame.f_back
     if frame is None:
         return func(*args, **kwargs)
-    where = (frame.f_code, frame.f_lasti, id(frame.f_globals))   # (the entry holds the globals: the id stays theirs)
-    caller = _CALLERS.get(where)
-    if caller is None:
+    code = frame.f_code
+    where = (id(code), frame.f_lasti, id(frame.f_globals))
+    entry = _CALLERS.get(where)
+    if entry is None or entry[0] is not code:
         if len(_CALLERS) >= _CALLERS_SIZE:
             _CALLERS.clear()
-        code = _calls.__code__.replace(co_filename=frame.f_code.co_filename, co_firstlineno=frame.f_lineno or 1)
-        caller = _CALLERS[where] = types.FunctionType(code, frame.f_globals, frame.f_code.co_name)
-    return caller(func, args, kwargs)
+        placed = _calls.__code__.replace(co_filename=code.co_filename, co_firstlineno=frame.f_lineno or 1)
+        entry = _CALLERS[where] = (code, types.FunctionType(placed, frame.f_globals, code.co_name))
+    return entry[1](func, args, kwargs)

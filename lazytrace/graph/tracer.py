@@ -251,8 +251,8 @@ class TraceSession:
                 return backend.run(func, args, kwargs)[0]
             if kind is _OP and inputs and backend.stores_arguments(func):
                 largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
-            written = self._versions.get
-            versions = [written(v.storage, 0) for v in inputs]
+            written = self._versions        # (empty until a recorded call writes into an array)
+            versions = [written.get(v.storage, 0) for v in inputs] if written else [0] * len(inputs)
             if kind is _GENERATOR:
                 rngs = backend.rng_sources(func, args, kwargs)
                 for rng in rngs:
@@ -385,19 +385,23 @@ class TraceSession:
         backend = self.backend
         unwraps = backend.tracer_class is not None
         caller_owned = backend.caller_owned(node.target) if items else False
+        outputs, values, made, versions = node.outputs, self._values, self._made, self._versions
+        if dynamic:
+            self._unkeyed_metadata = True
         for index, obj in items:
             if not isinstance(obj, tracked):
                 continue
             meta, storage, grad = backend.output_facts(obj)
-            value = Value(_FROM_NODE, node, index, meta, storage, foldable and not grad)
-            value.obj = obj if value.foldable else None
-            value.dynamic = dynamic
-            value.caller_owned = caller_owned
-            self._unkeyed_metadata = self._unkeyed_metadata or dynamic
-            node.outputs.append(value)
-            self._values[id(obj)] = (obj, value)
-            self._made.append((obj, value, backend.write_count(backend.unwrap(obj) if unwraps else obj),
-                               self._versions.get(storage, 0)))
+            kept = foldable and not grad
+            value = Value(_FROM_NODE, node, index, meta, storage, kept, obj if kept else None)
+            if dynamic:
+                value.dynamic = True
+            if caller_owned:
+                value.caller_owned = True
+            outputs.append(value)
+            values[id(obj)] = (obj, value)
+            made.append((obj, value, backend.write_count(backend.unwrap(obj) if unwraps else obj),
+                         versions.get(storage, 0) if versions else 0))
 
     # ---- stateful objects --------------------------------------------------------
     def on_setattr(self, obj, name: str, value):
