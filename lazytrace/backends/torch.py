@@ -761,7 +761,7 @@ class TorchBackend(Backend):
         except (RuntimeError, NotImplementedError):
             storage = ("opaque", id(t))
         grad = t.requires_grad
-        return (_shape(t), t.dtype, t.device, grad), storage, grad
+        return ("nested" if t.is_nested else t.shape, t.dtype, t.device, grad), storage, grad     # (_shape, inline)
 
     def requires_grad(self, t) -> bool:
         return t.requires_grad

@@ -164,12 +164,17 @@ class TraceSession:
                 values, literals = self._values, self._literals
                 out = []
                 for x in obj:
+                    tx = type(x)
+                    if tx in literals:          # (no object of these types is tracked)
+                        out.append(x)
+                        continue
                     entry = values.get(id(x))
                     if entry is not None and entry[0] is x:
                         found.append(entry[1])
                         out.append(entry[1])
-                    elif type(x) in literals:
-                        out.append(x)
+                    elif tx is slice and type(x.start) in literals and type(x.stop) in literals \
+                            and type(x.step) in literals:
+                        out.append(x)           # `t[:, 1:]`: kept as it is
                     else:
                         out.append(self._lift(x, found))
                 return tuple(out) if tp is tuple else out
@@ -177,12 +182,13 @@ class TraceSession:
                 values, literals = self._values, self._literals
                 out = {}
                 for k, x in obj.items():
+                    if type(x) in literals:
+                        out[k] = x
+                        continue
                     entry = values.get(id(x))
                     if entry is not None and entry[0] is x:
                         found.append(entry[1])
                         out[k] = entry[1]
-                    elif type(x) in literals:
-                        out[k] = x
                     else:
                         out[k] = self._lift(x, found)
                 return out
@@ -918,7 +924,7 @@ def _warning_display() -> tuple:
     return warnings.showwarning, getattr(warnings, "_showwarnmsg_impl", None)
 
 
-_PLAIN = frozenset({int, float, bool, str, type(None), complex})   # arguments that are never tracked
+_PLAIN = frozenset({int, float, bool, str, type(None), complex, type(Ellipsis)})   # arguments never tracked
 #: dict subclasses a graph rebuilds as `tp({...})` (codegen._output_expr)
 _MAPPINGS = frozenset({collections.OrderedDict, collections.Counter})
 
