@@ -272,7 +272,7 @@ class TraceSession:
             else:
                 result, mutated = backend.run(func, args, kwargs)
             if kind is _UNKNOWN:
-                if mutated or _contains(result, self._tracked):
+                if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked):
                     kind = _OP
                 else:
                     kind = _READBACK if inputs else _METADATA
