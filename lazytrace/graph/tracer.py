@@ -816,9 +816,11 @@ class TraceSession:
             if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
                 self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
         # an array a call made, written since with no recorded write (a call may write several times)
+        backend, versions = self.backend, self._versions
+        write_count, unwrap = backend.write_count, backend.unwrap if backend.tracer_class is not None else None
         for obj, value, before, recorded in self._made:
-            if before is not None and self._versions.get(value.storage, 0) == recorded and \
-                    self.backend.write_count(self.backend.unwrap(obj)) != before:
+            if before is not None and versions.get(value.storage, 0) == recorded and \
+                    write_count(unwrap(obj) if unwrap else obj) != before:
                 self.fail("an array made inside was written by a call lazytrace does not see (e.g. set_)")
                 return
 
