@@ -183,6 +183,28 @@ def test_a_warning_filter_naming_the_callers_module_applies_as_in_eager(fn, make
     assert [w.category for w in caught] == [category, category]
 
 
+@pytest.mark.parametrize("body, make", [
+    ("x / 0.0", lambda: np.random.default_rng(0).random(3)),
+    ("torch.nn.functional.softmax(x)", lambda: _rand(3, seed=0))], ids=["numpy", "torch"])
+def test_a_warning_names_the_file_of_the_calling_code_when_equal_code_came_from_another_file(body, make):
+    """One source compiled under two file names into one module (a notebook cell run again) makes
+    equal code objects: a warning a traced call issues names the file of the code that made the
+    call, as in eager code (the placed callers are told apart by code object, not by equality)."""
+    import warnings
+    namespace = {"torch": torch, "__name__": "cells"}
+    fns = []
+    for filename in ("<cell 1>", "<cell 2>"):
+        exec(compile(f"def f(x):\n    return {body}\n", filename, "exec"), namespace)
+        fns.append(namespace["f"])
+    assert fns[0].__code__ == fns[1].__code__ and fns[0].__code__ is not fns[1].__code__
+    for fn, filename in zip(fns, ("<cell 1>", "<cell 2>")):
+        for call in (fn, lazytrace.trace_graph(fn)):        # eager, then the trace
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                call(make())
+            assert [(w.filename, w.lineno) for w in caught] == [(filename, 2)]
+
+
 def test_calls_waiting_for_another_threads_trace_are_counted_once():
     """Concurrent first calls of one signature trace once; the calls that waited for that trace
     are each one call (stats.calls == hits + traces + eager calls)."""

@@ -659,9 +659,11 @@ def load_numpy_arrays(data: bytes, metadata: dict, dtype_of) -> dict:
 def _calls(func, args, kwargs): return func(*args, **kwargs)     # (one line: see call_as_caller)
 
 
-_CALLERS: dict = {}         # (caller's code, instruction, id of its globals) -> _calls placed at its line
+#: (id of the caller's code, instruction, id of its globals) -> (that code, _calls placed at its line); by
+#: ids, the entry holding the code and globals (a code object's hash walks its constants: ~0.6 us)
+_CALLERS: dict = {}
 _CALLERS_SIZE = 1024
-_INTERNAL: dict = {}        # (code, internal prefixes) -> whether the code's module is internal
+_INTERNAL: dict = {}        # internal prefixes -> {id(code): code} of the codes of those modules seen
 
 
 def call_as_caller(func, args, kwargs, internal: tuple):
@@ -670,24 +672,36 @@ def call_as_caller(func, args, kwargs, internal: tuple):
     issues (NumPy's divide by zero, a deprecation with its stacklevel) is attributed to that
     code's module, file and line, as in eager code, so a filter naming its module
     (`error::RuntimeWarning:mymodule`) applies to it as it does eagerly."""
+    codes = _INTERNAL.get(internal)
     frame = sys._getframe(1)
-    while frame is not None:        # (whether a code is internal: remembered per code, ~3x cheaper)
-        seen = _INTERNAL.get((frame.f_code, internal))
-        if seen is None:
-            if len(_INTERNAL) >= _CALLERS_SIZE:
-                _INTERNAL.clear()
-            seen = _INTERNAL[(frame.f_code, internal)] = \
-                str(frame.f_globals.get("__name__", "")).startswith(internal)
-        if not seen:
-            break
+    if codes is not None:       # (the frames of codes known to be internal, then the caller's placed call)
+        code = frame.f_code
+        while codes.get(id(code)) is code:
+            frame = frame.f_back
+            if frame is None:
+                return func(*args, **kwargs)
+            code = frame.f_code
+        entry = _CALLERS.get((id(code), frame.f_lasti, id(frame.f_globals)))
+        if entry is not None and entry[0] is code:
+            return entry[1](func, args, kwargs)
+    return _place_caller(frame, internal)(func, args, kwargs)
+
+
+def _place_caller(frame, internal: tuple):
+    """_calls placed at the line of the first frame from `frame` outwards outside the `internal`
+    modules (noting the internal codes met), or a plain call where there is none."""
+    codes = _INTERNAL.get(internal)
+    if codes is None or len(codes) >= _CALLERS_SIZE:
+        codes = _INTERNAL[internal] = {}
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(internal):
+        codes[id(frame.f_code)] = frame.f_code
         frame = frame.f_back
     if frame is None:
-        return func(*args, **kwargs)
-    where = (frame.f_code, frame.f_lasti, id(frame.f_globals))   # (the entry holds the globals: the id stays theirs)
-    caller = _CALLERS.get(where)
-    if caller is None:
-        if len(_CALLERS) >= _CALLERS_SIZE:
-            _CALLERS.clear()
-        code = _calls.__code__.replace(co_filename=frame.f_code.co_filename, co_firstlineno=frame.f_lineno or 1)
-        caller = _CALLERS[where] = types.FunctionType(code, frame.f_globals, frame.f_code.co_name)
-    return caller(func, args, kwargs)
+        return _calls
+    code = frame.f_code
+    if len(_CALLERS) >= _CALLERS_SIZE:
+        _CALLERS.clear()
+    placed = _calls.__code__.replace(co_filename=code.co_filename, co_firstlineno=frame.f_lineno or 1)
+    caller = types.FunctionType(placed, frame.f_globals, code.co_name)
+    _CALLERS[id(code), frame.f_lasti, id(frame.f_globals)] = (code, caller)
+    return caller

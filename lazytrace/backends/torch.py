@@ -275,11 +275,12 @@ class _Info:
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
     __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand",
-                 "writes", "setter", "inplace", "training", "fixed", "foreign")
+                 "writes", "setter", "inplace", "training", "fixed", "foreign", "reads_metadata")
 
     def __init__(self, func, kind):
         name = self.name = _func_name(func)
         self.kind = kind
+        self.reads_metadata = kind is CallKind.METADATA or kind is CallKind.HISTORY    # (no write to look for)
         # its kind depends on the arguments (see classify)
         self.shape_check = kind is CallKind.OP and name in ("__getitem__", "where", "one_hot") or name == "type"
         self.metadata = 1 if name in _METADATA_FIRST else 2 if name in _METADATA_SECOND else 0
@@ -330,6 +331,7 @@ def _inplace_position(func) -> int | None:
 _C_CALLABLES = (BuiltinFunctionType, MethodDescriptorType, WrapperDescriptorType, MethodWrapperType,
                 GetSetDescriptorType, MemberDescriptorType, ClassMethodDescriptorType)
 _HANDLE_TORCH_FUNCTION = torch.overrides.handle_torch_function.__code__
+_OP_KIND, _DYNAMIC_SHAPE_KIND = CallKind.OP, CallKind.DYNAMIC_SHAPE     # (an enum class attribute costs ~0.2 us)
 
 
 class ReplacedTorchFunction(Exception):
@@ -646,19 +648,19 @@ class TorchBackend(Backend):
         if info.shape_check:
             name = info.name
             if name == "__getitem__" and _has_mask_index(args[1] if len(args) > 1 else None):
-                return CallKind.DYNAMIC_SHAPE
+                return _DYNAMIC_SHAPE_KIND
             if name == "where" and len(args) + len(kwargs) == 1:
-                return CallKind.DYNAMIC_SHAPE
+                return _DYNAMIC_SHAPE_KIND
             if name == "one_hot" and (kwargs.get("num_classes", args[1] if len(args) > 1 else -1) == -1):
-                return CallKind.DYNAMIC_SHAPE
+                return _DYNAMIC_SHAPE_KIND
             if name == "type" and (len(args) > 1 or kwargs):    # x.type(torch.float64): a conversion
-                return CallKind.OP
+                return _OP_KIND
         if info.training is not None:
             # F.dropout(x, training=False) draws nothing: a plain call
             name, position, default = info.training
             training = kwargs.get(name, args[position] if len(args) > position else default)
             if type(training) in (bool, int) and not training:
-                return CallKind.OP
+                return _OP_KIND
         return info.kind
 
     def _classify(self, func) -> CallKind:
@@ -693,7 +695,7 @@ class TorchBackend(Backend):
 
     def run(self, func, args, kwargs):
         info = self._infos.get(func) or self._info(func)
-        if info.kind is CallKind.METADATA or info.kind is CallKind.HISTORY:
+        if info.reads_metadata:
             return func(*args, **kwargs), ()
         tensors = _tensors_in(args, kwargs)
         if not tensors:
@@ -702,14 +704,17 @@ class TorchBackend(Backend):
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
         if info.setter:
             return call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH), tensors[:1]
-        if any(isinstance(t, _Uninitialized) for t in tensors):
-            return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
-        if len(tensors) == 1 and not tensors[0].is_inference():    # the common case, without the lists
+        if len(tensors) == 1:           # the common case, without the lists
             t = tensors[0]
-            before = t._version
-            result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH)      # (its warnings: the caller's)
-            return result, (tensors if t._version != before or info.underscore and args and result is args[0]
-                            else ())
+            if type(t) is not Tensor and isinstance(t, _Uninitialized):
+                return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
+            if not t.is_inference():
+                before = t._version
+                result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH)      # (its warnings: the caller's)
+                return result, (tensors if t._version != before or info.underscore and args and result is args[0]
+                                else ())
+        elif any(type(t) is not Tensor and isinstance(t, _Uninitialized) for t in tensors):
+            return func(*args, **kwargs), ()
         before = [None if t.is_inference() else t._version for t in tensors]     # inference: no counter
         result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH)
         return result, [t for t, v in zip(tensors, before)
@@ -754,7 +759,7 @@ class TorchBackend(Backend):
         except (RuntimeError, NotImplementedError):
             storage = ("opaque", id(t))
         grad = t.requires_grad
-        return (_shape(t), t.dtype, t.device, grad), storage, grad
+        return ("nested" if t.is_nested else t.shape, t.dtype, t.device, grad), storage, grad     # (_shape, inline)
 
     def requires_grad(self, t) -> bool:
         return t.requires_grad
@@ -1498,14 +1503,17 @@ def _keyed(obj) -> bool:
 
 def _tensors_in(args, kwargs) -> list:
     found = []
-    for group in (args, kwargs.values()) if kwargs else (args,):
-        for a in group:
+    for a in args:
+        if isinstance(a, Tensor):
+            found.append(a)
+        elif type(a) is list or type(a) is tuple:
+            found.extend([x for x in a if isinstance(x, Tensor)])
+    if kwargs:
+        for a in kwargs.values():
             if isinstance(a, Tensor):
                 found.append(a)
             elif type(a) is list or type(a) is tuple:
-                for x in a:
-                    if isinstance(x, Tensor):
-                        found.append(x)
+                found.extend([x for x in a if isinstance(x, Tensor)])
     return found
 
 

@@ -52,7 +52,7 @@ class Value:
         return f"<Value {self.name or self.source.value} {self.meta or ''}>"
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, init=False)
 class Node:
     """One recorded framework call."""
 
@@ -71,6 +71,23 @@ class Node:
     wrapper: Any = None             # the callable the code called, when `target` is the lower-level
                                     # call doing its work (Backend.replay_call: F.pad -> torch._C._nn.pad)
     guarded_by_except: bool = False  # made inside a try block of the traced code with an except clause
+
+    def __init__(self, position, kind, target, args, kwargs, inputs, input_versions, outputs=None,
+                 result_structure=None, mutated=None, expected=None, foldable=False, wrapper=None):
+        # (written out: a trace makes one per call, and the generated one tests each default factory)
+        self.position = position
+        self.kind = kind
+        self.target = target
+        self.args = args
+        self.kwargs = kwargs
+        self.inputs = inputs
+        self.input_versions = input_versions
+        self.outputs = [] if outputs is None else outputs
+        self.result_structure = result_structure
+        self.mutated = [] if mutated is None else mutated
+        self.expected = expected
+        self.foldable = foldable
+        self.wrapper = wrapper
 
     @property
     def has_side_effect(self) -> bool:

@@ -80,6 +80,8 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
 
 
 def _demote_mutated_constants(nodes: list[Node], final_versions: dict) -> None:
+    if not final_versions:
+        return      # no write recorded: every input was read at version 0, its final one
     work = [n for n in nodes if not n.foldable]
     varying: set = set()        # storages written by calls that run at every call
     while work:

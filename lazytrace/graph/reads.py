@@ -869,7 +869,10 @@ class PythonReads:
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
         stack down to the traced one (methods and other code the start could not see)."""
-        codes, stop, root, walked, watched = self._codes, self._stop, self.root, self._walked, self._watched
+        walked = self._walked
+        if walked.get(id(frame)) is frame:
+            return          # (most calls: the code calling made an earlier call from this frame)
+        codes, stop, root, watched = self._codes, self._stop, self.root, self._watched
         seen = []
         while frame is not None and frame is not stop:     # (the caller's own code is not the function's)
             if walked.get(id(frame)) is frame:

@@ -166,12 +166,17 @@ class TraceSession:
                 values, literals = self._values, self._literals
                 out = []
                 for x in obj:
+                    tx = type(x)
+                    if tx in literals:          # (no object of these types is tracked)
+                        out.append(x)
+                        continue
                     entry = values.get(id(x))
                     if entry is not None and entry[0] is x:
                         found.append(entry[1])
                         out.append(entry[1])
-                    elif type(x) in literals:
-                        out.append(x)
+                    elif tx is slice and type(x.start) in literals and type(x.stop) in literals \
+                            and type(x.step) in literals:
+                        out.append(x)           # `t[:, 1:]`: kept as it is
                     else:
                         out.append(self._lift(x, found))
                 return tuple(out) if tp is tuple else out
@@ -179,12 +184,13 @@ class TraceSession:
                 values, literals = self._values, self._literals
                 out = {}
                 for k, x in obj.items():
+                    if type(x) in literals:
+                        out[k] = x
+                        continue
                     entry = values.get(id(x))
                     if entry is not None and entry[0] is x:
                         found.append(entry[1])
                         out[k] = entry[1]
-                    elif type(x) in literals:
-                        out[k] = x
                     else:
                         out[k] = self._lift(x, found)
                 return out
@@ -254,8 +260,8 @@ class TraceSession:
                 return backend.run(func, args, kwargs)[0]
             if kind is _OP and inputs and backend.stores_arguments(func):
                 largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
-            written = self._versions.get
-            versions = [written(v.storage, 0) for v in inputs]
+            written = self._versions        # (empty until a recorded call writes into an array)
+            versions = [written.get(v.storage, 0) for v in inputs] if written else [0] * len(inputs)
             if kind is _GENERATOR:
                 rngs = backend.rng_sources(func, args, kwargs)
                 for rng in rngs:
@@ -269,7 +275,7 @@ class TraceSession:
             else:
                 result, mutated = backend.run(func, args, kwargs)
             if kind is _UNKNOWN:
-                if mutated or _contains(result, self._tracked):
+                if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked):
                     kind = _OP
                 else:
                     kind = _READBACK if inputs else _METADATA
@@ -391,19 +397,23 @@ class TraceSession:
         backend = self.backend
         unwraps = backend.tracer_class is not None
         caller_owned = backend.caller_owned(node.target) if items else False
+        outputs, values, made, versions = node.outputs, self._values, self._made, self._versions
+        if dynamic:
+            self._unkeyed_metadata = True
         for index, obj in items:
             if not isinstance(obj, tracked):
                 continue
             meta, storage, grad = backend.output_facts(obj)
-            value = Value(_FROM_NODE, node, index, meta, storage, foldable and not grad)
-            value.obj = obj if value.foldable else None
-            value.dynamic = dynamic
-            value.caller_owned = caller_owned
-            self._unkeyed_metadata = self._unkeyed_metadata or dynamic
-            node.outputs.append(value)
-            self._values[id(obj)] = (obj, value)
-            self._made.append((obj, value, backend.write_count(backend.unwrap(obj) if unwraps else obj),
-                               self._versions.get(storage, 0)))
+            kept = foldable and not grad
+            value = Value(_FROM_NODE, node, index, meta, storage, kept, obj if kept else None)
+            if dynamic:
+                value.dynamic = True
+            if caller_owned:
+                value.caller_owned = True
+            outputs.append(value)
+            values[id(obj)] = (obj, value)
+            made.append((obj, value, backend.write_count(backend.unwrap(obj) if unwraps else obj),
+                         versions.get(storage, 0) if versions else 0))
 
     # ---- stateful objects --------------------------------------------------------
     def on_setattr(self, obj, name: str, value):
@@ -836,9 +846,11 @@ class TraceSession:
             if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
                 self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
         # an array a call made, written since with no recorded write (a call may write several times)
+        backend, versions = self.backend, self._versions
+        write_count, unwrap = backend.write_count, backend.unwrap if backend.tracer_class is not None else None
         for obj, value, before, recorded in self._made:
-            if before is not None and self._versions.get(value.storage, 0) == recorded and \
-                    self.backend.write_count(self.backend.unwrap(obj)) != before:
+            if before is not None and versions.get(value.storage, 0) == recorded and \
+                    write_count(unwrap(obj) if unwrap else obj) != before:
                 self.fail("an array made inside was written by a call lazytrace does not see (e.g. set_)")
                 return
 
@@ -1071,7 +1083,7 @@ def _warning_display() -> tuple:
     return warnings.showwarning, getattr(warnings, "_showwarnmsg_impl", None)
 
 
-_PLAIN = frozenset({int, float, bool, str, type(None), complex})   # arguments that are never tracked
+_PLAIN = frozenset({int, float, bool, str, type(None), complex, type(Ellipsis)})   # arguments never tracked
 #: dict subclasses a graph rebuilds as `tp({...})` (codegen._output_expr)
 _MAPPINGS = frozenset({collections.OrderedDict, collections.Counter})
 
