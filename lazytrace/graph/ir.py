@@ -73,7 +73,8 @@ class Node:
     guarded_by_except: bool = False  # made inside a try block of the traced code with an except clause
 
     def __init__(self, position, kind, target, args, kwargs, inputs, input_versions, outputs=None,
-                 result_structure=None, mutated=None, expected=None, foldable=False, wrapper=None):
+                 result_structure=None, mutated=None, expected=None, foldable=False, wrapper=None,
+                 guarded_by_except=False):
         # (written out: a trace makes one per call, and the generated one tests each default factory)
         self.position = position
         self.kind = kind
@@ -88,6 +89,7 @@ class Node:
         self.expected = expected
         self.foldable = foldable
         self.wrapper = wrapper
+        self.guarded_by_except = guarded_by_except
 
     @property
     def has_side_effect(self) -> bool:
