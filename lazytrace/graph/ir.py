@@ -76,19 +76,11 @@ class Node:
                  result_structure=None, mutated=None, expected=None, foldable=False, wrapper=None,
                  guarded_by_except=False):
         # (written out: a trace makes one per call, and the generated one tests each default factory)
-        self.position = position
-        self.kind = kind
-        self.target = target
-        self.args = args
-        self.kwargs = kwargs
-        self.inputs = inputs
-        self.input_versions = input_versions
+        self.position, self.kind, self.target, self.args, self.kwargs = position, kind, target, args, kwargs
+        self.inputs, self.input_versions, self.result_structure = inputs, input_versions, result_structure
         self.outputs = [] if outputs is None else outputs
-        self.result_structure = result_structure
         self.mutated = [] if mutated is None else mutated
-        self.expected = expected
-        self.foldable = foldable
-        self.wrapper = wrapper
+        self.expected, self.foldable, self.wrapper = expected, foldable, wrapper
         self.guarded_by_except = guarded_by_except
 
     @property
