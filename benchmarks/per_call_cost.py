@@ -9,6 +9,7 @@ passes included (a call the passes drop costs them too). Thread CPU is the min o
 against eager's min: swings with a loaded machine, the bytecode count does not (it leaves out C work:
 torch's dispatch, hashing, allocation).
 """
+import os
 import sys
 import time
 import warnings
@@ -17,6 +18,9 @@ import torch
 import torch.nn.functional as F
 
 import lazytrace
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import first_call_bytecodes  # noqa: E402  (its opcode counter)
 
 warnings.simplefilter("ignore")
 x = torch.rand(1, 3, 32, 32)
@@ -43,21 +47,7 @@ def repeated(op, n):
 
 
 def bytecodes(call) -> int:
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            count += 1
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        call()
-    finally:
-        sys.settrace(None)
-    return count
+    return first_call_bytecodes.bytecodes(call, lambda result: None)
 
 
 def least_cpu(call, times=15) -> float:

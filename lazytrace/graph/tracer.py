@@ -501,47 +501,33 @@ class TraceSession:
         """`lifted` with each array made by calls lazytrace does not see (NumPy's np.zeros: a
         constant of the graph) replaced by a copy of it made at every call, as eager makes a new
         array each time (the caller may write into what it finds in the attribute)."""
-        if isinstance(lifted, Value):
-            if lifted.source is not _EXTERNAL or id(lifted.obj) in self.reads.reached():
-                return lifted       # (an array the function reached is the same object in eager)
-            self._copied_unseen.append(lifted)      # (its constant becomes a copy when the trace ends)
-            node = Node(len(self.nodes), _NODE_OP, self.backend.clone, (lifted,), {}, [lifted],
-                        [self.version(lifted)])
-            self._register_outputs(node, self.backend.clone(lifted.obj), False, lifted.dynamic)
-            self.nodes.append(node)
-            inputs.append(node.outputs[0])
-            return node.outputs[0]
-        if type(lifted) in (tuple, list):
-            return type(lifted)(self._copy_made_unseen(x, inputs) for x in lifted)
-        if isinstance(lifted, tuple) and hasattr(type(lifted), "_fields"):
-            return type(lifted)(*[self._copy_made_unseen(x, inputs) for x in lifted])
-        if type(lifted) is dict:
-            return {k: self._copy_made_unseen(v, inputs) for k, v in lifted.items()}
-        return lifted
+        def copy(value):
+            if value.source is not _EXTERNAL or id(value.obj) in self.reads.reached():
+                return value        # (an array the function reached is the same object in eager)
+            self._copied_unseen.append(value)       # (its constant becomes a copy when the trace ends)
+            return self._copy_per_call(value, self.backend.clone(value.obj), inputs)
+        return _map_values(lifted, copy)
 
     def _fresh(self, lifted, inputs: list):
         """`lifted` with each cached constant replaced by a copy made at every call, as eager makes
         a new array each time (the caller may write into what it finds in the attribute)."""
-        if isinstance(lifted, Value):
-            if not lifted.foldable or lifted.source is _EXTERNAL or lifted.obj is None:
-                return lifted
-            fresh = self.backend.clone(lifted.obj)
+        def fresh(value):
+            if not value.foldable or value.source is _EXTERNAL or value.obj is None:
+                return value
+            made = self.backend.clone(value.obj)
             # the attribute now holds the object this trace made; the graph keeps a copy of its own,
             # which the caller cannot write into
-            lifted.obj = self.backend.clone(lifted.obj)
-            node = Node(len(self.nodes), _NODE_OP, self.backend.clone, (lifted,), {}, [lifted],
-                        [self.version(lifted)])
-            self._register_outputs(node, fresh, False, lifted.dynamic)
-            self.nodes.append(node)
-            inputs.append(node.outputs[0])
-            return node.outputs[0]
-        if type(lifted) in (tuple, list):
-            return type(lifted)(self._fresh(x, inputs) for x in lifted)
-        if isinstance(lifted, tuple) and hasattr(type(lifted), "_fields"):
-            return type(lifted)(*[self._fresh(x, inputs) for x in lifted])
-        if type(lifted) is dict:
-            return {k: self._fresh(v, inputs) for k, v in lifted.items()}
-        return lifted
+            value.obj = self.backend.clone(value.obj)
+            return self._copy_per_call(value, made, inputs)
+        return _map_values(lifted, fresh)
+
+    def _copy_per_call(self, value: Value, made, inputs: list) -> Value:
+        """A node copying `value` at every call (`made`: its copy at this trace)."""
+        node = Node(len(self.nodes), _NODE_OP, self.backend.clone, (value,), {}, [value], [self.version(value)])
+        self._register_outputs(node, made, False, value.dynamic)
+        self.nodes.append(node)
+        inputs.append(node.outputs[0])
+        return node.outputs[0]
 
     def _rebuildable(self, lifted) -> bool:
         """Arrays (computed by the graph, constants included: made at every call, see
@@ -1270,6 +1256,19 @@ _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENE
 
 _UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazytrace does not see "
                "(manual_seed, set_rng_state, ...): a graph could not replay that")
+
+
+def _map_values(lifted, each):
+    """`lifted` with each Value replaced by each(value), through tuples, lists, namedtuples and dicts."""
+    if isinstance(lifted, Value):
+        return each(lifted)
+    if type(lifted) in (tuple, list):
+        return type(lifted)(_map_values(x, each) for x in lifted)
+    if isinstance(lifted, tuple) and hasattr(type(lifted), "_fields"):
+        return type(lifted)(*[_map_values(x, each) for x in lifted])
+    if type(lifted) is dict:
+        return {k: _map_values(v, each) for k, v in lifted.items()}
+    return lifted
 
 
 def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signature: Signature,
