@@ -102,3 +102,50 @@ def test_a_call_under_contextlib_suppress_in_a_function_with_effects_goes_on_as_
         acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
         assert torch.equal(lazy(_matrix(positive), acc_lazy), _suppressed(_matrix(positive), acc_eager))
         assert torch.equal(acc_lazy, acc_eager)
+
+
+def _version_of_a_view(x):
+    return x[1:] * 0 + x[1:]._version
+
+
+def _version_of_a_detached_input(x):
+    return x * 0 + x.detach()._version
+
+
+def _version_of_a_transpose(x):
+    return x * 0 + x.unsqueeze(0).mT._version
+
+
+def _version_after_writing(x):
+    x.add_(1)
+    return x * 0 + x._version
+
+
+@pytest.mark.parametrize("fn", [_version_of_a_view, _version_of_a_detached_input, _version_of_a_transpose,
+                                _version_after_writing])
+def test_the_version_counter_of_memory_the_caller_passed_is_not_baked(fn):
+    """A view of an input, its detached tensor, an input the function wrote: a tensor the trace
+    made that shares the input's version counter; its count was baked (the trace's, at every
+    replay) where only tensors the trace allocated have a count fixed by the graph."""
+    lazy = lazytrace.trace_graph(fn)
+    for writes in (0, 1, 2):
+        x_eager, x_lazy = torch.ones(3), torch.ones(3)
+        for _ in range(writes):
+            x_eager.mul_(1)
+            x_lazy.mul_(1)
+        assert torch.equal(lazy(x_lazy), fn(x_eager))
+        assert x_lazy._version == x_eager._version
+
+
+def test_the_version_counter_of_a_tensor_the_trace_made_stays_in_the_graph():
+    def fn(x):
+        y = x * 2
+        y.add_(1)
+        return y * 0 + y._version
+    lazy = lazytrace.trace_graph(fn)
+    for writes in (0, 1, 2):
+        x = torch.ones(3)
+        for _ in range(writes):
+            x.mul_(1)
+        assert torch.equal(lazy(x), fn(x))
+    assert lazy.stats.hits == 2

@@ -134,6 +134,15 @@ class TraceSession:
         self._values[id(handed)] = (handed, value)
         return handed
 
+    def _made_here(self, value) -> bool:
+        """Whether `value` is memory the trace allocated: not an input's, an external array's, or a
+        view of either (which share their version counter)."""
+        if value.source is not _FROM_NODE:
+            return False
+        storage, values = value.storage, self._values
+        return all(v.storage != storage for v in self.inputs) and \
+            all(values[id(obj)][1].storage != storage for obj in self._externals if id(obj) in values)
+
     def add_stateful(self, obj) -> Value:
         """An object the function reaches by itself (stateful=[...]): a constant reference."""
         value = Value(_EXTERNAL, meta=type(obj).__name__, storage=id(obj), obj=obj)
@@ -275,9 +284,10 @@ class TraceSession:
                     kind = _READBACK if inputs else _METADATA
             if kind is _METADATA or kind is _HISTORY:
                 # not in the key: the shape of a data-dependent result or of an array not passed in,
-                # and what happened before to an array the trace did not make (its version counter)
-                if any(v.dynamic or v.source is _EXTERNAL or kind is _HISTORY and v.source is not _FROM_NODE
-                       for v in inputs):
+                # and what happened before to memory the trace did not make (the version counter of
+                # an input, of a view of one, of one the function wrote)
+                if any(v.dynamic or v.source is _EXTERNAL for v in inputs) or \
+                        kind is _HISTORY and not all(self._made_here(v) for v in inputs):
                     self._guard(func, largs, lkwargs, inputs, versions, result)
                 return result
             if kind is _READBACK:
