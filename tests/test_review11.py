@@ -149,3 +149,47 @@ def test_the_version_counter_of_a_tensor_the_trace_made_stays_in_the_graph():
             x.mul_(1)
         assert torch.equal(lazy(x), fn(x))
     assert lazy.stats.hits == 2
+
+
+def _reraises(m, acc):
+    acc.add_(1)
+    try:
+        return torch.linalg.cholesky(m)
+    except RuntimeError:
+        raise                               # as if there were no try: the exception goes on
+
+
+def test_an_except_clause_that_only_raises_again_keeps_the_graph():
+    """The clause takes nothing, as the caller's own try block takes nothing (not counted): the
+    signature replays, and a replay whose call raises raises what eager raises."""
+    lazy = lazytrace.trace_graph(_reraises)
+    for _ in range(3):
+        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
+        assert torch.equal(lazy(_matrix(True), acc_lazy), _reraises(_matrix(True), acc_eager))
+        assert torch.equal(acc_lazy, acc_eager)
+    assert lazy.stats.hits == 2
+    acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
+    with pytest.raises(RuntimeError) as eager_error:
+        _reraises(_matrix(False), acc_eager)
+    with pytest.raises(type(eager_error.value)):
+        lazy(_matrix(False), acc_lazy)
+    assert torch.equal(acc_lazy, acc_eager)
+
+
+def _reraises_then_recovers(m, acc):
+    acc.add_(1)
+    try:
+        return torch.linalg.cholesky(m)
+    except ValueError:
+        raise
+    except RuntimeError:
+        return torch.zeros(3, 3)
+
+
+def test_a_clause_after_one_that_only_raises_again_counts():
+    lazy = lazytrace.trace_graph(_reraises_then_recovers)
+    for positive in (True, False, True):
+        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
+        assert torch.equal(lazy(_matrix(positive), acc_lazy), _reraises_then_recovers(_matrix(positive), acc_eager))
+        assert torch.equal(acc_lazy, acc_eager)
+    assert "try block" in next(iter(lazy.stats.reasons))

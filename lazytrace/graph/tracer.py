@@ -1089,7 +1089,11 @@ class _HandlerWalk:
             if ins.opname == "CHECK_EG_MATCH":
                 return True
             if ins.opname == "CHECK_EXC_MATCH":
-                if not names <= _KEYED_ERRORS:
+                body = ops[index + 2:index + 4]
+                if [b.opname for b in body] == ["POP_TOP", "RAISE_VARARGS"] and body[1].arg == 0:
+                    if self._raised_at(body[1].offset):         # `except E: raise` lets it go on
+                        return True
+                elif not names <= _KEYED_ERRORS:
                     return True
                 names = set()                   # the next clause starts where this one jumps
                 index = self.at.get(ops[index + 1].argval, len(ops)) if index + 1 < len(ops) else len(ops)
