@@ -134,6 +134,15 @@ class TraceSession:
         self._values[id(handed)] = (handed, value)
         return handed
 
+    def _made_here(self, value) -> bool:
+        """Whether `value` is memory the trace allocated: not an input's, an external array's, or a
+        view of either (which share their version counter)."""
+        if value.source is not _FROM_NODE:
+            return False
+        storage, values = value.storage, self._values
+        return all(v.storage != storage for v in self.inputs) and \
+            all(values[id(obj)][1].storage != storage for obj in self._externals if id(obj) in values)
+
     def add_stateful(self, obj) -> Value:
         """An object the function reaches by itself (stateful=[...]): a constant reference."""
         value = Value(_EXTERNAL, meta=type(obj).__name__, storage=id(obj), obj=obj)
@@ -281,9 +290,10 @@ class TraceSession:
                     kind = _READBACK if inputs else _METADATA
             if kind is _METADATA or kind is _HISTORY:
                 # not in the key: the shape of a data-dependent result or of an array not passed in,
-                # and what happened before to an array the trace did not make (its version counter)
-                if any(v.dynamic or v.source is _EXTERNAL or kind is _HISTORY and v.source is not _FROM_NODE
-                       for v in inputs):
+                # and what happened before to memory the trace did not make (the version counter of
+                # an input, of a view of one, of one the function wrote)
+                if any(v.dynamic or v.source is _EXTERNAL for v in inputs) or \
+                        kind is _HISTORY and not all(self._made_here(v) for v in inputs):
                     self._guard(func, largs, lkwargs, inputs, versions, result)
                 return result
             if kind is _READBACK:
@@ -1026,38 +1036,76 @@ def _except_ranges(code, namespace) -> tuple:
     """The instruction ranges of `code` whose exceptions an except clause may catch where a
     graph's call could raise at a replay and not at the trace (a bare except, `except
     Exception`, `RuntimeError`, a warning made an error ...; not `except TypeError`, which calls
-    raise for what the key fixes). Not the handlers of `with` blocks or finally clauses (they
-    raise again), nor code of the frameworks, the standard library or lazytrace."""
+    raise for what the key fixes), also through later clauses of one try and through the `with`
+    blocks and finally clauses inside the try (they raise again), nor code of the frameworks,
+    the standard library or lazytrace."""
     ranges = ()
     if code.co_exceptiontable and str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED:
         ops = list(dis.get_instructions(code))
-        at = {ins.offset: index for index, ins in enumerate(ops)}
-        found = []
-        for entry in dis.Bytecode(code).exception_entries:
-            index = at.get(entry.target)
-            if index is None or ops[index].opname != "PUSH_EXC_INFO":
-                continue            # (the cleanup of an except clause's own body)
-            if index + 1 < len(ops) and ops[index + 1].opname == "POP_TOP":
-                found.append((entry.start, entry.end))          # a bare `except:`
-                continue
-            names = set()
-            for ins in ops[index + 1:]:
-                if ins.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):
-                    if not names <= _KEYED_ERRORS:
-                        found.append((entry.start, entry.end))
-                    break
-                if ins.opname in _HANDLER_ENDS:
-                    break
-                if ins.opname.startswith("LOAD_") and isinstance(ins.argval, str):
-                    names.add(ins.argval)
-        ranges = tuple(found)
+        entries = list(dis.Bytecode(code).exception_entries)
+        catches = _HandlerWalk(ops, entries).catches
+        ranges = tuple((e.start, e.end) for e in entries if catches(e.target))
     if len(_EXCEPT_RANGES) >= 4096:
         _EXCEPT_RANGES.clear()
     _EXCEPT_RANGES[code] = ranges
     return ranges
 
 
-_HANDLER_ENDS = frozenset({"WITH_EXCEPT_START", "RERAISE", "RETURN_VALUE", "RETURN_CONST"})
+class _HandlerWalk:
+    """Whether an exception reaching a handler of one code object may be caught there, or where
+    that handler raises it again (the end of a finally clause, of a with block, of except
+    clauses that did not match), by the handler around it."""
+
+    def __init__(self, ops, entries):
+        self.ops, self.entries = ops, entries
+        self.at = {ins.offset: index for index, ins in enumerate(ops)}
+        self.known: dict = {}
+
+    def catches(self, target) -> bool:
+        known = self.known.get(target)
+        if known is None:
+            self.known[target] = False          # (a cycle raises out)
+            known = self.known[target] = self._walk(target)
+        return known
+
+    def _raised_at(self, offset) -> bool:
+        entry = next((e for e in self.entries if e.start <= offset < e.end), None)
+        return entry is not None and self.catches(entry.target)
+
+    def _walk(self, target) -> bool:
+        ops, index = self.ops, self.at.get(target)
+        if index is None:
+            return True                         # (not understood: counted)
+        if ops[index].opname != "PUSH_EXC_INFO":
+            return self._raised_at(target)      # an except clause's cleanup: raises again
+        index += 1
+        names: set = set()
+        while index < len(ops):
+            ins = ops[index]
+            if ins.opname == "POP_TOP" and not names:
+                return True                     # a bare `except:`
+            if ins.opname == "CHECK_EG_MATCH":
+                return True
+            if ins.opname == "CHECK_EXC_MATCH":
+                body = ops[index + 2:index + 4]
+                if [b.opname for b in body] == ["POP_TOP", "RAISE_VARARGS"] and body[1].arg == 0:
+                    if self._raised_at(body[1].offset):         # `except E: raise` lets it go on
+                        return True
+                elif not names <= _KEYED_ERRORS:
+                    return True
+                names = set()                   # the next clause starts where this one jumps
+                index = self.at.get(ops[index + 1].argval, len(ops)) if index + 1 < len(ops) else len(ops)
+                continue
+            if ins.opname == "RERAISE":
+                return self._raised_at(ins.offset)
+            if ins.opname in ("RETURN_VALUE", "RETURN_CONST"):
+                return True                     # a return in a finally clause drops the exception
+            if ins.opname.startswith("LOAD_") and isinstance(ins.argval, str):
+                names.add(ins.argval)
+            index += 1
+        return True
+
+
 #: exceptions framework calls raise for what a signature's key fixes (types, not values): an
 #: except clause naming only these cannot take an exception a replay raised where the trace did not
 _KEYED_ERRORS = frozenset({"TypeError", "AttributeError", "KeyError", "NameError", "ImportError",
