@@ -692,6 +692,11 @@ class PythonReads:
         self._leaves = None         # ... and the leaves it did (_leaf)
         self.remembered = False     # start() took a remembered walk
 
+    @property
+    def stop(self):
+        """The trace's own frame (set by start): walks of the stack end there at the latest."""
+        return self._stop
+
     def holders(self):
         """(container, key) of each place the function's code can leave a value in besides its
         result: the globals and closure variables it uses, the objects it reads attributes of."""
