@@ -17,6 +17,22 @@ def _matrix(positive: bool):
     return m if positive else -m
 
 
+def _run_like_eager(fn, positives=(True, False, True)):
+    """fn(matrix, acc) writes into acc and may catch a failing cholesky: each call's result and
+    writes equal eager's (a non-positive-definite matrix where `positive` is False); the LazyGraph."""
+    lazy = lazytrace.trace_graph(fn)
+    for positive in positives:
+        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
+        assert torch.equal(lazy(_matrix(positive), acc_lazy), fn(_matrix(positive), acc_eager))
+        assert torch.equal(acc_lazy, acc_eager)
+    return lazy
+
+
+def _goes_on_as_in_eager(fn):
+    """A later failing input takes the except path as in eager: the signature runs eagerly."""
+    assert "try block" in next(iter(_run_like_eager(fn).stats.reasons))
+
+
 def _second_clause_catches(m, acc):
     acc.add_(1)
     try:
@@ -56,12 +72,7 @@ def test_an_except_clause_after_another_or_around_a_with_or_finally_counts(fn):
     a `with` block or a try/finally inside the try: the exception reaches the clause all the same.
     A function with effects whose call raises at a later call goes on as in eager (the graph
     raised _LinAlgError to the caller)."""
-    lazy = lazytrace.trace_graph(fn)
-    for positive in (True, False, True):
-        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
-        assert torch.equal(lazy(_matrix(positive), acc_lazy), fn(_matrix(positive), acc_eager))
-        assert torch.equal(acc_lazy, acc_eager)
-    assert "try block" in next(iter(lazy.stats.reasons))
+    _goes_on_as_in_eager(fn)
 
 
 def _two_keyed_clauses(m, acc):
@@ -76,11 +87,7 @@ def _two_keyed_clauses(m, acc):
 
 
 def test_except_clauses_for_keyed_errors_only_keep_the_graph():
-    lazy = lazytrace.trace_graph(_two_keyed_clauses)
-    for _ in range(3):
-        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
-        assert torch.equal(lazy(_matrix(True), acc_lazy), _two_keyed_clauses(_matrix(True), acc_eager))
-        assert torch.equal(acc_lazy, acc_eager)
+    lazy = _run_like_eager(_two_keyed_clauses, (True,) * 3)
     assert lazy.stats.hits == 2
 
 
@@ -162,11 +169,7 @@ def _reraises(m, acc):
 def test_an_except_clause_that_only_raises_again_keeps_the_graph():
     """The clause takes nothing, as the caller's own try block takes nothing (not counted): the
     signature replays, and a replay whose call raises raises what eager raises."""
-    lazy = lazytrace.trace_graph(_reraises)
-    for _ in range(3):
-        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
-        assert torch.equal(lazy(_matrix(True), acc_lazy), _reraises(_matrix(True), acc_eager))
-        assert torch.equal(acc_lazy, acc_eager)
+    lazy = _run_like_eager(_reraises, (True,) * 3)
     assert lazy.stats.hits == 2
     acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
     with pytest.raises(RuntimeError) as eager_error:
@@ -187,9 +190,4 @@ def _reraises_then_recovers(m, acc):
 
 
 def test_a_clause_after_one_that_only_raises_again_counts():
-    lazy = lazytrace.trace_graph(_reraises_then_recovers)
-    for positive in (True, False, True):
-        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
-        assert torch.equal(lazy(_matrix(positive), acc_lazy), _reraises_then_recovers(_matrix(positive), acc_eager))
-        assert torch.equal(acc_lazy, acc_eager)
-    assert "try block" in next(iter(lazy.stats.reasons))
+    _goes_on_as_in_eager(_reraises_then_recovers)
