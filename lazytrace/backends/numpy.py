@@ -62,7 +62,6 @@ _RNG_CLASSES = ("Generator.", "RandomState.")
 _ARRAY_ATTRIBUTES = {"T", "mT", "real", "imag"}
 _MEMORY_PROTOCOLS = frozenset({"__array_interface__", "__array_struct__", "__dlpack__", "__dlpack_device__"})
 _METADATA_ATTRIBUTES = {"shape", "dtype", "ndim", "size", "itemsize", "nbytes"}
-_LAZYTRACE = ("lazytrace.",)
 _ATTRGETTERS = {name: operator.attrgetter(name) for name in _ARRAY_ATTRIBUTES | _METADATA_ATTRIBUTES}
 _ATTRIBUTE_OF = {getter: name for name, getter in _ATTRGETTERS.items()}
 _METADATA_GETTERS = {_ATTRGETTERS[name] for name in _METADATA_ATTRIBUTES}
@@ -78,7 +77,7 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
         """A NumPy scalar answers with its class to NumPy's own code too: np.isscalar(x.sum())
         is what it is in eager (NumPy dispatches on the type, which stays the tracer's; no
         NumPy code takes a scalar apart in Python)."""
-        return _LAZYTRACE if isinstance(self._lt_array, np.generic) else NumpyBackend.internal_modules
+        return Backend.internal_modules if isinstance(self._lt_array, np.generic) else NumpyBackend.internal_modules
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         func = ufunc if method == "__call__" else getattr(ufunc, method)
