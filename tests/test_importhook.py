@@ -32,6 +32,11 @@ def assert_restored(before):
 
 
 def test_every_import_form_gives_traced_objects_and_restores_everything(torch_fw):
+    # lazytrace's first use imports dependencies that add finders of their own, once per process
+    # (wrapt's post-import hooks, importlib_metadata's MetadataPathFinder): not the hook's; made
+    # first here so that the test does not depend on the tests run before it
+    import lazytrace.persist.identity  # noqa: F401
+    lazytrace.trace_graph(lambda t: t + 1)(torch.rand(1))
     before = snapshot()
     with lazytrace.enable("fakelib") as enabled:
         import fakelib as lib
@@ -195,3 +200,29 @@ def test_environment_variable_disables_everything(tmp_path):
         print(lib is fakelib, traced.double.stats.traces, traced.double.stats.hits)
     """, "script.py", env={"LAZYTRACE_DISABLE": "1"})
     assert out.split() == ["True", "0", "0"]
+
+
+def test_a_traced_class_mixes_with_abc_as_the_original_does():
+    """A user class deriving from a traced class and abc.ABC (a metaclass conflict with the traced
+    class's own metaclass, before): it is made as in eager, keeps ABC's rules (an abstract method
+    stops instantiation) and the traced forward; a class that is not an ABC in eager keeps type's
+    rules (an @abstractmethod-marked method does not stop instantiation)."""
+    import abc
+
+    with lazytrace.enable("fakelib"):
+        import fakelib as lib
+
+    def made(base, *mixins, abstract=False):
+        body = {"extra": abc.abstractmethod(lambda self: None)} if abstract else {}
+        return type("Mine", (base, *mixins), body)
+
+    for base in (lib.Doubler, fakelib.Doubler):     # traced and eager alike
+        mixed = made(base, abc.ABC)
+        x = torch.rand(3)
+        assert torch.equal(mixed()(x), fakelib.Doubler()(x)) and isinstance(mixed(), fakelib.Doubler)
+        with pytest.raises(TypeError, match="abstract"):
+            made(base, abc.ABC, abstract=True)()
+        assert isinstance(made(base, abstract=True)(), base)    # not an ABC: instantiable
+    traced_mixed = made(lib.Doubler, abc.ABC)()
+    traced_mixed(torch.rand(3)), traced_mixed(torch.rand(3))
+    assert traced_mixed.forward.stats.hits == 1

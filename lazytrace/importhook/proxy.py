@@ -15,6 +15,7 @@ lookup. The original modules, functions and classes are never modified.
 """
 from __future__ import annotations
 
+import abc
 import copy
 import copyreg
 import dataclasses
@@ -446,8 +447,21 @@ def _traced_meta(meta: type) -> type:
         original = cls.__dict__.get("__lazytrace_original__")
         return meta.__subclasscheck__(cls, sub) or (original is not None and issubclass(sub, original))
 
-    traced_meta = type(f"Traced{meta.__name__}", (meta,), {"__instancecheck__": __instancecheck__,
-                                                           "__subclasscheck__": __subclasscheck__})
+    namespace = {"__instancecheck__": __instancecheck__, "__subclasscheck__": __subclasscheck__}
+    if meta is type:
+        # derived from ABCMeta, so that a user class may mix a traced class with abc.ABC (two
+        # metaclasses neither of which derives from the other are a TypeError); classes that
+        # are not ABCs in eager keep type's rules: abstract methods do not stop instantiation
+        def __new__(mcls, name, bases, ns, **kwargs):
+            cls = abc.ABCMeta.__new__(mcls, name, bases, ns, **kwargs)
+            if not any(isinstance(b, abc.ABCMeta) and not isinstance(b, mcls) for c in bases for b in c.__mro__):
+                cls.__abstractmethods__ = frozenset()
+            return cls
+        namespace["__new__"] = __new__
+        meta_bases = (abc.ABCMeta,)
+    else:
+        meta_bases = (meta,)
+    traced_meta = type(f"Traced{meta.__name__}", meta_bases, namespace)
     copyreg.pickle(traced_meta, _reduce_class)
     return traced_meta
 
