@@ -95,6 +95,14 @@ class TraceSession:
                                  generator_state=lambda obj: generator_state(backend, obj),
                                  state_reads=backend.state_reads())
 
+    def release(self) -> None:
+        """Let go of the arrays the trace saw (a graph keeps what it needs: its constants, in their
+        Values). A session lives on in reference cycles until the next collection of the cyclic
+        garbage collector, and would keep every intermediate array of the function alive with it."""
+        for held in (self._values, self._made, self._written, self._checked_arrays, self._input_writes,
+                     self._undo):
+            held.clear()
+
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
         """Register an input leaf; return what the traced function should receive.
@@ -1228,7 +1236,15 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     backend = choose_backend(backends, options.to)
     session = TraceSession(backend, include_generators=options.include_generators,
                            array_caching=options.array_caching)
+    try:
+        return _run(session, backend, fn, args, kwargs, key=key, signature=signature, options=options, name=name,
+                    extra=extra)
+    finally:
+        session.release()
 
+
+def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, extra):
+    """trace() with its session: run the function under it, then make the graph."""
     # (where the backend hands arrays over as themselves, a container holding nothing replaced is
     # handed as itself: what the function does to it is done once, to the caller's own, as in
     # eager code; a tracer backend's trace may be run again, on the caller's containers)
