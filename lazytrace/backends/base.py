@@ -32,19 +32,22 @@ class CallKind(enum.Enum):
     UNKNOWN = "unknown"        # decide from the result: arrays -> OP, Python values -> READBACK
 
 
-def described_once(describe):
-    """A backend's describe_global_state kept per state (a trace describes the state for its
-    explanation at every trace; the states of a process are few)."""
-    @functools.wraps(describe)
-    def described(self, state):
-        memo = self.__dict__.setdefault("_described_states", {})
-        found = memo.get(state)
-        if found is None:
-            if len(memo) > 64:
-                memo.clear()
-            found = memo[state] = describe(self, state)
-        return dict(found)
-    return described
+def kept_per_argument(limit: int):
+    """A backend method of one hashable argument whose result is kept per argument (at most
+    `limit` of them; results are read, never changed): the texts a trace describes the global
+    state and its inputs with, at every trace."""
+    def decorate(method):
+        @functools.wraps(method)
+        def kept(self, argument):
+            memo = self.__dict__.setdefault(f"_kept_{method.__name__}", {})
+            found = memo.get(argument)
+            if found is None:
+                if len(memo) >= limit:
+                    memo.clear()
+                found = memo[argument] = method(self, argument)
+            return found
+        return kept
+    return decorate
 
 
 class Backend:

@@ -135,7 +135,7 @@ from jax._src.lib import _jax
 from jax._src.random import prng as prng_impls
 from jax._src.random.prng import PRNGKeyArray
 
-from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, described_once, load_numpy_arrays,
+from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, kept_per_argument, load_numpy_arrays,
                    save_numpy_arrays, unwrap_tree)
 
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
@@ -144,7 +144,7 @@ _DESCRIBED = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype
               "jax_numpy_rank_promotion", "jax_default_device", "jax_disable_jit", "jax_threefry_partitionable")
 _NEEDS_CONCRETE = core.concrete_or_error.__code__
 #: JAX's boolean-mask indexing (`x[x > 0.5]`) asks core.is_concrete for the mask and raises without it
-_CONCRETE_PROBE = (core.to_concrete_value.__code__, core.is_concrete.__code__)
+_TO_CONCRETE, _IS_CONCRETE = core.to_concrete_value.__code__, core.is_concrete.__code__
 try:
     from jax._src.numpy.indexing import NDIndexer as _NDIndexer
     _NEEDS_MASK = _NDIndexer.expand_bool_indices.__code__
@@ -156,7 +156,7 @@ def _mask_index(frame) -> bool:
     """Whether core.to_concrete_value (`frame`) was asked by core.is_concrete for a boolean mask
     index (NDIndexer.expand_bool_indices), which JAX must have concrete."""
     probe = frame.f_back
-    return probe is not None and probe.f_code is _CONCRETE_PROBE[1] and probe.f_back is not None \
+    return probe is not None and probe.f_code is _IS_CONCRETE and probe.f_back is not None \
         and probe.f_back.f_code is _NEEDS_MASK
 
 
@@ -227,7 +227,7 @@ class JaxTracer(ReadbackMixin, core.Tracer):
                 return self.item()
             self._lt_session.fail(f"needs a concrete value ({_concrete_caller()}), which a graph could not replay")
             return self._lt_array
-        if caller.f_code is _CONCRETE_PROBE[0] and _mask_index(caller):
+        if caller.f_code is _TO_CONCRETE and _mask_index(caller):
             self._lt_session.fail("a boolean mask index (x[mask]): the result's shape depends on the mask's values")
             return self._lt_array
         return None
@@ -407,7 +407,6 @@ class JaxBackend(Backend):
         self._primitives: dict = {}    # id(primitive callable) -> (it, primitive, params): stored calls
         self._primitive_refs: dict = {}
         self._distribution = None
-        self._brief_texts: dict = {}         # brief() -> format_brief()
 
     # ---- signature ------------------------------------------------------------
     def describe(self, a):
@@ -440,7 +439,7 @@ class JaxBackend(Backend):
         float64). A change makes the signature run eagerly."""
         return self.global_state()
 
-    @described_once
+    @kept_per_argument(64)
     def describe_global_state(self, state):
         """The settings people change by name; the rest of trace_context() as one entry."""
         context, prng = state
@@ -556,14 +555,10 @@ class JaxBackend(Backend):
     def brief(self, a) -> tuple:
         return (a.shape, a.dtype)
 
+    @kept_per_argument(1024)
     def format_brief(self, brief) -> str:
-        text = self._brief_texts.get(brief)
-        if text is None:         # (str of a NumPy dtype costs ~5 us)
-            if len(self._brief_texts) > 1024:
-                self._brief_texts.clear()
-            shape, dtype = brief
-            text = self._brief_texts[brief] = f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype}"
-        return text
+        shape, dtype = brief        # (kept: str of a NumPy dtype costs ~5 us)
+        return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype}"
 
     # ---- persistent cache ----------------------------------------------------------
     persist_roots = ("builtins", "operator", __name__)

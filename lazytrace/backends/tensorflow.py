@@ -105,7 +105,7 @@ from tensorflow.python.util import dispatch, tf_decorator, tf_export, tf_inspect
 
 from ..graph.stateful import CallRecordingProxy
 
-from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer, Backend, CallKind, described_once,
+from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer, Backend, CallKind, kept_per_argument,
                    load_numpy_arrays, operator_syntax, save_numpy_arrays, unwrap_tree)
 
 _METHOD_OPS = {getattr(tf.Tensor, name): name for name in
@@ -431,7 +431,6 @@ class TensorflowBackend(Backend):
         self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}
         self._scalars: dict = {}
         self._distribution = None
-        self._brief_texts: dict = {}         # brief() -> format_brief()
         # asked first (it declines every call that holds no tracer at once): a dispatcher asked
         # before it (Keras' KerasOpDispatcher flattens every call's arguments) costs each traced call
         dispatcher = _Dispatcher(self.allowed_target)
@@ -461,7 +460,7 @@ class TensorflowBackend(Backend):
         changes indexing; Keras's global settings, once Keras is imported (see _keras_settings)."""
         return (tf_ops.get_dtype_conversion_mode(), tf_ops._numpy_style_slicing, _keras_settings())
 
-    @described_once
+    @kept_per_argument(64)
     def describe_global_state(self, state):
         mode, slicing, keras_settings = state
         return {"tf dtype conversion mode": str(mode), "tf numpy-style slicing": str(slicing)} | \
@@ -653,14 +652,10 @@ class TensorflowBackend(Backend):
         # an EagerTensor's shape tuple, not its TensorShape (built on first use of .shape)
         return (t._shape_tuple() if type(t) is EagerTensor else tuple(t.shape), t.dtype)
 
+    @kept_per_argument(1024)
     def format_brief(self, brief) -> str:
-        text = self._brief_texts.get(brief)
-        if text is None:        # (made once per shape and dtype: each trace describes its inputs)
-            if len(self._brief_texts) > 1024:
-                self._brief_texts.clear()
-            shape, dtype = brief
-            text = self._brief_texts[brief] = f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype.name}"
-        return text
+        shape, dtype = brief
+        return f"{'x'.join(str(d) for d in shape) or 'scalar'} {dtype.name}"
 
     # ---- persistent cache ----------------------------------------------------------
     persist_roots = ("builtins", "operator")
