@@ -99,10 +99,6 @@ def _suppressed(m, acc):
     return factor
 
 
-@pytest.mark.xfail(strict=True, reason="a with block whose __exit__ swallows the exception (contextlib.suppress) "
-                   "takes it as an except clause does, but the tracer cannot see which context manager a with "
-                   "block holds (it is on the frame's value stack): with blocks are taken to raise again, and "
-                   "the replay raises _LinAlgError where eager went on")
 def test_a_call_under_contextlib_suppress_in_a_function_with_effects_goes_on_as_in_eager():
     lazy = lazytrace.trace_graph(_suppressed)
     for positive in (True, False):

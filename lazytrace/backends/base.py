@@ -97,6 +97,11 @@ class Backend:
     #: parameter dicts): never recorded on stateful objects, lazytrace handles their content otherwise
     bookkeeping_attributes: frozenset = frozenset()
 
+    #: the framework's context manager classes (or functions making one) that never swallow an
+    #: error but whose `__exit__` lazytrace cannot read (written in C): a call in their `with`
+    #: block in a function with effects keeps its graph (graph/handlers.py reads a Python `__exit__`)
+    reraising_managers: tuple = ()
+
     def trace_refused(self) -> str | None:
         """Why a call must not be traced now, if it must not: it runs eagerly and nothing is cached
         (a later call may trace)."""

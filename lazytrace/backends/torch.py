@@ -411,6 +411,9 @@ class TorchBackend(Backend):
                                      "graphsafe_get_state", "graphsafe_set_state", "clone_state"})
     sees_every_array = True
     control_flow_exceptions = tuple(filter(None, [getattr(torch.utils.checkpoint, "_StopRecomputationError", None)]))
+    # (grad mode, autocast, inference mode ... have a Python __exit__ returning None: read there)
+    reraising_managers = (torch.device, *filter(None, (getattr(torch._C, name, None) for name in (
+        "DisableTorchFunction", "DisableTorchFunctionSubclass"))))
 
     def __init__(self):
         self._scalars: dict = {}

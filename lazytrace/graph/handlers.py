@@ -1,27 +1,38 @@
-"""Which framework calls of a trace an except clause of the traced code could catch, read
-from the code's exception table (Python 3.11+): a graph that replays such a call after visible
-effects could neither undo them nor take the except path, so the tracer makes it eager."""
+"""Which framework calls of a trace an except clause of the traced code could catch, or a `with`
+block whose context manager could swallow the error, read from the code's exception table (Python
+3.11+): a graph that replays such a call after visible effects could neither undo them nor go on
+as the function does, so the tracer makes it eager. A with block's manager is read from the
+instructions that compute it (a name or an attribute chain, called or not: `contextlib.suppress(E)`,
+`torch.no_grad()`, `self.lock`), looked up in the frame when the call is made; a manager that
+cannot be found, or whose `__exit__` may return a true value, counts as swallowing."""
 from __future__ import annotations
 
+import contextlib
 import dis
+import inspect
+import io
+import threading
+import types
+from typing import NamedTuple
 
 from .reads import UNWATCHED
 
 
 def inside_except(frame, root, stop) -> bool:
     """Whether `frame` (the code making a framework call) or a frame below it down to the traced
-    function's is inside a try block with an except clause: if that call raised, the function
-    would go on. `root`: the traced function's code; `stop`: the trace's own frame."""
-    known = _EXCEPT_RANGES
+    function's is inside a try block with an except clause, or a with block whose manager may
+    swallow the error: if that call raised, the function would go on. `root`: the traced
+    function's code; `stop`: the trace's own frame."""
+    known = _TABLES
     while frame is not None and frame is not stop:
         code = frame.f_code
-        ranges = known.get(code)
-        if ranges is None:
-            ranges = _except_ranges(code, frame.f_globals)
-        if ranges:
+        table = known.get(code)
+        if table is None:
+            table = _frame_table(code, frame.f_globals)
+        if table:
             lasti = frame.f_lasti
-            for start, end in ranges:
-                if start <= lasti < end:
+            for start, end, caught in table:
+                if start <= lasti < end and (caught is True or _any_swallows(caught, frame)):
                     return True
         if code is root:
             return False
@@ -29,51 +40,77 @@ def inside_except(frame, root, stop) -> bool:
     return False
 
 
-#: code -> the (start, end) offsets its except clauses cover (none for code lazytrace does not watch)
-_EXCEPT_RANGES: dict = {}
+#: code -> its handler table (none for code lazytrace does not watch)
+_TABLES: dict = {}
+#: manager class or factory -> whether what it makes may swallow an error
+_SWALLOWS: dict = {}
 
 
-def _except_ranges(code, namespace) -> tuple:
-    """The instruction ranges of `code` whose exceptions an except clause may catch where a
-    graph's call could raise at a replay and not at the trace (a bare except, `except
-    Exception`, `RuntimeError`, a warning made an error ...; not `except TypeError`, which calls
-    raise for what the key fixes), also through later clauses of one try and through the `with`
-    blocks and finally clauses inside the try (they raise again), nor code of the frameworks,
-    the standard library or lazytrace."""
-    ranges = ()
-    if code.co_exceptiontable and str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED:
-        ops = list(dis.get_instructions(code))
-        entries = list(dis.Bytecode(code).exception_entries)
-        catches = _HandlerWalk(ops, entries).catches
-        ranges = tuple((e.start, e.end) for e in entries if catches(e.target))
-    if len(_EXCEPT_RANGES) >= 4096:
-        _EXCEPT_RANGES.clear()
-    _EXCEPT_RANGES[code] = ranges
-    return ranges
+def _bounded(cache: dict, key, value):
+    if len(cache) >= 4096:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def _frame_table(code, namespace) -> tuple:
+    """The handler table of a frame's code, none for code of the frameworks, the standard library
+    or lazytrace (they catch their own errors)."""
+    watched = str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED
+    return _bounded(_TABLES, code, _handler_table(code) if code.co_exceptiontable and watched else ())
+
+
+def _handler_table(code) -> tuple:
+    """(start, end, caught) for the instruction ranges of `code` whose exceptions may not reach
+    its caller where a graph's call could raise at a replay and not at the trace: `caught` is True
+    where an except clause may take them (a bare except, `except Exception`, `RuntimeError`, a
+    warning made an error ...; not `except TypeError`, which calls raise for what the key fixes),
+    also through later clauses of one try and through the with blocks and finally clauses inside
+    the try; else the managers (`_Manager`, None if unreadable) of the with blocks they pass
+    through, any of which may swallow them."""
+    ops = list(dis.get_instructions(code))
+    entries = list(dis.Bytecode(code).exception_entries)
+    walk = _HandlerWalk(ops, entries)
+    table = []
+    for entry in entries:
+        caught = walk.catches(entry.target)
+        if caught:
+            managers = True if caught is True else tuple(walk.manager(target) for target in caught)
+            table.append((entry.start, entry.end, managers))
+    return tuple(table)
 
 
 class _HandlerWalk:
     """Whether an exception reaching a handler of one code object may be caught there, or where
-    that handler raises it again (the end of a finally clause, of a with block, of except
-    clauses that did not match), by the handler around it."""
+    that handler raises it again (the end of a finally clause, of except clauses that did not
+    match, of a with block whose manager let it go), by the handler around it: True, or the
+    handler offsets of the with blocks it passes through (an empty tuple: it is raised out)."""
 
     def __init__(self, ops, entries):
         self.ops, self.entries = ops, entries
         self.at = {ins.offset: index for index, ins in enumerate(ops)}
         self.known: dict = {}
 
-    def catches(self, target) -> bool:
+    def catches(self, target) -> bool | tuple:
         known = self.known.get(target)
         if known is None:
-            self.known[target] = False          # (a cycle raises out)
+            self.known[target] = ()             # (a cycle raises out)
             known = self.known[target] = self._walk(target)
         return known
 
-    def _raised_at(self, offset) -> bool:
-        entry = next((e for e in self.entries if e.start <= offset < e.end), None)
-        return entry is not None and self.catches(entry.target)
+    def manager(self, target) -> _Manager | None:
+        """What the with block whose handler is at `target` holds: its body's first range starts
+        right after the BEFORE_WITH taking the manager."""
+        index = self.at.get(min(e.start for e in self.entries if e.target == target), 0) - 1
+        if index < 0 or self.ops[index].opname != "BEFORE_WITH":
+            return None
+        return _expression(self.ops, index)
 
-    def _walk(self, target) -> bool:
+    def _raised_at(self, offset) -> bool | tuple:
+        entry = next((e for e in self.entries if e.start <= offset < e.end), None)
+        return () if entry is None else self.catches(entry.target)
+
+    def _walk(self, target) -> bool | tuple:
         ops, index = self.ops, self.at.get(target)
         if index is None:
             return True                         # (not understood: counted)
@@ -81,8 +118,13 @@ class _HandlerWalk:
             return self._raised_at(target)      # an except clause's cleanup: raises again
         index += 1
         names: set = set()
+        passed: tuple = ()                      # with blocks an `except E: raise` passes it to
         while index < len(ops):
             ins = ops[index]
+            if ins.opname == "WITH_EXCEPT_START":
+                again = next((i for i in ops[index:] if i.opname == "RERAISE"), None)
+                outer = True if again is None else self._raised_at(again.offset)
+                return True if outer is True else passed + (target,) + outer
             if ins.opname == "POP_TOP" and not names:
                 return True                     # a bare `except:`
             if ins.opname == "CHECK_EG_MATCH":
@@ -90,15 +132,18 @@ class _HandlerWalk:
             if ins.opname == "CHECK_EXC_MATCH":
                 body = ops[index + 2:index + 4]
                 if [b.opname for b in body] == ["POP_TOP", "RAISE_VARARGS"] and body[1].arg == 0:
-                    if self._raised_at(body[1].offset):         # `except E: raise` lets it go on
+                    outer = self._raised_at(body[1].offset)     # `except E: raise` lets it go on
+                    if outer is True:
                         return True
+                    passed += outer
                 elif not names <= _KEYED_ERRORS:
                     return True
                 names = set()                   # the next clause starts where this one jumps
                 index = self.at.get(ops[index + 1].argval, len(ops)) if index + 1 < len(ops) else len(ops)
                 continue
             if ins.opname == "RERAISE":
-                return self._raised_at(ins.offset)
+                outer = self._raised_at(ins.offset)
+                return True if outer is True else passed + outer
             if ins.opname in ("RETURN_VALUE", "RETURN_CONST"):
                 return True                     # a return in a finally clause drops the exception
             if ins.opname.startswith("LOAD_") and isinstance(ins.argval, str):
@@ -111,3 +156,214 @@ class _HandlerWalk:
 #: except clause naming only these cannot take an exception a replay raised where the trace did not
 _KEYED_ERRORS = frozenset({"TypeError", "AttributeError", "KeyError", "NameError", "ImportError",
                            "ModuleNotFoundError", "NotImplementedError", "StopIteration", "builtins"})
+
+
+class _Manager(NamedTuple):
+    """A with block's manager as its code computes it: `scope` ('local', 'global' or 'name', as
+    the first name is loaded), `name`, then attributes read in turn, then called or not (with
+    `arg_names` where the arguments are names only: `contextlib.suppress(TypeError)`)."""
+    scope: str
+    name: str
+    attrs: tuple
+    called: bool
+    arg_names: tuple | None
+
+
+_NAME_LOADS = {"LOAD_FAST": "local", "LOAD_FAST_CHECK": "local", "LOAD_DEREF": "local",
+               "LOAD_CLASSDEREF": "local", "LOAD_GLOBAL": "global", "LOAD_NAME": "name"}
+_CALL_STEPS = ("PRECALL", "KW_NAMES")
+
+
+def _expression(ops, end) -> _Manager | None:
+    """The value the instructions before `ops[end]` leave for it, where they are a name or an
+    attribute chain, called or not; None for any other expression (or one with jumps)."""
+    if ops[end].is_jump_target:
+        return None
+    need, start = 1, end
+    while need > 0:
+        start -= 1
+        ins = ops[start] if start >= 0 else None
+        if ins is None or ins.opcode in _JUMPS:
+            return None
+        need -= _effect(ins)
+        if ins.is_jump_target and need > 0:
+            return None                         # (only the expression's first instruction may be one)
+    if need:
+        return None
+    part = ops[start:end]
+    first = 1 if part[0].opname == "PUSH_NULL" else 0
+    if first >= len(part) or part[first].opname not in _NAME_LOADS:
+        return None
+    index = first + 1
+    while index < len(part) and part[index].opname in ("LOAD_ATTR", "LOAD_METHOD"):
+        index += 1
+    base, attrs = part[first], tuple(ins.argval for ins in part[first + 1:index])
+    rest = [ins for ins in part[index:] if ins.opname not in _CALL_STEPS]
+    if not rest:
+        return None if first else _Manager(_NAME_LOADS[base.opname], base.argval, attrs, False, None)
+    if rest[0].opname == "PUSH_NULL" and not first:
+        rest = rest[1:]                         # (3.13: the NULL after the callable)
+    call = rest.pop()
+    if call.opname not in ("CALL", "CALL_KW") or sum(map(_effect, rest)) != call.arg + (call.opname == "CALL_KW"):
+        return None
+    names = all(ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and _effect(ins) == 1 for ins in rest) \
+        and not any(ins.opname == "KW_NAMES" for ins in part) and call.opname == "CALL"
+    return _Manager(_NAME_LOADS[base.opname], base.argval, attrs, True,
+                    tuple(ins.argval for ins in rest) if names else None)
+
+
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+
+
+def _effect(ins) -> int:
+    return dis.stack_effect(ins.opcode, ins.arg, jump=False)
+
+
+class _Scope(NamedTuple):
+    local: object                               # a mapping, or None where no frame is known
+    globals: dict
+    builtins: dict
+
+
+_UNKNOWN = object()
+
+
+def _any_swallows(managers: tuple, frame) -> bool:
+    scope = _Scope(frame.f_locals, frame.f_globals, frame.f_builtins)
+    return any(_swallows(manager, scope) for manager in managers)
+
+
+def _swallows(manager: _Manager | None, scope: _Scope) -> bool:
+    """Whether the manager a with block computes as `manager` may swallow an error (True where
+    it cannot be found without running code: a property, an unknown local)."""
+    if manager is None:
+        return True
+    spaces = {"local": (scope.local,), "global": (scope.globals, scope.builtins)}.get(
+        manager.scope, (scope.local, scope.globals, scope.builtins))
+    space = next((s for s in spaces if s is not None and manager.name in s), None)
+    if space is None:
+        return True
+    value = space[manager.name]
+    for attr in manager.attrs:
+        value = _static_attr(value, attr)
+        if value is _UNKNOWN:
+            return True
+    if not manager.called:
+        return _value_swallows(value)
+    if value is contextlib.suppress and manager.arg_names is not None:
+        return not set(manager.arg_names) <= _KEYED_ERRORS
+    return _made_swallows(value)
+
+
+def _static_attr(obj, name):
+    """`obj.name` where reading it runs no code of the object's (a property gives _UNKNOWN)."""
+    try:
+        value = inspect.getattr_static(obj, name)
+    except AttributeError:
+        return _UNKNOWN
+    if isinstance(obj, types.ModuleType) or isinstance(value, (types.FunctionType, type)):
+        return value
+    if isinstance(value, (staticmethod, classmethod)):
+        return value.__func__
+    return _UNKNOWN if hasattr(type(value), "__get__") else value
+
+
+def _value_swallows(obj) -> bool:
+    if isinstance(obj, contextlib._GeneratorContextManager):
+        return _generator_swallows(obj.func)
+    return _made_swallows(type(obj))
+
+
+def _made_swallows(maker) -> bool:
+    """Whether the manager `maker()` makes (or a `maker` instance, for a class) may swallow."""
+    try:
+        known = _SWALLOWS.get(maker)
+    except TypeError:                           # (unhashable)
+        return True
+    if known is None:
+        _SWALLOWS[maker] = True                 # (a cycle counts as swallowing)
+        known = _bounded(_SWALLOWS, maker, _classify(maker))
+    return known
+
+
+def _classify(maker) -> bool:
+    exits = _reraising_exits()
+    if maker in exits:
+        return False
+    if isinstance(maker, type):
+        exit_ = inspect.getattr_static(maker, "__exit__", None)
+        if exit_ in exits:
+            return False
+        return not (isinstance(exit_, types.FunctionType) and _returns_false(exit_.__code__))
+    if getattr(maker, "__code__", None) is _CONTEXTMANAGER_CODE:
+        return _generator_swallows(maker.__wrapped__)
+    if isinstance(maker, types.FunctionType) and not maker.__code__.co_flags & _NOT_PLAIN:
+        return _returns_swallowing(maker)
+    return True
+
+
+_NOT_PLAIN = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_CONTEXTMANAGER_CODE = contextlib.contextmanager(lambda: None).__code__
+
+
+def _returns_false(code) -> bool:
+    """Whether every return of `code` returns None or False (an `__exit__` that never swallows)."""
+    if code.co_flags & _NOT_PLAIN:
+        return False
+    ops = list(dis.get_instructions(code))
+    for index, ins in enumerate(ops):
+        if ins.opname == "RETURN_CONST":
+            value = ins.argval
+        elif ins.opname == "RETURN_VALUE":
+            before = ops[index - 1] if index else None
+            if ins.is_jump_target or before is None or before.opname != "LOAD_CONST":
+                return False
+            value = before.argval
+        else:
+            continue
+        if value is not None and value is not False:
+            return False
+    return True
+
+
+def _returns_swallowing(factory) -> bool:
+    """Whether a function that returns context managers (`return nullcontext()`, `return
+    torch.autocast(...)`) may return one that swallows, read from what each return computes."""
+    ops = list(dis.get_instructions(factory.__code__))
+    scope = _function_scope(factory)
+    returns = [index for index, ins in enumerate(ops) if ins.opname in ("RETURN_VALUE", "RETURN_CONST")]
+    return any(ops[i].opname == "RETURN_CONST" or _swallows(_expression(ops, i), scope) for i in returns)
+
+
+def _generator_swallows(func) -> bool:
+    """Whether a `@contextlib.contextmanager` generator may swallow the error thrown in at its
+    yield: an except clause (or a with block that may swallow) around the yield takes it, and the
+    generator then ends (or yields again: an error of contextlib's own)."""
+    code = getattr(func, "__code__", None)
+    if code is None or not code.co_flags & inspect.CO_GENERATOR:
+        return True
+    yields = [ins.offset for ins in dis.get_instructions(code) if ins.opname == "YIELD_VALUE"]
+    scope = _function_scope(func)
+    for start, end, caught in _handler_table(code):
+        if any(start <= offset < end for offset in yields):
+            if caught is True or any(_swallows(manager, scope) for manager in caught):
+                return True
+    return False
+
+
+def _function_scope(func) -> _Scope:
+    return _Scope(None, func.__globals__, func.__builtins__)
+
+
+def _reraising_exits() -> frozenset:
+    """Context manager types (and factories) known never to swallow whose `__exit__` cannot be
+    read (written in C), with their `__exit__` methods, so that subclasses keeping it count:
+    Python's locks, and each framework in use's own (its backend's `reraising_managers`)."""
+    from ..backends import available, get_backend
+    makers = _GENERAL_MANAGERS + tuple(m for name in available() for m in get_backend(name).reraising_managers)
+    exits = {inspect.getattr_static(m, "__exit__", None) for m in makers if isinstance(m, type)}
+    return frozenset(makers) | frozenset(exits - {None})
+
+
+_GENERAL_MANAGERS = (type(threading.Lock()), type(threading.RLock()), threading.Condition,
+                     threading.Lock, threading.RLock, open, io.IOBase)

@@ -71,6 +71,7 @@ class Node:
     wrapper: Any = None             # the callable the code called, when `target` is the lower-level
                                     # call doing its work (Backend.replay_call: F.pad -> torch._C._nn.pad)
     guarded_by_except: bool = False  # made inside a try block of the traced code with an except clause
+                                     # (or a with block whose manager may swallow the error)
 
     def __init__(self, position, kind, target, args, kwargs, inputs, input_versions, outputs=None,
                  result_structure=None, mutated=None, expected=None, foldable=False, wrapper=None,

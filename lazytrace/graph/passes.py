@@ -235,7 +235,8 @@ def _effects(kept: list[Node], visible: set) -> tuple[str | None, bool]:
             caught = n
     if caught is not None and effect is not None:
         # a graph that raises is run again as the function only where it did nothing visible
-        return (f"it calls {_describe(caught)} inside a try block with an except clause and {effect}: "
+        return (f"it calls {_describe(caught)} inside a try block with an except clause "
+                f"(or a with block whose context manager may swallow the error) and {effect}: "
                 f"had the call raised at a replay, the graph could neither undo that nor go on as the "
                 f"function does"), True
     return None, effect is not None
