@@ -9,6 +9,7 @@ passes included (a call the passes drop costs them too). Thread CPU is the min o
 against eager's min: swings with a loaded machine, the bytecode count does not (it leaves out C work:
 torch's dispatch, hashing, allocation).
 """
+import contextlib
 import os
 import sys
 import time
@@ -24,6 +25,18 @@ import first_call_bytecodes  # noqa: E402  (its opcode counter)
 
 warnings.simplefilter("ignore")
 x = torch.rand(1, 3, 32, 32)
+
+
+def _add_under_no_grad(y, t):
+    with torch.no_grad():       # a with block (its manager read at each call: graph/handlers.py)
+        return y + t
+
+
+def _add_under_suppress(y, t):
+    with contextlib.suppress(RuntimeError):
+        return y + t
+
+
 w = torch.rand(3, 1, 3, 3)
 OPS = {
     "t + t": lambda y, t: y + t,
@@ -35,6 +48,8 @@ OPS = {
     "stack": lambda y, t: torch.stack([y, t], 1),
     "conv2d": lambda y, t: F.conv2d(y, w, padding=1, groups=3),
     "shape": lambda y, t: y.shape,
+    "no_grad +": _add_under_no_grad,
+    "suppress +": _add_under_suppress,
 }
 
 

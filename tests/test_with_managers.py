@@ -126,6 +126,27 @@ def _held_in_a_local(m, acc):
     return factor
 
 
+def _swallowing_or_not(swallow: bool):
+    return _Swallowing() if swallow else contextlib.nullcontext()
+
+
+def _from_a_factory(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with _swallowing_or_not(True):
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+def _generator_held_in_a_local(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    manager = _catching()
+    with manager:
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
 def _nested_in_a_try(m, acc):
     """The error passes grad mode's block, then reaches the swallowing one; the except clause
     around both takes only keyed errors."""
@@ -151,8 +172,8 @@ def _in_a_callee(m, acc):
     return _cholesky_or_zeros(m)
 
 
-@pytest.mark.parametrize("fn", [_custom_swallowing, _generator_catching, _held_in_a_local, _nested_in_a_try,
-                                 _in_a_callee])
+@pytest.mark.parametrize("fn", [_custom_swallowing, _generator_catching, _held_in_a_local, _from_a_factory,
+                                 _generator_held_in_a_local, _nested_in_a_try, _in_a_callee])
 def test_a_call_under_a_manager_that_swallows_goes_on_as_in_eager(fn):
     _goes_on_as_in_eager(fn)
 

@@ -32,8 +32,12 @@ def inside_except(frame, root, stop) -> bool:
         if table:
             lasti = frame.f_lasti
             for start, end, caught in table:
-                if start <= lasti < end and (caught is True or _any_swallows(caught, frame)):
-                    return True
+                if start <= lasti < end:
+                    if caught is True:
+                        return True
+                    for manager in caught:
+                        if _swallows_safely(manager, frame):
+                            return True
         if code is root:
             return False
         frame = frame.f_back
@@ -216,34 +220,50 @@ _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
 
 
 def _effect(ins) -> int:
-    return dis.stack_effect(ins.opcode, ins.arg, jump=False)
+    try:
+        return dis.stack_effect(ins.opcode, ins.arg, jump=False)
+    except ValueError:                          # (not understood: no expression of ours)
+        return 1 << 20
 
 
 class _Scope(NamedTuple):
-    local: object                               # a mapping, or None where no frame is known
-    globals: dict
-    builtins: dict
+    """The names a function's code reads, where no frame of it is at hand (no locals)."""
+    f_locals: None
+    f_globals: dict
+    f_builtins: dict
 
 
 _UNKNOWN = object()
 
 
-def _any_swallows(managers: tuple, frame) -> bool:
-    scope = _Scope(frame.f_locals, frame.f_globals, frame.f_builtins)
-    return any(_swallows(manager, scope) for manager in managers)
+def _lookup(scope: str, name: str, frame):
+    """The value `name` of `scope` ('local', 'global' or 'name') has in `frame` (or a _Scope)."""
+    if scope != "global":
+        local = frame.f_locals
+        if local is not None and name in local:
+            return local[name]
+        if scope == "local":
+            return _UNKNOWN
+    value = frame.f_globals.get(name, _UNKNOWN)
+    return frame.f_builtins.get(name, _UNKNOWN) if value is _UNKNOWN else value
 
 
-def _swallows(manager: _Manager | None, scope: _Scope) -> bool:
+def _swallows_safely(manager: _Manager | None, frame) -> bool:
+    try:
+        return _swallows(manager, frame)
+    except Exception:                           # (a manager not understood counts: the trace goes on)
+        return True
+
+
+def _swallows(manager: _Manager | None, frame) -> bool:
     """Whether the manager a with block computes as `manager` may swallow an error (True where
-    it cannot be found without running code: a property, an unknown local)."""
+    it cannot be found without running code: a property, an unknown local). `frame`: where the
+    block runs (a frame, or a `_Scope`)."""
     if manager is None:
         return True
-    spaces = {"local": (scope.local,), "global": (scope.globals, scope.builtins)}.get(
-        manager.scope, (scope.local, scope.globals, scope.builtins))
-    space = next((s for s in spaces if s is not None and manager.name in s), None)
-    if space is None:
+    value = _lookup(manager.scope, manager.name, frame)
+    if value is _UNKNOWN:
         return True
-    value = space[manager.name]
     for attr in manager.attrs:
         value = _static_attr(value, attr)
         if value is _UNKNOWN:
@@ -257,11 +277,13 @@ def _swallows(manager: _Manager | None, scope: _Scope) -> bool:
 
 def _static_attr(obj, name):
     """`obj.name` where reading it runs no code of the object's (a property gives _UNKNOWN)."""
+    if type(obj) is types.ModuleType:
+        return obj.__dict__.get(name, _UNKNOWN)      # (a module's __getattr__ runs code)
     try:
         value = inspect.getattr_static(obj, name)
     except AttributeError:
         return _UNKNOWN
-    if isinstance(obj, types.ModuleType) or isinstance(value, (types.FunctionType, type)):
+    if isinstance(value, (types.FunctionType, type)):
         return value
     if isinstance(value, (staticmethod, classmethod)):
         return value.__func__
@@ -270,7 +292,7 @@ def _static_attr(obj, name):
 
 def _value_swallows(obj) -> bool:
     if isinstance(obj, contextlib._GeneratorContextManager):
-        return _generator_swallows(obj.func)
+        return _made_swallows(obj.func)
     return _made_swallows(type(obj))
 
 
@@ -295,11 +317,13 @@ def _classify(maker) -> bool:
         if exit_ in exits:
             return False
         return not (isinstance(exit_, types.FunctionType) and _returns_false(exit_.__code__))
-    if getattr(maker, "__code__", None) is _CONTEXTMANAGER_CODE:
-        return _generator_swallows(maker.__wrapped__)
-    if isinstance(maker, types.FunctionType) and not maker.__code__.co_flags & _NOT_PLAIN:
-        return _returns_swallowing(maker)
-    return True
+    if not isinstance(maker, types.FunctionType):
+        return True
+    if maker.__code__ is _CONTEXTMANAGER_CODE:
+        return _made_swallows(maker.__wrapped__)
+    if maker.__code__.co_flags & inspect.CO_GENERATOR:
+        return _generator_swallows(maker)       # (the generator a @contextmanager wraps)
+    return bool(maker.__code__.co_flags & _NOT_PLAIN) or _returns_swallowing(maker)
 
 
 _NOT_PLAIN = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -339,9 +363,7 @@ def _generator_swallows(func) -> bool:
     """Whether a `@contextlib.contextmanager` generator may swallow the error thrown in at its
     yield: an except clause (or a with block that may swallow) around the yield takes it, and the
     generator then ends (or yields again: an error of contextlib's own)."""
-    code = getattr(func, "__code__", None)
-    if code is None or not code.co_flags & inspect.CO_GENERATOR:
-        return True
+    code = func.__code__
     yields = [ins.offset for ins in dis.get_instructions(code) if ins.opname == "YIELD_VALUE"]
     scope = _function_scope(func)
     for start, end, caught in _handler_table(code):
