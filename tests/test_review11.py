@@ -9,23 +9,7 @@ import lazytrace
 
 torch = pytest.importorskip("torch")
 
-
-def _matrix(positive: bool):
-    """A positive-definite 3x3 matrix, or its negation (cholesky raises)."""
-    a = torch.rand(3, 3, generator=torch.Generator().manual_seed(0))
-    m = a @ a.T + 3 * torch.eye(3)
-    return m if positive else -m
-
-
-def _run_like_eager(fn, positives=(True, False, True)):
-    """fn(matrix, acc) writes into acc and may catch a failing cholesky: each call's result and
-    writes equal eager's (a non-positive-definite matrix where `positive` is False); the LazyGraph."""
-    lazy = lazytrace.trace_graph(fn)
-    for positive in positives:
-        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
-        assert torch.equal(lazy(_matrix(positive), acc_lazy), fn(_matrix(positive), acc_eager))
-        assert torch.equal(acc_lazy, acc_eager)
-    return lazy
+from cholesky_effects import matrix as _matrix, run_like_eager as _run_like_eager  # noqa: E402
 
 
 def _goes_on_as_in_eager(fn):

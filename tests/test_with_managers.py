@@ -13,23 +13,7 @@ import lazytrace
 
 torch = pytest.importorskip("torch")
 
-
-def _matrix(positive: bool):
-    """A positive-definite 3x3 matrix, or its negation (cholesky raises)."""
-    a = torch.rand(3, 3, generator=torch.Generator().manual_seed(0))
-    m = a @ a.T + 3 * torch.eye(3)
-    return m if positive else -m
-
-
-def _run_like_eager(fn, positives=(True, False, True)):
-    """fn(matrix, acc) writes into acc and may swallow a failing cholesky: each call's result and
-    writes equal eager's (a non-positive-definite matrix where `positive` is False); the LazyGraph."""
-    lazy = lazytrace.trace_graph(fn)
-    for positive in positives:
-        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
-        assert torch.equal(lazy(_matrix(positive), acc_lazy), fn(_matrix(positive), acc_eager))
-        assert torch.equal(acc_lazy, acc_eager)
-    return lazy
+from cholesky_effects import matrix as _matrix, run_like_eager as _run_like_eager  # noqa: E402
 
 
 def _goes_on_as_in_eager(fn):
@@ -101,50 +85,19 @@ def _under(make_manager):
     return fn
 
 
-def _custom_swallowing(m, acc):
-    acc.add_(1)
-    factor = torch.zeros(3, 3)
-    with _Swallowing():
-        factor = torch.linalg.cholesky(m)
-    return factor
-
-
-def _generator_catching(m, acc):
-    acc.add_(1)
-    factor = torch.zeros(3, 3)
-    with _catching():
-        factor = torch.linalg.cholesky(m)
-    return factor
-
-
-def _held_in_a_local(m, acc):
-    acc.add_(1)
-    factor = torch.zeros(3, 3)
-    manager = _Swallowing()
-    with manager:
-        factor = torch.linalg.cholesky(m)
-    return factor
+def _held(make_manager):
+    def fn(m, acc):
+        acc.add_(1)
+        factor = torch.zeros(3, 3)
+        manager = make_manager()
+        with manager:                       # (a local: the block takes no call)
+            factor = torch.linalg.cholesky(m)
+        return factor
+    return fn
 
 
 def _swallowing_or_not(swallow: bool):
     return _Swallowing() if swallow else contextlib.nullcontext()
-
-
-def _from_a_factory(m, acc):
-    acc.add_(1)
-    factor = torch.zeros(3, 3)
-    with _swallowing_or_not(True):
-        factor = torch.linalg.cholesky(m)
-    return factor
-
-
-def _generator_held_in_a_local(m, acc):
-    acc.add_(1)
-    factor = torch.zeros(3, 3)
-    manager = _catching()
-    with manager:
-        factor = torch.linalg.cholesky(m)
-    return factor
 
 
 def _nested_in_a_try(m, acc):
@@ -172,8 +125,11 @@ def _in_a_callee(m, acc):
     return _cholesky_or_zeros(m)
 
 
-@pytest.mark.parametrize("fn", [_custom_swallowing, _generator_catching, _held_in_a_local, _from_a_factory,
-                                 _generator_held_in_a_local, _nested_in_a_try, _in_a_callee])
+@pytest.mark.parametrize("fn", [
+    _under(_Swallowing), _under(_catching), _under(lambda: _swallowing_or_not(True)), _held(_Swallowing),
+    _held(_catching), _nested_in_a_try, _in_a_callee],
+    ids=["exit_returns_true", "contextmanager_except", "factory_function", "local_exit_returns_true",
+         "local_contextmanager_except", "nested_in_a_try", "in_a_callee"])
 def test_a_call_under_a_manager_that_swallows_goes_on_as_in_eager(fn):
     _goes_on_as_in_eager(fn)
 
