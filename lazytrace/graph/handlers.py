@@ -7,12 +7,14 @@ instructions that compute it (a name or an attribute chain, called or not: `cont
 cannot be found, or whose `__exit__` may return a true value, counts as swallowing."""
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dis
 import inspect
 import io
 import threading
 import types
+import weakref
 from typing import NamedTuple
 
 from .reads import UNWATCHED
@@ -46,7 +48,8 @@ def inside_except(frame, root, stop) -> bool:
 
 #: code -> its handler table (none for code lazytrace does not watch)
 _TABLES: dict = {}
-#: manager class or factory -> whether what it makes may swallow an error
+#: id(manager class or factory function) -> (a weak reference to it, whether what it makes may
+#: swallow an error): by identity (hashing a class may run its metaclass's code), not keeping it alive
 _SWALLOWS: dict = {}
 
 
@@ -59,7 +62,11 @@ def _bounded(cache: dict, key, value):
 
 def _frame_table(code, namespace) -> tuple:
     """The handler table of a frame's code, none for code of the frameworks, the standard library
-    or lazytrace (they catch their own errors)."""
+    or lazytrace (they catch their own errors), but for the with block of contextlib's
+    `ContextDecorator` (a manager used as a decorator: `@suppress_errors()`), whose manager is
+    the user's."""
+    if code is _DECORATED_CODE:
+        return _bounded(_TABLES, code, ((0, len(code.co_code), (_DECORATING,)),))
     watched = str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED
     return _bounded(_TABLES, code, _handler_table(code) if code.co_exceptiontable and watched else ())
 
@@ -104,11 +111,23 @@ class _HandlerWalk:
 
     def manager(self, target) -> _Manager | None:
         """What the with block whose handler is at `target` holds: its body's first range starts
-        right after the BEFORE_WITH taking the manager."""
-        index = self.at.get(min(e.start for e in self.entries if e.target == target), 0) - 1
+        right after the BEFORE_WITH taking the manager. None where the block (its `as` target
+        included) stores into the name or an attribute the manager was read from (it is looked
+        up when a call is made, in the block)."""
+        ranges = [(e.start, e.end) for e in self.entries if e.target == target]
+        index = self.at.get(min(ranges)[0], 0) - 1
         if index < 0 or self.ops[index].opname != "BEFORE_WITH":
             return None
-        return _expression(self.ops, index)
+        manager = _expression(self.ops, index)
+        if manager is None:
+            return None
+        block = self.ops[index:self.at.get(target, len(self.ops))]
+        block += [ins for ins in self.ops if any(start <= ins.offset < end for start, end in ranges)]
+        for ins in block:
+            if ins.opname.startswith(("STORE_", "DELETE_")) and (
+                    ins.argval in manager.attrs if ins.opname.endswith("_ATTR") else ins.argval == manager.name):
+                return None
+        return manager
 
     def _raised_at(self, offset) -> bool | tuple:
         entry = next((e for e in self.entries if e.start <= offset < e.end), None)
@@ -210,6 +229,11 @@ def _expression(ops, end) -> _Manager | None:
     call = rest.pop()
     if call.opname not in ("CALL", "CALL_KW") or sum(map(_effect, rest)) != call.arg + (call.opname == "CALL_KW"):
         return None
+    depth = 0
+    for ins in rest:                            # (the arguments never take the callable: `f(x).g()`)
+        depth += _effect(ins)
+        if depth < 0:
+            return None
     names = all(ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and _effect(ins) == 1 for ins in rest) \
         and not any(ins.opname == "KW_NAMES" for ins in part) and call.opname == "CALL"
     return _Manager(_NAME_LOADS[base.opname], base.argval, attrs, True,
@@ -237,12 +261,13 @@ _UNKNOWN = object()
 
 
 def _lookup(scope: str, name: str, frame):
-    """The value `name` of `scope` ('local', 'global' or 'name') has in `frame` (or a _Scope)."""
+    """The value `name` of `scope` ('global', 'name', or 'local' or 'decorating': only the frame's
+    locals) has in `frame` (or a _Scope)."""
     if scope != "global":
         local = frame.f_locals
         if local is not None and name in local:
             return local[name]
-        if scope == "local":
+        if scope != "name":
             return _UNKNOWN
     value = frame.f_globals.get(name, _UNKNOWN)
     return frame.f_builtins.get(name, _UNKNOWN) if value is _UNKNOWN else value
@@ -268,10 +293,14 @@ def _swallows(manager: _Manager | None, frame) -> bool:
         value = _static_attr(value, attr)
         if value is _UNKNOWN:
             return True
+    if manager.scope == "decorating":         # (contextlib's with block: ContextDecorator.__call__)
+        recreate = inspect.getattr_static(type(value), "_recreate_cm", None)
+        return not any(recreate is known for known in _RECREATING) or _value_swallows(value)
     if not manager.called:
         return _value_swallows(value)
     if value is contextlib.suppress and manager.arg_names is not None:
-        return not set(manager.arg_names) <= _KEYED_ERRORS
+        return not all(any(_lookup("name", name, frame) is error for error in _KEYED_TYPES)
+                       for name in manager.arg_names)
     return _made_swallows(value)
 
 
@@ -283,42 +312,49 @@ def _static_attr(obj, name):
         value = inspect.getattr_static(obj, name)
     except AttributeError:
         return _UNKNOWN
-    if isinstance(value, (types.FunctionType, type)):
+    kind = type(value)                          # (not isinstance(): it may read `__class__`)
+    if kind is types.FunctionType or _is_class(value):
         return value
-    if isinstance(value, (staticmethod, classmethod)):
+    if kind is staticmethod or kind is classmethod:
         return value.__func__
-    return _UNKNOWN if hasattr(type(value), "__get__") else value
+    return _UNKNOWN if inspect.getattr_static(kind, "__get__", None) is not None else value
+
+
+_MRO = type.__dict__["__mro__"].__get__
+
+
+def _is_class(obj) -> bool:
+    return any(kind is type for kind in _MRO(type(obj)))     # (`in` would run a metaclass's __eq__)
 
 
 def _value_swallows(obj) -> bool:
-    if isinstance(obj, contextlib._GeneratorContextManager):
-        return _made_swallows(obj.func)
-    return _made_swallows(type(obj))
+    kind = type(obj)
+    if inspect.getattr_static(kind, "__exit__", None) is contextlib._GeneratorContextManager.__exit__:
+        return _made_swallows(inspect.getattr_static(obj, "func", None))
+    return _made_swallows(kind)
 
 
 def _made_swallows(maker) -> bool:
     """Whether the manager `maker()` makes (or a `maker` instance, for a class) may swallow."""
-    try:
-        known = _SWALLOWS.get(maker)
-    except TypeError:                           # (unhashable)
-        return True
-    if known is None:
-        _SWALLOWS[maker] = True                 # (a cycle counts as swallowing)
-        known = _bounded(_SWALLOWS, maker, _classify(maker))
-    return known
+    if id(maker) in _reraising_exits():
+        return False
+    if type(maker) is not types.FunctionType and not _is_class(maker):
+        return True                             # (a callable object, a C function: not read)
+    known = _SWALLOWS.get(id(maker))
+    if known is not None and known[0]() is maker:
+        return known[1]
+    reference = weakref.ref(maker)
+    _SWALLOWS[id(maker)] = (reference, True)    # (a cycle counts as swallowing)
+    return _bounded(_SWALLOWS, id(maker), (reference, _classify(maker)))[1]
 
 
 def _classify(maker) -> bool:
-    exits = _reraising_exits()
-    if maker in exits:
-        return False
-    if isinstance(maker, type):
+    if _is_class(maker):
         exit_ = inspect.getattr_static(maker, "__exit__", None)
-        if exit_ in exits:
+        if id(exit_) in _reraising_exits():
             return False
-        return not (isinstance(exit_, types.FunctionType) and _returns_false(exit_.__code__))
-    if not isinstance(maker, types.FunctionType):
-        return True
+        return not (type(exit_) is types.FunctionType and _returns_false(exit_.__code__)) \
+            or not _makes_its_own(maker)
     if maker.__code__ is _CONTEXTMANAGER_CODE:
         return _made_swallows(maker.__wrapped__)
     if maker.__code__.co_flags & inspect.CO_GENERATOR:
@@ -362,9 +398,13 @@ def _returns_swallowing(factory) -> bool:
 def _generator_swallows(func) -> bool:
     """Whether a `@contextlib.contextmanager` generator may swallow the error thrown in at its
     yield: an except clause (or a with block that may swallow) around the yield takes it, and the
-    generator then ends (or yields again: an error of contextlib's own)."""
+    generator then ends (or yields again: an error of contextlib's own); or it delegates (`yield
+    from`: the generator it reads from is not known)."""
     code = func.__code__
-    yields = [ins.offset for ins in dis.get_instructions(code) if ins.opname == "YIELD_VALUE"]
+    ops = list(dis.get_instructions(code))
+    if any(ins.opname == "SEND" for ins in ops):
+        return True
+    yields = [ins.offset for ins in ops if ins.opname == "YIELD_VALUE"]
     scope = _function_scope(func)
     for start, end, caught in _handler_table(code):
         if any(start <= offset < end for offset in yields):
@@ -377,15 +417,42 @@ def _function_scope(func) -> _Scope:
     return _Scope(None, func.__globals__, func.__builtins__)
 
 
+def _makes_its_own(cls) -> bool:
+    """Whether calling class `cls` makes an instance of it as `object.__new__` does: no `__new__`
+    or metaclass `__call__` of the user's (which may return another manager; the frameworks' and
+    Python's own are trusted)."""
+    new = inspect.getattr_static(cls, "__new__", None)
+    call = inspect.getattr_static(type(cls), "__call__", None)
+    return not any(type(f) is types.FunctionType and _module_of(f) not in UNWATCHED
+                   for f in (getattr(new, "__func__", new) if type(new) is staticmethod else new, call))
+
+
+def _module_of(func) -> str:
+    return str(func.__globals__.get("__name__", "")).partition(".")[0]
+
+
 def _reraising_exits() -> frozenset:
-    """Context manager types (and factories) known never to swallow whose `__exit__` cannot be
-    read (written in C), with their `__exit__` methods, so that subclasses keeping it count:
-    Python's locks, and each framework in use's own (its backend's `reraising_managers`)."""
+    """The ids of the context manager types (and factories) known never to swallow whose
+    `__exit__` cannot be read (written in C), and of their `__exit__` methods, so that subclasses
+    keeping it count: Python's locks, and each framework in use's own (its backend's
+    `reraising_managers`); by id, as comparing objects may run their code (they are held by
+    their modules)."""
     from ..backends import available, get_backend
     makers = _GENERAL_MANAGERS + tuple(m for name in available() for m in get_backend(name).reraising_managers)
-    exits = {inspect.getattr_static(m, "__exit__", None) for m in makers if isinstance(m, type)}
-    return frozenset(makers) | frozenset(exits - {None})
+    exits = [inspect.getattr_static(m, "__exit__", None) for m in makers if _is_class(m)]
+    return frozenset(map(id, makers + tuple(e for e in exits if e is not None)))
 
 
 _GENERAL_MANAGERS = (type(threading.Lock()), type(threading.RLock()), threading.Condition,
                      threading.Lock, threading.RLock, open, io.IOBase)
+
+
+#: the builtin exceptions `except` / `suppress` may name without taking what a replay could raise
+_KEYED_TYPES = tuple(getattr(builtins, name) for name in sorted(_KEYED_ERRORS) if name != "builtins")
+#: the code of contextlib's `ContextDecorator.__call__.<locals>.inner` (`with self._recreate_cm():
+#: return func(...)`), and the manager it holds: its `self`, recreated as it was (the same class,
+#: the same @contextmanager function)
+_DECORATED_CODE = next(c for c in contextlib.ContextDecorator.__call__.__code__.co_consts
+                       if isinstance(c, types.CodeType) and c.co_name == "inner")
+_DECORATING = _Manager("decorating", "self", (), False, None)
+_RECREATING = (contextlib.ContextDecorator._recreate_cm, contextlib._GeneratorContextManager._recreate_cm)

@@ -1,0 +1,425 @@
+"""Review of the with-block managers (graph/handlers.py): managers that may swallow an error but
+were read as letting it through (a graph kept whose replay raised where eager went on), and reads
+of a manager that ran user code or kept objects alive."""
+import contextlib
+import gc
+import types
+import weakref
+
+import pytest
+
+import lazytrace
+
+torch = pytest.importorskip("torch")
+
+from cholesky_effects import matrix as _matrix, run_like_eager as _run_like_eager  # noqa: E402
+
+
+def _goes_on_as_in_eager(fn):
+    """A later failing input goes on as in eager: the signature runs eagerly, with the reason."""
+    lazy = _run_like_eager(fn)
+    assert lazy.stats.hits == 0
+    assert "with block" in next(iter(lazy.stats.reasons))
+    return lazy
+
+
+class _Swallowing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return True
+
+
+class _LetsGo:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return None
+
+
+@contextlib.contextmanager
+def _catching():
+    try:
+        yield
+    except RuntimeError:
+        pass
+
+
+class _SwallowingDecorator(contextlib.ContextDecorator):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return True
+
+
+# -- a manager used as a decorator: the with block is contextlib's (ContextDecorator.__call__)
+
+@_catching()
+def _cholesky_or_none(m):
+    return torch.linalg.cholesky(m)
+
+
+@_SwallowingDecorator()
+def _cholesky_or_none_too(m):
+    return torch.linalg.cholesky(m)
+
+
+def _decorated_callee(m, acc):
+    acc.add_(1)
+    factor = _cholesky_or_none(m)
+    return torch.zeros(3, 3) if factor is None else factor
+
+
+def _decorator_class_callee(m, acc):
+    acc.add_(1)
+    factor = _cholesky_or_none_too(m)
+    return torch.zeros(3, 3) if factor is None else factor
+
+
+@_catching()
+def _decorated_itself(m, acc):
+    acc.add_(1)
+    return torch.linalg.cholesky(m)
+
+
+def _decorated_itself_or_zeros(m, acc):
+    factor = _decorated_itself(m, acc)
+    return torch.zeros(3, 3) if factor is None else factor
+
+
+# -- a @contextmanager whose generator catches in a generator it delegates to
+
+def _catching_generator():
+    try:
+        yield
+    except RuntimeError:
+        pass
+
+
+@contextlib.contextmanager
+def _delegating():
+    yield from _catching_generator()
+
+
+def _under_delegating(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with _delegating():
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+# -- a class whose instances are made by other code than object.__new__
+
+class _NewGivesASwallowingOne:
+    def __new__(cls):
+        return _Swallowing()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return None
+
+
+class _SwallowingMaker(type):
+    def __call__(cls):
+        return _Swallowing()
+
+
+class _MetaGivesASwallowingOne(metaclass=_SwallowingMaker):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return None
+
+
+def _under_new(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with _NewGivesASwallowingOne():
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+def _under_meta(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with _MetaGivesASwallowingOne():
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+# -- the name the manager was computed from, rebound in the block
+
+class _EntersALetGo:
+    """Swallows, but its __enter__ gives a manager that does not."""
+    def __enter__(self):
+        return _LetsGo()
+
+    def __exit__(self, *exc_info):
+        return True
+
+
+def _as_the_same_name(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    manager = _EntersALetGo()
+    with manager as manager:
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+def _rebound_in_the_block(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    manager = _Swallowing()
+    with manager:
+        manager = contextlib.nullcontext()
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+# -- an expression read as a shorter one: `make().swallowing()` read as `make()`
+
+class _Builder:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return None
+
+    def swallowing(self):
+        return _Swallowing()
+
+
+def _builder(_):
+    return _Builder()
+
+
+def _method_of_a_call(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with _builder(1).swallowing():
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+def _suppress_with_shadowed_names(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with contextlib.suppress(TypeError):        # (TypeError is RuntimeError in its globals)
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+_suppress_shadowed = types.FunctionType(_suppress_with_shadowed_names.__code__, {
+    "torch": torch, "contextlib": contextlib, "TypeError": RuntimeError, "__name__": __name__})
+
+
+@pytest.mark.parametrize("fn", [
+    _decorated_callee, _decorator_class_callee, _decorated_itself_or_zeros, _under_delegating,
+    _under_new, _under_meta, _as_the_same_name, _rebound_in_the_block, _method_of_a_call,
+    _suppress_shadowed],
+    ids=["contextmanager_decorating_a_callee", "context_decorator_class", "contextmanager_decorating_a_caller",
+         "yield_from", "new_returns_another", "metaclass_call_returns_another", "as_the_same_name",
+         "rebound_in_the_block", "method_of_a_call", "suppress_shadowed_names"])
+def test_a_manager_that_swallows_goes_on_as_in_eager(fn):
+    _goes_on_as_in_eager(fn)
+
+
+def test_the_traced_function_decorated_with_a_swallowing_manager():
+    """The traced function is contextlib's wrapper itself: its with block is read too."""
+    lazy = lazytrace.trace_graph(_decorated_itself)
+    for positive in (True, False, True):
+        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
+        eager = _decorated_itself(_matrix(positive), acc_eager)
+        got = lazy(_matrix(positive), acc_lazy)
+        assert (got is None) == (eager is None) and (eager is None or torch.equal(got, eager))
+        assert torch.equal(acc_lazy, acc_eager)
+    assert lazy.stats.hits == 0
+
+
+# -- what stays a graph: these managers let errors through
+
+@contextlib.contextmanager
+def _cleaning_up():
+    try:
+        yield
+    finally:
+        pass
+
+
+@_cleaning_up()
+def _cholesky_cleaned_up(m):
+    return torch.linalg.cholesky(m)
+
+
+class _DecoratorLettingGo(contextlib.ContextDecorator):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+
+@_DecoratorLettingGo()
+def _cholesky_let_go(m):
+    return torch.linalg.cholesky(m)
+
+
+class _PlainNew:
+    def __new__(cls):
+        return super().__new__(cls)
+
+
+def _keeps(call):
+    def fn(m, acc):
+        acc.add_(1)
+        return call(m)
+    return fn
+
+
+def _suppress_keyed(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with contextlib.suppress(TypeError, KeyError):
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+def _no_grad_then_nullcontext(m, acc):
+    acc.add_(1)
+    with torch.no_grad(), contextlib.nullcontext() as unused:
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+@pytest.mark.parametrize("fn", [_keeps(_cholesky_cleaned_up), _keeps(_cholesky_let_go), _suppress_keyed,
+                                _no_grad_then_nullcontext],
+                         ids=["contextmanager_decorator_finally", "context_decorator_letting_go",
+                              "suppress_keyed", "two_items"])
+def test_a_manager_that_lets_errors_through_keeps_the_graph(fn):
+    lazy = _run_like_eager(fn, (True, True, True))
+    assert lazy.stats.hits == 2
+
+
+# -- reading a manager runs no code of the user's
+
+class _Counting:
+    reads = 0
+
+
+class _ClassProperty:
+    """`__class__` is a property (as for unittest.mock objects): isinstance() would run it."""
+    @property
+    def __class__(self):
+        _Counting.reads += 1
+        return _LetsGo
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return None
+
+
+class _NoisyMeta(type):
+    def __getattr__(cls, name):
+        _Counting.reads += 1
+        raise AttributeError(name)
+
+    def __hash__(cls):
+        _Counting.reads += 1
+        return 0
+
+    def __eq__(cls, other):
+        _Counting.reads += 1
+        return cls is other
+
+
+class _NoisyClass(metaclass=_NoisyMeta):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return None
+
+
+class _Factory:
+    """A callable instance making managers; hashing it runs its code."""
+    def __call__(self):
+        return contextlib.nullcontext()
+
+    def __hash__(self):
+        _Counting.reads += 1
+        return 0
+
+
+class _Holder:
+    def __init__(self):
+        self.by_property = _ClassProperty()
+        self.noisy = _NoisyClass()
+        self.factory = _Factory()
+        self.noisy_class = _NoisyClass
+
+
+def _with_holder(holder, m, acc):
+    acc.add_(1)
+    with holder.by_property:
+        m = m + 0
+    with holder.noisy:
+        m = m + 0
+    with holder.factory():
+        m = m + 0
+    with holder.noisy_class():
+        m = m + 0
+    return m
+
+
+def test_reading_managers_runs_no_user_code():
+    """isinstance() reads `__class__`, hasattr() calls a metaclass's `__getattr__`, a dict lookup
+    hashes and compares: none of them on a manager, its class or its factory."""
+    holder = _Holder()
+    lazy = lazytrace.trace_graph(_with_holder, static_argnums=0)
+    _Counting.reads = 0
+    for _ in range(3):
+        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
+        before = _Counting.reads
+        eager = _with_holder(holder, _matrix(True), acc_eager)
+        eager_reads = _Counting.reads - before      # (eager code itself reads nothing of them)
+        assert torch.equal(lazy(holder, _matrix(True), acc_lazy), eager)
+        assert torch.equal(acc_lazy, acc_eager)
+        assert eager_reads == 0
+    assert _Counting.reads == 0
+
+
+def test_a_factory_read_is_not_kept_alive():
+    """A manager factory made per call (a local function holding a large closure) is read and
+    forgotten: the read answer does not keep it alive."""
+    def make_fn():
+        big = torch.zeros(1000)
+
+        def factory():
+            big.add_(0)
+            return contextlib.nullcontext()
+
+        def fn(m, acc):
+            acc.add_(1)
+            with factory():
+                factor = torch.linalg.cholesky(m)
+            return factor
+        return fn, weakref.ref(factory)
+
+    fn, factory = make_fn()
+    lazy = lazytrace.trace_graph(fn)
+    lazy(_matrix(True), torch.zeros(3))
+    lazy(_matrix(True), torch.zeros(3))
+    assert lazy.stats.hits == 1
+    del fn, lazy
+    gc.collect()
+    assert factory() is None
