@@ -201,6 +201,23 @@ def _builder(_):
     return _Builder()
 
 
+class _LetsGoMakingASwallowingOne(_LetsGo):
+    def __call__(self):
+        return _Swallowing()
+
+
+def _manager_making(_):
+    return _LetsGoMakingASwallowingOne()
+
+
+def _call_of_a_call(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with _manager_making(1)():
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
 def _method_of_a_call(m, acc):
     acc.add_(1)
     factor = torch.zeros(3, 3)
@@ -223,11 +240,11 @@ _suppress_shadowed = types.FunctionType(_suppress_with_shadowed_names.__code__, 
 
 @pytest.mark.parametrize("fn", [
     _decorated_callee, _decorator_class_callee, _decorated_itself_or_zeros, _under_delegating,
-    _under_new, _under_meta, _as_the_same_name, _rebound_in_the_block, _method_of_a_call,
+    _under_new, _under_meta, _as_the_same_name, _rebound_in_the_block, _method_of_a_call, _call_of_a_call,
     _suppress_shadowed],
     ids=["contextmanager_decorating_a_callee", "context_decorator_class", "contextmanager_decorating_a_caller",
          "yield_from", "new_returns_another", "metaclass_call_returns_another", "as_the_same_name",
-         "rebound_in_the_block", "method_of_a_call", "suppress_shadowed_names"])
+         "rebound_in_the_block", "method_of_a_call", "call_of_a_call", "suppress_shadowed_names"])
 def test_a_manager_that_swallows_goes_on_as_in_eager(fn):
     _goes_on_as_in_eager(fn)
 

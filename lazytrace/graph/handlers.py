@@ -221,16 +221,18 @@ def _expression(ops, end) -> _Manager | None:
     while index < len(part) and part[index].opname in ("LOAD_ATTR", "LOAD_METHOD"):
         index += 1
     base, attrs = part[first], tuple(ins.argval for ins in part[first + 1:index])
-    rest = [ins for ins in part[index:] if ins.opname not in _CALL_STEPS]
+    rest = part[index:]
     if not rest:
         return None if first else _Manager(_NAME_LOADS[base.opname], base.argval, attrs, False, None)
     if rest[0].opname == "PUSH_NULL" and not first:
         rest = rest[1:]                         # (3.13: the NULL after the callable)
-    call = rest.pop()
+    call, rest = rest[-1], rest[:-1]
+    while rest and rest[-1].opname in _CALL_STEPS:
+        rest = rest[:-1]                        # (the call's own PRECALL, KW_NAMES)
     if call.opname not in ("CALL", "CALL_KW") or sum(map(_effect, rest)) != call.arg + (call.opname == "CALL_KW"):
         return None
     depth = 0
-    for ins in rest:                            # (the arguments never take the callable: `f(x).g()`)
+    for ins in rest:                            # (the arguments never take the callable: `f(x)(y)`)
         depth += _effect(ins)
         if depth < 0:
             return None
