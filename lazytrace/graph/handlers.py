@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dis
+import functools
 import inspect
 import io
 import threading
@@ -303,7 +304,7 @@ def _swallows(manager: _Manager | None, frame) -> bool:
     if value is contextlib.suppress and manager.arg_names is not None:
         return not all(any(_lookup("name", name, frame) is error for error in _KEYED_TYPES)
                        for name in manager.arg_names)
-    return _made_swallows(value)
+    return _made_swallows(value) or _is_class(value) and not _makes_its_own(value)
 
 
 def _static_attr(obj, name):
@@ -338,10 +339,8 @@ def _value_swallows(obj) -> bool:
 
 def _made_swallows(maker) -> bool:
     """Whether the manager `maker()` makes (or a `maker` instance, for a class) may swallow."""
-    if id(maker) in _reraising_exits():
-        return False
     if type(maker) is not types.FunctionType and not _is_class(maker):
-        return True                             # (a callable object, a C function: not read)
+        return id(maker) not in _reraising_exits()  # (a callable object, a C function: not read)
     known = _SWALLOWS.get(id(maker))
     if known is not None and known[0]() is maker:
         return known[1]
@@ -351,12 +350,13 @@ def _made_swallows(maker) -> bool:
 
 
 def _classify(maker) -> bool:
+    if id(maker) in _reraising_exits():
+        return False
     if _is_class(maker):
         exit_ = inspect.getattr_static(maker, "__exit__", None)
         if id(exit_) in _reraising_exits():
             return False
-        return not (type(exit_) is types.FunctionType and _returns_false(exit_.__code__)) \
-            or not _makes_its_own(maker)
+        return not (type(exit_) is types.FunctionType and _returns_false(exit_.__code__))
     if maker.__code__ is _CONTEXTMANAGER_CODE:
         return _made_swallows(maker.__wrapped__)
     if maker.__code__.co_flags & inspect.CO_GENERATOR:
@@ -439,8 +439,14 @@ def _reraising_exits() -> frozenset:
     keeping it count: Python's locks, and each framework in use's own (its backend's
     `reraising_managers`); by id, as comparing objects may run their code (they are held by
     their modules)."""
-    from ..backends import available, get_backend
-    makers = _GENERAL_MANAGERS + tuple(m for name in available() for m in get_backend(name).reraising_managers)
+    from ..backends import available
+    return _reraising_ids(tuple(available()))
+
+
+@functools.lru_cache(maxsize=8)
+def _reraising_ids(frameworks: tuple) -> frozenset:
+    from ..backends import get_backend
+    makers = _GENERAL_MANAGERS + tuple(m for name in frameworks for m in get_backend(name).reraising_managers)
     exits = [inspect.getattr_static(m, "__exit__", None) for m in makers if _is_class(m)]
     return frozenset(map(id, makers + tuple(e for e in exits if e is not None)))
 
