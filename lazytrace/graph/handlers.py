@@ -49,8 +49,8 @@ def inside_except(frame, root, stop) -> bool:
 
 #: code -> its handler table (none for code lazytrace does not watch)
 _TABLES: dict = {}
-#: id(manager class or factory function) -> (a weak reference to it, whether what it makes may
-#: swallow an error): by identity (hashing a class may run its metaclass's code), not keeping it alive
+#: (id(manager class or factory function), whether called) -> (a weak reference to it, whether what
+#: it makes may swallow an error): by identity (hashing a class may run its metaclass's code), not keeping it alive
 _SWALLOWS: dict = {}
 
 
@@ -185,7 +185,7 @@ _KEYED_ERRORS = frozenset({"TypeError", "AttributeError", "KeyError", "NameError
 class _Manager(NamedTuple):
     """A with block's manager as its code computes it: `scope` ('local', 'global' or 'name', as
     the first name is loaded), `name`, then attributes read in turn, then called or not (with
-    `arg_names` where the arguments are names only: `contextlib.suppress(TypeError)`)."""
+    `arg_names` where the arguments are global names only: `contextlib.suppress(TypeError)`)."""
     scope: str
     name: str
     attrs: tuple
@@ -237,7 +237,7 @@ def _expression(ops, end) -> _Manager | None:
         depth += _effect(ins)
         if depth < 0:
             return None
-    names = all(ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and _effect(ins) == 1 for ins in rest) \
+    names = all(ins.opname == "LOAD_GLOBAL" and _effect(ins) == 1 for ins in rest) \
         and not any(ins.opname == "KW_NAMES" for ins in part) and call.opname == "CALL"
     return _Manager(_NAME_LOADS[base.opname], base.argval, attrs, True,
                     tuple(ins.argval for ins in rest) if names else None)
@@ -302,9 +302,8 @@ def _swallows(manager: _Manager | None, frame) -> bool:
     if not manager.called:
         return _value_swallows(value)
     if value is contextlib.suppress and manager.arg_names is not None:
-        return not all(any(_lookup("name", name, frame) is error for error in _KEYED_TYPES)
-                       for name in manager.arg_names)
-    return _made_swallows(value) or _is_class(value) and not _makes_its_own(value)
+        return not all(id(_lookup("global", name, frame)) in _KEYED_IDS for name in manager.arg_names)
+    return _made_swallows(value, called=True)
 
 
 def _static_attr(obj, name):
@@ -320,33 +319,38 @@ def _static_attr(obj, name):
         return value
     if kind is staticmethod or kind is classmethod:
         return value.__func__
-    return _UNKNOWN if inspect.getattr_static(kind, "__get__", None) is not None else value
+    return _UNKNOWN if any("__get__" in _DICT(k) for k in _MRO(kind)) else value
 
 
-_MRO = type.__dict__["__mro__"].__get__
+_MRO = type.__dict__["__mro__"].__get__     # (a class's own, whatever its metaclass defines)
+_DICT = type.__dict__["__dict__"].__get__
 
 
 def _is_class(obj) -> bool:
-    return any(kind is type for kind in _MRO(type(obj)))     # (`in` would run a metaclass's __eq__)
+    return issubclass(type(obj), type)          # (not isinstance(): it may read `__class__`)
 
 
 def _value_swallows(obj) -> bool:
     kind = type(obj)
-    if inspect.getattr_static(kind, "__exit__", None) is contextlib._GeneratorContextManager.__exit__:
+    if any(k is contextlib._GeneratorContextManager for k in _MRO(kind)) and \
+            inspect.getattr_static(kind, "__exit__", None) is contextlib._GeneratorContextManager.__exit__:
         return _made_swallows(inspect.getattr_static(obj, "func", None))
     return _made_swallows(kind)
 
 
-def _made_swallows(maker) -> bool:
-    """Whether the manager `maker()` makes (or a `maker` instance, for a class) may swallow."""
+def _made_swallows(maker, called=False) -> bool:
+    """Whether the manager `maker()` makes (or a `maker` instance, for a class not `called`) may
+    swallow."""
     if type(maker) is not types.FunctionType and not _is_class(maker):
         return id(maker) not in _reraising_exits()  # (a callable object, a C function: not read)
-    known = _SWALLOWS.get(id(maker))
+    key = (id(maker), called)
+    known = _SWALLOWS.get(key)
     if known is not None and known[0]() is maker:
         return known[1]
     reference = weakref.ref(maker)
-    _SWALLOWS[id(maker)] = (reference, True)    # (a cycle counts as swallowing)
-    return _bounded(_SWALLOWS, id(maker), (reference, _classify(maker)))[1]
+    _SWALLOWS[key] = (reference, True)          # (a cycle counts as swallowing)
+    answer = _classify(maker) or called and _is_class(maker) and not _makes_its_own(maker)
+    return _bounded(_SWALLOWS, key, (reference, answer))[1]
 
 
 def _classify(maker) -> bool:
@@ -456,7 +460,7 @@ _GENERAL_MANAGERS = (type(threading.Lock()), type(threading.RLock()), threading.
 
 
 #: the builtin exceptions `except` / `suppress` may name without taking what a replay could raise
-_KEYED_TYPES = tuple(getattr(builtins, name) for name in sorted(_KEYED_ERRORS) if name != "builtins")
+_KEYED_IDS = frozenset(id(getattr(builtins, name)) for name in _KEYED_ERRORS if name != "builtins")
 #: the code of contextlib's `ContextDecorator.__call__.<locals>.inner` (`with self._recreate_cm():
 #: return func(...)`), and the manager it holds: its `self`, recreated as it was (the same class,
 #: the same @contextmanager function)
