@@ -238,6 +238,57 @@ _suppress_shadowed = types.FunctionType(_suppress_with_shadowed_names.__code__, 
     "torch": torch, "contextlib": contextlib, "TypeError": RuntimeError, "__name__": __name__})
 
 
+class _ReplacingTheError:
+    """Lets no error through as it came: the caller gets a ValueError where a replay raising
+    would give it the framework's RuntimeError."""
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            raise ValueError("the factorization failed") from exc
+
+
+def _under_a_replacing_manager(m, acc):
+    acc.add_(1)
+    with _ReplacingTheError():
+        return torch.linalg.cholesky(m)
+
+
+def _finally_raising(m, acc):
+    acc.add_(1)
+    failed = True
+    try:
+        factor = torch.linalg.cholesky(m)
+        failed = False
+    finally:
+        if failed:
+            raise ValueError("the factorization failed")
+    return factor
+
+
+def _or_zeros(fn):
+    def caller(m, acc):
+        try:
+            return fn(m, acc)
+        except ValueError:
+            return torch.zeros(3, 3)
+    return caller
+
+
+@pytest.mark.parametrize("fn", [_under_a_replacing_manager, _finally_raising],
+                         ids=["exit_raises_another", "finally_raises_another"])
+def test_an_error_replaced_by_another_reaches_the_caller_as_in_eager(fn):
+    """The traced function's error is replaced by the manager or the finally clause: its signature
+    runs eagerly (as for an except clause raising another), so the caller gets the ValueError."""
+    lazy = lazytrace.trace_graph(fn)
+    for positive in (True, False, True):
+        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
+        assert torch.equal(_or_zeros(lazy)(_matrix(positive), acc_lazy), _or_zeros(fn)(_matrix(positive), acc_eager))
+        assert torch.equal(acc_lazy, acc_eager)
+    assert lazy.stats.hits == 0
+
+
 @pytest.mark.parametrize("fn", [
     _decorated_callee, _decorator_class_callee, _decorated_itself_or_zeros, _under_delegating,
     _under_new, _under_meta, _as_the_same_name, _rebound_in_the_block, _method_of_a_call, _call_of_a_call,

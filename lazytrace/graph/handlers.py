@@ -170,6 +170,9 @@ class _HandlerWalk:
                 return True if outer is True else passed + outer
             if ins.opname in ("RETURN_VALUE", "RETURN_CONST"):
                 return True                     # a return in a finally clause drops the exception
+            if ins.opname == "RAISE_VARARGS" and ins.arg:
+                return True                     # a finally clause raising another exception: as an
+                                                # except clause doing so, it changes what the caller gets
             if ins.opname.startswith("LOAD_") and isinstance(ins.argval, str):
                 names.add(ins.argval)
             index += 1
@@ -360,7 +363,7 @@ def _classify(maker) -> bool:
         exit_ = inspect.getattr_static(maker, "__exit__", None)
         if id(exit_) in _reraising_exits():
             return False
-        return not (type(exit_) is types.FunctionType and _returns_false(exit_.__code__))
+        return not (type(exit_) is types.FunctionType and _returns_false(exit_))
     if maker.__code__ is _CONTEXTMANAGER_CODE:
         return _made_swallows(maker.__wrapped__)
     if maker.__code__.co_flags & inspect.CO_GENERATOR:
@@ -372,12 +375,19 @@ _NOT_PLAIN = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENE
 _CONTEXTMANAGER_CODE = contextlib.contextmanager(lambda: None).__code__
 
 
-def _returns_false(code) -> bool:
-    """Whether every return of `code` returns None or False (an `__exit__` that never swallows)."""
+def _returns_false(exit_) -> bool:
+    """Whether every return of function `exit_` returns None or False and, in the user's code, it
+    raises no exception of its own (an `__exit__` that never swallows nor replaces the error: as
+    an except clause raising another, that changes what the caller gets; the frameworks' and
+    Python's raise theirs for misuse: `catch_warnings` not entered)."""
+    code = exit_.__code__
     if code.co_flags & _NOT_PLAIN:
         return False
     ops = list(dis.get_instructions(code))
+    users = _module_of(exit_) not in UNWATCHED
     for index, ins in enumerate(ops):
+        if users and ins.opname == "RAISE_VARARGS" and ins.arg:
+            return False
         if ins.opname == "RETURN_CONST":
             value = ins.argval
         elif ins.opname == "RETURN_VALUE":
