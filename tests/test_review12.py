@@ -3,6 +3,7 @@ were read as letting it through (a graph kept whose replay raised where eager we
 of a manager that ran user code or kept objects alive."""
 import contextlib
 import gc
+import threading
 import types
 import weakref
 
@@ -289,6 +290,54 @@ def test_an_error_replaced_by_another_reaches_the_caller_as_in_eager(fn):
     assert lazy.stats.hits == 0
 
 
+from contextlib import suppress as _ignoring  # noqa: E402  (another name, same object)
+
+
+def _suppress_under_another_name(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with _ignoring(RuntimeError):
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+def _conditional(m, acc, swallow=True):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with _Swallowing() if swallow else contextlib.nullcontext():
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+def _subscript(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    managers = [_Swallowing()]
+    with managers[0]:
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+def _walrus(m, acc):
+    acc.add_(1)
+    factor = torch.zeros(3, 3)
+    with (manager := _Swallowing()):
+        factor = torch.linalg.cholesky(m)
+    return factor, manager
+
+
+def _walrus_factor(m, acc):
+    return _walrus(m, acc)[0]
+
+
+@pytest.mark.parametrize("fn", [_suppress_under_another_name, _conditional, _subscript, _walrus_factor],
+                         ids=["suppress_under_another_name", "conditional", "subscript", "walrus"])
+def test_managers_computed_otherwise_count_as_swallowing(fn):
+    """(Regression tests: right on main too.) A conditional, a subscript, a walrus are not read:
+    they count as swallowing."""
+    _goes_on_as_in_eager(fn)
+
+
 @pytest.mark.parametrize("fn", [
     _decorated_callee, _decorator_class_callee, _decorated_itself_or_zeros, _under_delegating,
     _under_new, _under_meta, _as_the_same_name, _rebound_in_the_block, _method_of_a_call, _call_of_a_call,
@@ -530,4 +579,30 @@ def test_a_manager_object_whose_class_has_a_new_keeps_the_graph():
     """Only a call of the class may give another manager: an object already made is read by its
     own class's __exit__."""
     lazy = _run_like_eager(_held_new, (True, True, True))
+    assert lazy.stats.hits == 2
+
+
+# -- less conservative: a lock in a `__slots__` entry is read (it counted as swallowing)
+
+class _Slotted:
+    __slots__ = ("lock",)
+
+    def __init__(self):
+        self.lock = threading.RLock()
+
+
+def _with_a_slotted_lock(holder, m, acc):
+    acc.add_(1)
+    with holder.lock:
+        factor = torch.linalg.cholesky(m)
+    return factor
+
+
+def test_a_lock_in_a_slot_keeps_the_graph():
+    holder = _Slotted()
+    lazy = lazytrace.trace_graph(_with_a_slotted_lock, static_argnums=0)
+    for _ in range(3):
+        acc_eager, acc_lazy = torch.zeros(3), torch.zeros(3)
+        assert torch.equal(lazy(holder, _matrix(True), acc_lazy), _with_a_slotted_lock(holder, _matrix(True), acc_eager))
+        assert torch.equal(acc_lazy, acc_eager)
     assert lazy.stats.hits == 2

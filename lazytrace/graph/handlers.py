@@ -320,6 +320,11 @@ def _static_attr(obj, name):
     kind = type(value)                          # (not isinstance(): it may read `__class__`)
     if kind is types.FunctionType or _is_class(value):
         return value
+    if kind is types.MemberDescriptorType and not _is_class(obj):
+        try:                                    # (a `__slots__` entry: read from the object, in C)
+            return value.__get__(obj, type(obj))
+        except AttributeError:
+            return _UNKNOWN
     if kind is staticmethod or kind is classmethod:
         return value.__func__
     return _UNKNOWN if any("__get__" in _DICT(k) for k in _MRO(kind)) else value
