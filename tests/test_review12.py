@@ -14,46 +14,26 @@ import lazytrace
 torch = pytest.importorskip("torch")
 
 from cholesky_effects import matrix as _matrix, run_like_eager as _run_like_eager  # noqa: E402
+from test_with_managers import (_LetsGo, _Swallowing, _catching, _cleaning_up,  # noqa: E402
+                                _goes_on_as_in_eager)
 
 
-def _goes_on_as_in_eager(fn):
-    """A later failing input goes on as in eager: the signature runs eagerly, with the reason."""
-    lazy = _run_like_eager(fn)
-    assert lazy.stats.hits == 0
-    assert "with block" in next(iter(lazy.stats.reasons))
-    return lazy
+class _Decorator(contextlib.ContextDecorator):
+    """Swallows the error or not (`self.swallow` is no constant: read as swallowing either way;
+    the test of one letting errors through uses its subclass)."""
+    def __init__(self, swallow: bool):
+        self.swallow = swallow
 
-
-class _Swallowing:
     def __enter__(self):
         return self
 
     def __exit__(self, *exc_info):
-        return True
+        return self.swallow
 
 
-class _LetsGo:
-    def __enter__(self):
-        return self
-
+class _DecoratorLettingGo(_Decorator):
     def __exit__(self, *exc_info):
-        return None
-
-
-@contextlib.contextmanager
-def _catching():
-    try:
-        yield
-    except RuntimeError:
-        pass
-
-
-class _SwallowingDecorator(contextlib.ContextDecorator):
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        return True
+        return False
 
 
 # -- a manager used as a decorator: the with block is contextlib's (ContextDecorator.__call__)
@@ -63,7 +43,7 @@ def _cholesky_or_none(m):
     return torch.linalg.cholesky(m)
 
 
-@_SwallowingDecorator()
+@_Decorator(swallow=True)
 def _cholesky_or_none_too(m):
     return torch.linalg.cholesky(m)
 
@@ -363,28 +343,12 @@ def test_the_traced_function_decorated_with_a_swallowing_manager():
 
 # -- what stays a graph: these managers let errors through
 
-@contextlib.contextmanager
-def _cleaning_up():
-    try:
-        yield
-    finally:
-        pass
-
-
 @_cleaning_up()
 def _cholesky_cleaned_up(m):
     return torch.linalg.cholesky(m)
 
 
-class _DecoratorLettingGo(contextlib.ContextDecorator):
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        return False
-
-
-@_DecoratorLettingGo()
+@_DecoratorLettingGo(swallow=False)
 def _cholesky_let_go(m):
     return torch.linalg.cholesky(m)
 

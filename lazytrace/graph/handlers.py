@@ -271,6 +271,8 @@ def _lookup(scope: str, name: str, frame):
     locals) has in `frame` (or a _Scope)."""
     if scope != "global":
         local = frame.f_locals
+        if local is not None and type(local) is not dict:
+            return _UNKNOWN                     # (a class body's namespace from __prepare__: user code)
         if local is not None and name in local:
             return local[name]
         if scope != "name":
