@@ -310,11 +310,66 @@ def _walrus_factor(m, acc):
     return _walrus(m, acc)[0]
 
 
-@pytest.mark.parametrize("fn", [_suppress_under_another_name, _conditional, _subscript, _walrus_factor],
-                         ids=["suppress_under_another_name", "conditional", "subscript", "walrus"])
-def test_managers_computed_otherwise_count_as_swallowing(fn):
+class _SwallowingExit:
+    def __exit__(self, *exc_info):
+        return True
+
+
+class _FromAMixin(_SwallowingExit):
+    def __enter__(self):
+        return self
+
+
+def _returning_true(self, *exc_info):
+    return True
+
+
+class _ExitAssigned:
+    __exit__ = _returning_true
+
+    def __enter__(self):
+        return self
+
+
+class _NonConstant:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return exc_type is not None and issubclass(exc_type, RuntimeError)
+
+
+class _AsksAnother:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return self.handled(*exc_info)
+
+    def handled(self, *exc_info):
+        return True
+
+
+def _under(manager_class):
+    def fn(m, acc):
+        acc.add_(1)
+        factor = torch.zeros(3, 3)
+        with manager_class():
+            factor = torch.linalg.cholesky(m)
+        return factor
+    return fn
+
+
+@pytest.mark.parametrize("fn", [_suppress_under_another_name, _conditional, _subscript, _walrus_factor,
+                                _under(_FromAMixin), _under(_ExitAssigned), _under(_NonConstant),
+                                _under(_AsksAnother)],
+                         ids=["suppress_under_another_name", "conditional", "subscript", "walrus", "exit_of_a_mixin",
+                              "exit_assigned_in_the_class_body", "exit_returns_a_non_constant",
+                              "exit_calls_another_method"])
+def test_managers_read_or_not_count_as_swallowing(fn):
     """(Regression tests: right on main too.) A conditional, a subscript, a walrus are not read:
-    they count as swallowing."""
+    they count as swallowing; so do an `__exit__` found on a base class or assigned in the class
+    body that returns True, one returning a computed value or another method's."""
     _goes_on_as_in_eager(fn)
 
 
