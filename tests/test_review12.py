@@ -625,3 +625,22 @@ def test_a_lock_in_a_slot_keeps_the_graph():
         assert torch.equal(lazy(holder, _matrix(True), acc_lazy), _with_a_slotted_lock(holder, _matrix(True), acc_eager))
         assert torch.equal(acc_lazy, acc_eager)
     assert lazy.stats.hits == 2
+
+
+# -- a recursive traced function: the outer call's except clause (the walk stopped at the first
+# frame of the traced function's code, the innermost)
+
+def _recursive(m, acc, depth=1):
+    if depth == 0:
+        return torch.linalg.cholesky(m)
+    acc.add_(1)
+    try:
+        return _recursive(m, acc, depth - 1)
+    except RuntimeError:
+        return torch.zeros(3, 3)
+
+
+def test_a_recursive_call_inside_the_outer_calls_try_goes_on_as_in_eager():
+    lazy = _run_like_eager(_recursive)
+    assert lazy.stats.hits == 0
+    assert "except clause" in next(iter(lazy.stats.reasons))

@@ -25,7 +25,9 @@ def inside_except(frame, root, stop) -> bool:
     """Whether `frame` (the code making a framework call) or a frame below it down to the traced
     function's is inside a try block with an except clause, or a with block whose manager may
     swallow the error: if that call raised, the function would go on. `root`: the traced
-    function's code; `stop`: the trace's own frame."""
+    function's code; `stop`: the trace's own frame, where the walk ends (at `root`'s frame where
+    there is none: a recursive call, or another function wrapped by contextlib's decorator, has
+    that code too, and the frames of the traced function above it may catch)."""
     known = _TABLES
     while frame is not None and frame is not stop:
         code = frame.f_code
@@ -41,7 +43,7 @@ def inside_except(frame, root, stop) -> bool:
                     for manager in caught:
                         if _swallows_safely(manager, frame):
                             return True
-        if code is root:
+        if code is root and stop is None:
             return False
         frame = frame.f_back
     return False
