@@ -71,20 +71,21 @@ def _frame_table(code, namespace) -> tuple:
     if code is _DECORATED_CODE:
         return _bounded(_TABLES, code, ((0, len(code.co_code), (_DECORATING,)),))
     watched = str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED
-    return _bounded(_TABLES, code, _handler_table(code) if code.co_exceptiontable and watched else ())
+    return _bounded(_TABLES, code, _handler_table(code, True) if code.co_exceptiontable and watched else ())
 
 
-def _handler_table(code) -> tuple:
+def _handler_table(code, users: bool) -> tuple:
     """(start, end, caught) for the instruction ranges of `code` whose exceptions may not reach
     its caller where a graph's call could raise at a replay and not at the trace: `caught` is True
     where an except clause may take them (a bare except, `except Exception`, `RuntimeError`, a
     warning made an error ...; not `except TypeError`, which calls raise for what the key fixes),
     also through later clauses of one try and through the with blocks and finally clauses inside
     the try; else the managers (`_Manager`, None if unreadable) of the with blocks they pass
-    through, any of which may swallow them."""
+    through, any of which may swallow them. `users`: the code is the user's (a library's), whose
+    finally clauses making calls count as except clauses (their effects on the error path)."""
     ops = list(dis.get_instructions(code))
     entries = list(dis.Bytecode(code).exception_entries)
-    walk = _HandlerWalk(ops, entries)
+    walk = _HandlerWalk(ops, entries, users)
     table = []
     for entry in entries:
         caught = walk.catches(entry.target)
@@ -100,8 +101,8 @@ class _HandlerWalk:
     match, of a with block whose manager let it go), by the handler around it: True, or the
     handler offsets of the with blocks it passes through (an empty tuple: it is raised out)."""
 
-    def __init__(self, ops, entries):
-        self.ops, self.entries = ops, entries
+    def __init__(self, ops, entries, users: bool):
+        self.ops, self.entries, self.users = ops, entries, users
         self.at = {ins.offset: index for index, ins in enumerate(ops)}
         self.known: dict = {}
 
@@ -175,6 +176,9 @@ class _HandlerWalk:
             if ins.opname == "RAISE_VARARGS" and ins.arg:
                 return True                     # a finally clause raising another exception: as an
                                                 # except clause doing so, it changes what the caller gets
+            if self.users and _may_act(ins):
+                return True                     # a finally clause making calls: a replay that raised
+                                                # would skip what it does on the error path (a write)
             if ins.opname.startswith("LOAD_") and isinstance(ins.argval, str):
                 names.add(ins.argval)
             index += 1
@@ -185,6 +189,16 @@ class _HandlerWalk:
 #: except clause naming only these cannot take an exception a replay raised where the trace did not
 _KEYED_ERRORS = frozenset({"TypeError", "AttributeError", "KeyError", "NameError", "ImportError",
                            "ModuleNotFoundError", "NotImplementedError", "StopIteration", "builtins"})
+
+
+def _may_act(ins) -> bool:
+    """Whether instruction `ins` may make a framework call (a call, `t[i] = v`, `t.attr = v`,
+    `t += 1`): what code on the error path does that a graph could replay on the normal path only."""
+    return ins.opname in _ACTING or ins.opname == "BINARY_OP" and ins.argrepr.endswith("=")
+
+
+_ACTING = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX", "STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR",
+                     "DELETE_ATTR"})
 
 
 class _Manager(NamedTuple):
@@ -395,8 +409,8 @@ def _returns_false(exit_) -> bool:
     ops = list(dis.get_instructions(code))
     users = _module_of(exit_) not in UNWATCHED
     for index, ins in enumerate(ops):
-        if users and ins.opname == "RAISE_VARARGS" and ins.arg:
-            return False
+        if users and (ins.opname == "RAISE_VARARGS" and ins.arg or _may_act(ins)):
+            return False        # (or a call of the user's: a replay that raised would skip it)
         if ins.opname == "RETURN_CONST":
             value = ins.argval
         elif ins.opname == "RETURN_VALUE":
@@ -431,7 +445,7 @@ def _generator_swallows(func) -> bool:
         return True
     yields = [ins.offset for ins in ops if ins.opname == "YIELD_VALUE"]
     scope = _function_scope(func)
-    for start, end, caught in _handler_table(code):
+    for start, end, caught in _handler_table(code, _module_of(func) not in UNWATCHED):
         if any(start <= offset < end for offset in yields):
             if caught is True or any(_swallows(manager, scope) for manager in caught):
                 return True
