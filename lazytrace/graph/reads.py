@@ -494,12 +494,34 @@ def _first_argument_attributes(code) -> set:
 
 def _is_code(value) -> bool:
     """Functions, classes, modules and decorated callables (lru_cache wrappers, LazyGraphs)."""
-    return isinstance(value, _CODE_TYPES) or callable(value) and hasattr(value, "__wrapped__")
+    return isinstance(value, _CODE_TYPES) or callable(value) and _has_wrapped(value)
 
 
 def _followable(value) -> bool:
     """Code whose own reads the static walk follows: a Python function, or a decorated one."""
-    return isinstance(value, types.FunctionType) or callable(value) and hasattr(value, "__wrapped__")
+    return isinstance(value, types.FunctionType) or callable(value) and _has_wrapped(value)
+
+
+def _has_wrapped(value) -> bool:
+    """Whether `value` has a `__wrapped__` (functools.wraps, lru_cache, a LazyGraph, wrapt's
+    proxies), found without running code of the user's: hasattr would call a `__getattr__` its
+    class (or metaclass, for a class) defines; those are looked up by inspect.getattr_static."""
+    tp = type(value)
+    plain = _PLAIN_LOOKUP.get(tp)
+    if plain is None:
+        plain = not any(isinstance(vars(k).get(name), types.FunctionType)
+                        for k in tp.__mro__ for name in ("__getattr__", "__getattribute__"))
+        if len(_PLAIN_LOOKUP) >= 4096:
+            _PLAIN_LOOKUP.clear()
+        _PLAIN_LOOKUP[tp] = plain
+    if plain:
+        return hasattr(value, "__wrapped__")
+    return inspect.getattr_static(value, "__wrapped__", _NO_WRAPPED) is not _NO_WRAPPED
+
+
+#: type -> whether attribute lookups on its objects run no Python code of a __getattr__/__getattribute__
+_PLAIN_LOOKUP: dict = {}
+_NO_WRAPPED = object()
 
 
 def _attributes(obj):
