@@ -702,18 +702,18 @@ def test_a_recursive_call_inside_the_outer_calls_try_goes_on_as_in_eager():
 _GETATTR_CALLS = []
 
 
-class _NoisyMeta(type):
+class _AskedMeta(type):
     def __getattr__(cls, name):
         _GETATTR_CALLS.append(name)
         raise AttributeError(name)
 
 
-class _NoisyClass(metaclass=_NoisyMeta):
+class _AskedClass(metaclass=_AskedMeta):
     def __init__(self, x):
         self.x = x
 
 
-class _NoisyCallable:
+class _AskedCallable:
     def __getattr__(self, name):
         _GETATTR_CALLS.append(name)
         raise AttributeError(name)
@@ -722,12 +722,12 @@ class _NoisyCallable:
         return x
 
 
-_NOISY = _NoisyCallable()
+_ASKED = _AskedCallable()
 
 
-def _reaches_noisy_objects(x):
-    _NoisyClass(x)
-    _NOISY(x)
+def _reaches_asked_objects(x):
+    _AskedClass(x)
+    _ASKED(x)
     return x * 2
 
 
@@ -735,8 +735,8 @@ def test_the_walk_of_a_functions_reads_calls_no_getattr_of_the_users():
     """A global class whose metaclass, or a callable object whose class, defines __getattr__: the
     walk asked them for __wrapped__ with hasattr, which ran that code during the trace."""
     _GETATTR_CALLS.clear()          # (pytest's collection asks module globals for attributes)
-    lazy = lazytrace.trace_graph(_reaches_noisy_objects)
+    lazy = lazytrace.trace_graph(_reaches_asked_objects)
     x = torch.rand(3)
     for _ in range(2):
-        assert torch.equal(lazy(x), _reaches_noisy_objects(x))
+        assert torch.equal(lazy(x), _reaches_asked_objects(x))
     assert _GETATTR_CALLS == [] and lazy.stats.hits == 1
