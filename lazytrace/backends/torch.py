@@ -41,7 +41,7 @@ from torch.overrides import TorchFunctionMode
 from ..graph.ir import Source, Value
 from ..graph.signature import Unkeyable, _value_key
 from ..graph.stateful import own_class
-from .base import Backend, CallKind, call_as_caller, operator_syntax
+from .base import Backend, CallKind, call_as_caller, kept_per_argument, operator_syntax
 from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, torchs_own
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
@@ -889,6 +889,7 @@ class TorchBackend(Backend):
     def brief(t) -> tuple:
         return (_shape(t), t.dtype, t.device, t.requires_grad)
 
+    @kept_per_argument(1024)
     def format_brief(self, brief) -> str:
         shape, dtype, device, grad = brief
         shape = "x".join(map(str, shape)) or "scalar"
@@ -909,6 +910,7 @@ class TorchBackend(Backend):
             return torch.rand(shape, generator=g, dtype=dt)
         return torch.randint(0, 10, shape, generator=g, dtype=dt)
 
+    @kept_per_argument(64)
     def describe_global_state(self, state):
         grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks, determinism) = state
         autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \

@@ -363,7 +363,7 @@ class LazyGraph:
         try:
             graph, result = trace(self._fn, args, kwargs, key=key, backends=backends,
                                   signature=self._signature, options=self._options, name=self._name,
-                                  extra=self._extra)
+                                  extra=self._extra, state=self._key_state(key, backends))
         except NotTraceable as exc:    # decided before running: run eagerly, remember
             self._store(key, entry, exc)
             self._explain(key, backends, args, kwargs, failed)
@@ -533,7 +533,8 @@ class LazyGraph:
         """Record this trace's signature and what changed from the nearest earlier one; warn
         when the trace count reaches one of _WARN_AT."""
         described = explain.describe_call(args, kwargs, self._signature, backends, self._extra,
-                                          key[1] if self._extra is not None else None)
+                                          key[1] if self._extra is not None else None,
+                                          self._key_state(key, backends))
         with self._lock:
             if failed is not None:
                 reason = self._guard_text(*failed)
@@ -558,6 +559,10 @@ class LazyGraph:
                           f"trace: {rec.cause}. Calls with changing shapes or Python values each "
                           f"trace a new graph; LazyGraph.explain() lists why each trace happened.", RetraceWarning,
                           stacklevel=_caller_level(backends))
+
+    def _key_state(self, key, backends):
+        """The global state this call's key holds (Signature.key_state), read once per trace."""
+        return self._signature.key_state(key[0] if self._extra is not None else key, backends)
 
     @staticmethod
     def _guard_text(graph, index) -> str:

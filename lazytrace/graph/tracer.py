@@ -1223,8 +1223,9 @@ def _map_values(lifted, each):
 
 
 def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signature: Signature,
-          options: TraceOptions, name: str, extra: Callable | None = None):
-    """Run `fn(*args, **kwargs)` once while recording it.
+          options: TraceOptions, name: str, extra: Callable | None = None, state=None):
+    """Run `fn(*args, **kwargs)` once while recording it. `state`: the global state of the
+    backend of `backends` (the only one) as the call's key holds it (else it is read here).
 
     Returns (graph or NotTraceable, result): the result is what `fn` returned.
     Exceptions raised by `fn` propagate unchanged.
@@ -1234,16 +1235,18 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         # its body runs after the call returns, outside the trace: it would keep the trace's arrays
         raise NotTraceable("a generator or async function: its body runs after the call returns")
     backend = choose_backend(backends, options.to)
+    if state is None or backend is not backends[0]:
+        state = backend.global_state()
     session = TraceSession(backend, include_generators=options.include_generators,
                            array_caching=options.array_caching)
     try:
         return _run(session, backend, fn, args, kwargs, key=key, signature=signature, options=options, name=name,
-                    extra=extra)
+                    extra=extra, state=state)
     finally:
         session.release()
 
 
-def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, extra):
+def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, extra, state):
     """trace() with its session: run the function under it, then make the graph."""
     # (where the backend hands arrays over as themselves, a container holding nothing replaced is
     # handed as itself: what the function does to it is done once, to the caller's own, as in
@@ -1254,7 +1257,6 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     if extra is not None:
         for i, leaf in enumerate(extra()[1]):
             session.add_input(leaf, path=f"self.tensors[{i}]")
-    state = backend.global_state()
     with ExitStack() as stack:
         session.stateful_stack = stack
         for obj in options.stateful:
