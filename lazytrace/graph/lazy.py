@@ -388,10 +388,13 @@ class LazyGraph:
     # ---- persistent cache (lazytrace.persist) -----------------------------------------
     def _persistent(self):
         if self._persist is _UNSET:
-            from ..persist import PersistentCache, store_for
+            from ..persist.store import store_for      # (a module: no package import machinery run)
             store = store_for(self._options.cache)
-            self._persist = PersistentCache(store, self._fn, self._options, self._signature,
-                                            self._extra) if store else None
+            if store is None:
+                self._persist = None
+            else:
+                from ..persist import PersistentCache
+                self._persist = PersistentCache(store, self._fn, self._options, self._signature, self._extra)
         return self._persist
 
     def preload(self) -> int:
@@ -402,10 +405,11 @@ class LazyGraph:
         a rebuilt call of its signature (lazytrace.persist.prewarm). Returns the graphs loaded."""
         if self._disabled:
             return 0
-        from ..persist import memos_hold, plan_data, prewarm, store_for
+        from ..persist.store import store_for
         store = store_for(self._options.cache)
         if store is None or not store.has_files(self._fn):
             return 0
+        from ..persist import memos_hold, plan_data, prewarm
         persist = self._persistent()
         warm = prewarm.wanted(self._options.prewarm)
         self._stored_check = (memos_hold, plan_data)         # what _confirm checks stored_data with

@@ -18,7 +18,7 @@ import os
 import sys
 import types
 import warnings
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
@@ -866,26 +866,39 @@ class TraceSession:
             self.untraceable_transient = transient
 
     # ---- running ---------------------------------------------------------------
-    @contextmanager
-    def activate(self):
+    def __enter__(self):
+        """The function runs under the trace from here to __exit__ (_run enters it in its ExitStack:
+        a class's methods, not a @contextmanager generator, whose machinery ran ~100 bytecodes a trace)."""
         restore = self.backend.snapshot_rng()
         if restore is not None:
             self._undo.append(restore)
         for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
             self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
-        foreign = foreign_rng_tokens(self.backend) if self.include_generators else None
-        token = _active.set(self)       # reset below whatever happens: a session left active would
-        try:                            # make every later LazyGraph call of this thread run eagerly
-            with self.backend.intercept(self):
-                yield self
-        finally:
-            _active.reset(token)
+        self._foreign = foreign_rng_tokens(self.backend) if self.include_generators else None
+        self._token = _active.set(self)     # reset in __exit__ whatever happens: a session left active
+        try:                                # would make every later LazyGraph call of this thread run eagerly
+            self._intercept = self.backend.intercept(self)
+            self._intercept.__enter__()
+        except BaseException:
+            _active.reset(self._token)
             self.closed = True
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._intercept.__exit__(exc_type, exc, tb)
+        finally:
+            _active.reset(self._token)
+            self.closed = True
+        if exc_type is not None:
+            return
         if self.backend.unseen_state() != self._unseen:
             self._unseen_state_changed()
         if self.include_generators and any(self.backend.rng_token(rng) != before
                                            for rng, before in self._rng.values()):
             self.fail(_UNSEEN_RNG)
+        foreign = self._foreign
         if foreign is not None and foreign_rng_tokens(self.backend) != foreign:
             self.fail("draws random numbers from a generator lazytrace does not record (Python's "
                       "`random`, or another framework's global one such as np.random in a torch "
@@ -1269,7 +1282,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
         session.reads.start(fn)
         early = session.untraceable     # (what the function reaches cannot be replayed: a model's hooks ...)
         if early is None:
-            stack.enter_context(session.activate())
+            stack.enter_context(session)
             try:
                 result = fn(*targs, **tkwargs)
             except Exception as exc:
