@@ -771,7 +771,8 @@ class PythonReads:
         # a list, a dict, an array can change in place: checked. Numbers, strings, other objects
         # are the same objects unless __defaults__ is replaced, which is not watched (the
         # persistent cache keys them; a check would keep such graphs out of it)
-        if isinstance(fn, types.FunctionType) and _changeable(read_defaults(fn)):
+        if isinstance(fn, types.FunctionType) and (fn.__defaults__ or fn.__kwdefaults__) and \
+                _changeable(read_defaults(fn)):
             self._defaults(fn)
 
     # the state of a walk that a remembered one restores (the rest is filled by its leaves)
