@@ -13,7 +13,8 @@ Per function, in a fresh process (one per tree, function and round; the trees ta
   fresh    the first LazyGraph of a new function object with the same code (first_call_bytecodes.fresh:
            per-code caches are warm, what lazytrace keeps per function object is not)
   warm     first calls of 30 fresh LazyGraphs of the function: min and median thread CPU
-  bytes    Python bytecodes of one warm first call (deterministic: the measure when timings are noisy)
+  bytecodes      Python bytecodes of one warm first call (deterministic: the measure when timings are noisy)
+  cold bytecodes those of the cold first call (in a process of its own: counting slows it down)
 Times are thread CPU in us (median over rounds for cold and fresh, min of mins and median of medians
 for warm); `x` columns are ratios to the eager call. A LazyGraph is made before its first call is timed.
 """
@@ -58,7 +59,7 @@ def _cpu(call) -> float:
     return (time.thread_time_ns() - t) / 1e3
 
 
-def worker(name: str) -> dict:
+def worker(name: str, count_cold: bool) -> dict:
     import warnings
     import torch
     import lazytrace
@@ -71,6 +72,8 @@ def worker(name: str) -> dict:
     fn, extra = functions()[name]
     eager = [_cpu(lambda: fn(x, *extra)) for _ in range(203)][3:]
     lazy = lazytrace.trace_graph(fn)
+    if count_cold:
+        return {"cold_bytecodes": bytecodes(lambda: lazy(x, *extra), lambda out: None)}
     cold = _cpu(lambda: lazy(x, *extra))
     lazy = lazytrace.trace_graph(fresh(fn))
     fresh_t = _cpu(lambda: lazy(x, *extra))
@@ -84,9 +87,9 @@ def worker(name: str) -> dict:
             "warm_med": statistics.median(warm), "bytecodes": count, "lazytrace": lazytrace.__file__}
 
 
-def run(tree: str, name: str) -> dict:
+def run(tree: str, name: str, *more) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree), OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name], env=env,
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, *more], env=env,
                          cwd=os.path.abspath(tree), capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -97,9 +100,10 @@ def main():
     p.add_argument("--only", nargs="*", choices=NAMES)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--count-cold", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker)))
+        print(json.dumps(worker(args.worker, args.count_cold)))
         return
     names = args.only or NAMES
     results = {(t, n): [] for t in args.trees for n in names}
@@ -107,11 +111,12 @@ def main():
         for n in names:
             for t in args.trees:            # interleaved: machine noise hits every tree alike
                 results[t, n].append(run(t, n))
+    cold_counts = {(t, n): run(t, n, "--count-cold")["cold_bytecodes"] for n in names for t in args.trees}
     geo = {t: {} for t in args.trees}
     for t in args.trees:
         print(f"\n## {t} (lazytrace from {results[t, names[0]][0]['lazytrace']})")
         print(f"{'function':18} {'eager':>7} {'cold':>8} {'x':>6} {'fresh':>8} {'x':>6} {'warm min':>9} {'x':>6} "
-              f"{'warm med':>9} {'x':>6} {'bytecodes':>9}")
+              f"{'warm med':>9} {'x':>6} {'bytecodes':>9} {'cold bytecodes':>14}")
         for n in names:
             rs = results[t, n]
             eager = statistics.median(r["eager"] for r in rs)
@@ -123,9 +128,11 @@ def main():
                 geo[t].setdefault(k, []).append(v / eager)
             print(f"{n:18} {eager:7.1f} " + " ".join(f"{v:8.1f} {v / eager:6.1f}" if k in ("cold", "fresh") else
                                                        f"{v:9.1f} {v / eager:6.1f}" for k, v in row.items())
-                  + f" {rs[0]['bytecodes']:9d}")
+                  + f" {rs[0]['bytecodes']:9d} {cold_counts[t, n]:14d}")
+            geo[t].setdefault("bytecodes", []).append(rs[0]["bytecodes"])
+            geo[t].setdefault("cold bytecodes", []).append(cold_counts[t, n])
         print("geomean ratio to eager: " + ", ".join(f"{k} {statistics.geometric_mean(v):.1f}x"
-                                                     for k, v in geo[t].items()))
+                                                     for k, v in geo[t].items() if "bytecodes" not in k))
     if len(args.trees) > 1:
         first = args.trees[0]
         for t in args.trees[1:]:
