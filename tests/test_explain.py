@@ -102,3 +102,21 @@ def test_autocast_and_default_dtype_changes_are_named(torch_fw):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         lazy(x)
     assert lazy.traces[1].changes == (Change("autocast", "off", "cpu bfloat16"),)
+
+
+def test_signature_describes_the_global_state_of_the_key_not_the_one_the_call_left():
+    def switch_grad_off(x):
+        torch.set_grad_enabled(False)       # recorded: the graph switches it off too
+        return x * 2
+
+    lazy = lazytrace.trace_graph(switch_grad_off)
+    try:
+        lazy(torch.ones(3))
+        assert not torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+    assert lazy.traces[0].signature["torch.is_grad_enabled()"] == "True"
+    assert lazy.signatures[0].signature["torch.is_grad_enabled()"] == "True"
+    lazy(torch.zeros(3))                    # the same key (grad on): a hit
+    torch.set_grad_enabled(True)
+    assert lazy.stats.traces == 1 and lazy.stats.hits == 1

@@ -60,8 +60,9 @@ def foreign_rng_tokens(backend: Backend) -> tuple:
     `random` module, and those of the other frameworks in use (np.random.rand() in a torch
     function). A draw from one of them would be baked into a graph as one value."""
     tokens = [_python_rng_token(getattr(random.getstate, "__self__", None))]
+    modules = sys.modules
     for name in _GLOBAL_RNGS:
-        if name != backend.name and name in available():
+        if name != backend.name and _FRAMEWORKS[name][0] in modules:     # (available(), for one name)
             tokens.append(get_backend(name).rng_token(None))
     return tuple(tokens)
 

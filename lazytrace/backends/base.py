@@ -37,9 +37,13 @@ def kept_per_argument(limit: int):
     `limit` of them; results are read, never changed): the texts a trace describes the global
     state and its inputs with, at every trace."""
     def decorate(method):
+        attribute = f"_kept_{method.__name__}"
+
         @functools.wraps(method)
         def kept(self, argument):
-            memo = self.__dict__.setdefault(f"_kept_{method.__name__}", {})
+            memo = self.__dict__.get(attribute)
+            if memo is None:
+                memo = self.__dict__[attribute] = {}
             found = memo.get(argument)
             if found is None:
                 if len(memo) >= limit:

@@ -29,10 +29,16 @@ def read(obj, offset: int, size: int) -> bytes:
 
 
 def read_address(address: int, size: int) -> bytes:
+    return view(address, size).raw          # (ctypes.string_at costs twice as much)
+
+
+def view(address: int, size: int):
+    """A ctypes array over the `size` bytes at `address`: its `.raw` reads them as they are then
+    (held by the one who holds the object there, it reads the generator again with one attribute)."""
     tp = _CHARS.get(size)
     if tp is None:
         tp = _CHARS[size] = ctypes.c_char * size
-    return tp.from_address(address).raw     # (ctypes.string_at costs twice as much)
+    return tp.from_address(address)
 
 
 #: size -> ctypes.c_char * size, held: ctypes keeps the array types it makes only until a
@@ -61,6 +67,7 @@ class PythonRandom:
 
     def __init__(self):
         self._offset = self._locate()
+        self._last = (None, None)       # (the last generator read, a view of its state: see view)
 
     @staticmethod
     def _locate() -> int | None:
@@ -84,7 +91,10 @@ class PythonRandom:
         """A value that changes whenever `rng` draws or is reseeded."""
         if self._offset is None or type(rng) is not random.Random:
             return rng.getstate()
-        return read(rng, self._offset, 4 + _KEY_BYTES), getattr(rng, "gauss_next", None)
+        held, state = self._last
+        if held is not rng:         # (holding it: its memory stays its own)
+            held, state = self._last = rng, view(id(rng) + self._offset, 4 + _KEY_BYTES)
+        return state.raw, getattr(rng, "gauss_next", None)
 
 
 def _python_words(state) -> bytes:

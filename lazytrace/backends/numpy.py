@@ -209,6 +209,7 @@ class _LegacyLayout:
 
     def __init__(self):
         self._gauss = self._locate()
+        self._views = None      # (RandomState, its bit generator, views of their state and gauss: mtstate.view)
 
     def _locate(self) -> int | None:
         probe = np.random.RandomState(20261123)
@@ -238,10 +239,15 @@ class _LegacyLayout:
 
     def token(self, rs):
         """Equal for states that draw the same numbers (the cached Gaussian counts only if set)."""
-        if not self._fast(rs):
-            return self._public(rs)
-        raw, has_gauss, gauss = self._read(rs)
-        return raw, has_gauss, gauss if has_gauss else 0.0
+        views = self._views
+        if views is None or views[0] is not rs or views[1] is not rs._bit_generator or self._gauss is None:
+            if not self._fast(rs):
+                return self._public(rs)
+            views = self._views = (rs, rs._bit_generator,       # (held: their memory stays theirs)
+                                   mtstate.view(rs._bit_generator.ctypes.state_address, mtstate.STATE_BYTES),
+                                   mtstate.view(id(rs) + self._gauss, self._GAUSS.size))
+        has_gauss, gauss = self._GAUSS.unpack(views[3].raw)
+        return views[2].raw, has_gauss, gauss if has_gauss else 0.0
 
     def snapshot(self, rs):
         """A function putting `rs`'s state back as it is now (read from memory: set_state builds

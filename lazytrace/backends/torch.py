@@ -41,7 +41,7 @@ from torch.overrides import TorchFunctionMode
 from ..graph.ir import Source, Value
 from ..graph.signature import Unkeyable, _value_key
 from ..graph.stateful import own_class
-from .base import Backend, CallKind, call_as_caller, operator_syntax
+from .base import Backend, CallKind, call_as_caller, kept_per_argument, operator_syntax
 from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, torchs_own
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
@@ -255,6 +255,32 @@ def _set_autocast(state) -> None:
         torch.autocast_increment_nesting()
         if torch.autocast_decrement_nesting() == 0:
             torch.clear_autocast_cache()
+
+
+def _namespace_index() -> list:
+    """(module name, its namespace, {id(value): its last attribute}, the ids of its values in order)
+    for each of _NAMESPACES, made by C calls (~0.5 ms; a Python loop over their ~3000 attributes
+    took ~2 ms of the process's first trace calling a torch function)."""
+    import importlib
+    index = []
+    for ns in _NAMESPACES:
+        try:
+            namespace = vars(importlib.import_module(ns))
+        except ImportError:
+            continue
+        names, ids = list(namespace), list(map(id, namespace.values()))    # (no tuple per item)
+        index.append((ns, namespace, dict(zip(ids, names)), ids))
+    return index
+
+
+def _holding(func, namespace, last, ids) -> list:
+    """The attributes of `namespace` holding `func` (its index: `last`, `ids`)."""
+    name = last.get(id(func))
+    if name is None:
+        return []
+    if ids.count(id(func)) == 1:        # held once (when indexed)
+        return [name]
+    return [n for n, v in list(namespace.items()) if v is func]      # (rare: an alias)
 
 
 def _func_name(func) -> str:
@@ -889,6 +915,7 @@ class TorchBackend(Backend):
     def brief(t) -> tuple:
         return (_shape(t), t.dtype, t.device, t.requires_grad)
 
+    @kept_per_argument(1024)
     def format_brief(self, brief) -> str:
         shape, dtype, device, grad = brief
         shape = "x".join(map(str, shape)) or "scalar"
@@ -909,6 +936,7 @@ class TorchBackend(Backend):
             return torch.rand(shape, generator=g, dtype=dt)
         return torch.randint(0, 10, shape, generator=g, dtype=dt)
 
+    @kept_per_argument(64)
     def describe_global_state(self, state):
         grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks, determinism) = state
         autocast = ", ".join(f"{device} {str(dt).removeprefix('torch.')}" for device, dt in autocast) \
@@ -1022,21 +1050,17 @@ class TorchBackend(Backend):
         return ("function", self._qualified_name(func))
 
     def other_homes(self, func) -> tuple[str, ...]:
-        # the public namespaces' functions by identity, indexed once (a stale entry is harmless:
+        # the public namespaces' attributes by identity, indexed once (a stale entry is harmless:
         # function_homes keeps only the attributes holding the function when a graph is made)
         if self._homes is None:
-            import importlib
-            homes: dict = {}
-            for ns in _NAMESPACES:
-                try:
-                    namespace = vars(importlib.import_module(ns))
-                except ImportError:
-                    continue
-                for attribute, obj in list(namespace.items()):
-                    if callable(obj) and not isinstance(obj, type) and not attribute.startswith("__"):
-                        homes.setdefault(id(obj), []).append(f"{ns}.{attribute}")
-            self._homes = homes
-        return tuple(self._homes.get(id(func), ()))
+            self._homes = ({}, _namespace_index())
+        known, index = self._homes
+        homes = known.get(id(func))
+        if homes is None:
+            homes = known[id(func)] = () if isinstance(func, type) else \
+                tuple(f"{ns}.{name}" for ns, namespace, last, ids in index
+                      for name in _holding(func, namespace, last, ids) if not name.startswith("__"))
+        return homes
 
     def _qualified_name(self, func) -> str:
         name = self._names.get(func)

@@ -63,12 +63,13 @@ def shared_state(signatures: list) -> set:
     return {p for p in paths if len({sig.get(p) for sig in signatures}) == 1}
 
 
-def describe_call(args, kwargs, signature, backends, extra=None, extra_key=None) -> dict:
-    """{path: description} of everything a call's cache key holds: arguments, global state, and
-    the extra live inputs (a module's flags and parameters) when `extra` can describe its key."""
+def describe_call(args, kwargs, signature, backends, extra=None, extra_key=None, state=None) -> dict:
+    """{path: description} of everything a call's cache key holds: arguments, global state (`state`:
+    the one backend's, as its key holds it; else read now), and the extra live inputs (a module's
+    flags and parameters) when `extra` can describe its key."""
     out = describe_paths(args, kwargs, signature)
     for backend in backends:
-        out.update(backend.describe_global_state(backend.global_state()))
+        out.update(backend.describe_global_state(backend.global_state() if state is None else state))
     if extra is not None:
         out.update(describe_extra(extra, extra_key))
     return out

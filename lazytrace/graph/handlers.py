@@ -8,6 +8,7 @@ cannot be found, or whose `__exit__` may return a true value, counts as swallowi
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import dis
 import functools
@@ -34,22 +35,20 @@ def inside_except(frame, root, stop) -> bool:
         table = known.get(code)
         if table is None:
             table = _frame_table(code, frame.f_globals)
-        if table:
-            lasti = frame.f_lasti
-            for start, end, caught in table:
-                if start <= lasti < end:
-                    if caught is True:
+        if table is not False:
+            for caught in table[frame.f_lasti]:
+                if caught is True:
+                    return True
+                for manager in caught:
+                    if _swallows_safely(manager, frame):
                         return True
-                    for manager in caught:
-                        if _swallows_safely(manager, frame):
-                            return True
         if code is root and stop is None:
             return False
         frame = frame.f_back
     return False
 
 
-#: code -> its handler table (none for code lazytrace does not watch)
+#: code -> its _Handlers (False for code lazytrace does not watch, or without a try or with block)
 _TABLES: dict = {}
 #: (id(manager class or factory function), whether called) -> (a weak reference to it, whether what
 #: it makes may swallow an error): by identity (hashing a class may run its metaclass's code), not keeping it alive
@@ -63,15 +62,54 @@ def _bounded(cache: dict, key, value):
     return value
 
 
-def _frame_table(code, namespace) -> tuple:
-    """The handler table of a frame's code, none for code of the frameworks, the standard library
-    or lazytrace (they catch their own errors), but for the with block of contextlib's
+def _frame_table(code, namespace):
+    """The _Handlers of a frame's code, False for code of the frameworks, the standard library or
+    lazytrace (they catch their own errors), but for the with block of contextlib's
     `ContextDecorator` (a manager used as a decorator: `@suppress_errors()`), whose manager is
     the user's."""
     if code is _DECORATED_CODE:
-        return _bounded(_TABLES, code, ((0, len(code.co_code), (_DECORATING,)),))
+        return _bounded(_TABLES, code, collections.defaultdict(lambda: ((_DECORATING,),)))
     watched = str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED
-    return _bounded(_TABLES, code, _handler_table(code, True) if code.co_exceptiontable and watched else ())
+    return _bounded(_TABLES, code, _Handlers(code) if code.co_exceptiontable and watched else False)
+
+
+class _Handlers(dict):
+    """The try and with blocks of one code object, by instruction offset: what may take an
+    exception raised there (the `caught` of _handler_table of each block around it, none empty),
+    filled at lookup. The exception table is read at once; what its handlers do is worked out from
+    the bytecode (_HandlerWalk, with blocks' managers: ~250-550 us for a kornia function, most of
+    it dis.get_instructions) only when a framework call is made inside one of its blocks: most are
+    made outside (gaussian_blur2d's own `with` switching autocast off, on a path not taken)."""
+
+    __slots__ = ("code", "entries", "walk", "caught")
+
+    def __init__(self, code):
+        super().__init__()
+        self.code = code
+        self.entries = list(dis.Bytecode(code).exception_entries)
+        self.walk = None
+        self.caught: dict = {}      # handler target -> _caught of it
+
+    def __missing__(self, lasti) -> tuple:
+        found = []
+        for entry in self.entries:
+            if entry.start <= lasti < entry.end:
+                caught = self.caught.get(entry.target)
+                if caught is None:
+                    if self.walk is None:
+                        self.walk = _HandlerWalk(list(dis.get_instructions(self.code)), self.entries, True)
+                    caught = self.caught[entry.target] = _caught(self.walk, entry.target)
+                if caught:
+                    found.append(caught)
+        found = self[lasti] = tuple(found)
+        return found
+
+
+def _caught(walk, target) -> bool | tuple:
+    """True where an except clause may take what reaches the handler at `target`, else the
+    managers of the with blocks it passes through (none: it is raised out)."""
+    caught = walk.catches(target)
+    return True if caught is True else tuple(walk.manager(t) for t in caught)
 
 
 def _handler_table(code, users: bool) -> tuple:
@@ -88,10 +126,9 @@ def _handler_table(code, users: bool) -> tuple:
     walk = _HandlerWalk(ops, entries, users)
     table = []
     for entry in entries:
-        caught = walk.catches(entry.target)
+        caught = _caught(walk, entry.target)
         if caught:
-            managers = True if caught is True else tuple(walk.manager(target) for target in caught)
-            table.append((entry.start, entry.end, managers))
+            table.append((entry.start, entry.end, caught))
     return tuple(table)
 
 

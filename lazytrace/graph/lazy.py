@@ -363,7 +363,7 @@ class LazyGraph:
         try:
             graph, result = trace(self._fn, args, kwargs, key=key, backends=backends,
                                   signature=self._signature, options=self._options, name=self._name,
-                                  extra=self._extra)
+                                  extra=self._extra, state=self._key_state(key, backends))
         except NotTraceable as exc:    # decided before running: run eagerly, remember
             self._store(key, entry, exc)
             self._explain(key, backends, args, kwargs, failed)
@@ -388,10 +388,13 @@ class LazyGraph:
     # ---- persistent cache (lazytrace.persist) -----------------------------------------
     def _persistent(self):
         if self._persist is _UNSET:
-            from ..persist import PersistentCache, store_for
+            from ..persist.store import store_for      # (a module: no package import machinery run)
             store = store_for(self._options.cache)
-            self._persist = PersistentCache(store, self._fn, self._options, self._signature,
-                                            self._extra) if store else None
+            if store is None:
+                self._persist = None
+            else:
+                from ..persist import PersistentCache
+                self._persist = PersistentCache(store, self._fn, self._options, self._signature, self._extra)
         return self._persist
 
     def preload(self) -> int:
@@ -402,10 +405,11 @@ class LazyGraph:
         a rebuilt call of its signature (lazytrace.persist.prewarm). Returns the graphs loaded."""
         if self._disabled:
             return 0
-        from ..persist import memos_hold, plan_data, prewarm, store_for
+        from ..persist.store import store_for
         store = store_for(self._options.cache)
         if store is None or not store.has_files(self._fn):
             return 0
+        from ..persist import memos_hold, plan_data, prewarm
         persist = self._persistent()
         warm = prewarm.wanted(self._options.prewarm)
         self._stored_check = (memos_hold, plan_data)         # what _confirm checks stored_data with
@@ -533,7 +537,8 @@ class LazyGraph:
         """Record this trace's signature and what changed from the nearest earlier one; warn
         when the trace count reaches one of _WARN_AT."""
         described = explain.describe_call(args, kwargs, self._signature, backends, self._extra,
-                                          key[1] if self._extra is not None else None)
+                                          key[1] if self._extra is not None else None,
+                                          self._key_state(key, backends))
         with self._lock:
             if failed is not None:
                 reason = self._guard_text(*failed)
@@ -558,6 +563,10 @@ class LazyGraph:
                           f"trace: {rec.cause}. Calls with changing shapes or Python values each "
                           f"trace a new graph; LazyGraph.explain() lists why each trace happened.", RetraceWarning,
                           stacklevel=_caller_level(backends))
+
+    def _key_state(self, key, backends):
+        """The global state this call's key holds (Signature.key_state), read once per trace."""
+        return self._signature.key_state(key[0] if self._extra is not None else key, backends)
 
     @staticmethod
     def _guard_text(graph, index) -> str:

@@ -62,6 +62,7 @@ import importlib.util
 import inspect
 import itertools
 import math
+import opcode
 import operator
 import os
 import re
@@ -98,6 +99,22 @@ _CACHE = dis.opmap.get("CACHE", -1)                               # 3.11+: inlin
 _LOAD_METHOD = dis.opmap.get("LOAD_METHOD", -1)                   # 3.11; folded into LOAD_ATTR in 3.12
 _LOAD_GLOBAL_SHIFT = 1                                          # the low bit means "push NULL"
 _LOAD_ATTR_SHIFT = 1 if sys.version_info >= (3, 12) else 0       # 3.12: the low bit means "a method"
+
+
+def _instruction_sizes() -> bytes:
+    """Bytes from one instruction to the next, per opcode: 2, and 2 per inline cache entry after it
+    (3.11+; LOAD_METHOD has 10): _global_reads steps over them at once."""
+    entries = getattr(opcode, "_inline_cache_entries", None)
+    if isinstance(entries, dict):       # 3.13+: by name
+        counts = [entries.get(dis.opname[op], 0) for op in range(256)]
+    elif entries is not None:
+        counts = [entries[op] if op < len(entries) else 0 for op in range(256)]
+    else:
+        counts = [0] * 256
+    return bytes(2 + 2 * n for n in counts)
+
+
+_SIZES = _instruction_sizes()
 #: packages whose code's globals are never guarded: the standard library (logging, typing ...),
 #: lazytrace, the frameworks and what they run internally (their own state is theirs: a
 #: framework call is recorded as a whole), and tools running around user code (printing,
@@ -379,10 +396,10 @@ def _global_reads(code) -> tuple[tuple[str, ...], ...]:
             continue
         chain = (names[arg >> _LOAD_GLOBAL_SHIFT],)
         found[chain] = None
-        j, extended = i + 2, 0
+        j, extended = i + _SIZES[_LOAD_GLOBAL], 0
         while j < end:          # attribute reads on it, past inline caches and extended arguments
             op, arg = raw[j], raw[j + 1] | extended
-            j += 2
+            j += _SIZES[op]
             if op == _EXTENDED_ARG:
                 extended = arg << 8
                 continue
@@ -776,7 +793,8 @@ class PythonReads:
         # a list, a dict, an array can change in place: checked. Numbers, strings, other objects
         # are the same objects unless __defaults__ is replaced, which is not watched (the
         # persistent cache keys them; a check would keep such graphs out of it)
-        if isinstance(fn, types.FunctionType) and _changeable(read_defaults(fn)):
+        if isinstance(fn, types.FunctionType) and (fn.__defaults__ or fn.__kwdefaults__) and \
+                _changeable(read_defaults(fn)):
             self._defaults(fn)
 
     # the state of a walk that a remembered one restores (the rest is filled by its leaves)

@@ -97,6 +97,12 @@ class Signature:
         except (RuntimeError, NotImplementedError) as exc:     # a sparse CSR tensor has no strides ...
             raise Unkeyable(f"an argument cannot be described for the cache key ({exc})") from None
 
+    @staticmethod
+    def key_state(key, backends):
+        """The global state `key` holds (made by `key` for a call of one backend's arrays, without
+        an extra part): what a trace of the call and its description would read again, else None."""
+        return key[1] if len(backends) == 1 else None
+
     def _top(self, where, obj, leaves, backends, static, stateful):
         if where in static:
             try:
@@ -267,13 +273,13 @@ def container_snapshot(obj, out: list | None = None) -> list:
     out = [] if out is None else out
     if isinstance(obj, (list, dict)):
         out.append((obj, _items(obj)))
-    if isinstance(obj, (list, tuple)):
-        for x in obj:
-            container_snapshot(x, out)
-    elif isinstance(obj, dict):
-        for x in obj.values():
+    for x in obj if isinstance(obj, (list, tuple)) else obj.values() if isinstance(obj, dict) else ():
+        if isinstance(x, _CONTAINERS):      # (arrays and scalars, most items: no call)
             container_snapshot(x, out)
     return out
+
+
+_CONTAINERS = (list, tuple, dict)
 
 
 def containers_changed(snapshot: list) -> bool:

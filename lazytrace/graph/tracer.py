@@ -18,7 +18,7 @@ import os
 import sys
 import types
 import warnings
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
@@ -866,26 +866,39 @@ class TraceSession:
             self.untraceable_transient = transient
 
     # ---- running ---------------------------------------------------------------
-    @contextmanager
-    def activate(self):
+    def __enter__(self):
+        """The function runs under the trace from here to __exit__ (_run enters it in its ExitStack:
+        a class's methods, not a @contextmanager generator, whose machinery ran ~100 bytecodes a trace)."""
         restore = self.backend.snapshot_rng()
         if restore is not None:
             self._undo.append(restore)
         for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
             self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
-        foreign = foreign_rng_tokens(self.backend) if self.include_generators else None
-        token = _active.set(self)       # reset below whatever happens: a session left active would
-        try:                            # make every later LazyGraph call of this thread run eagerly
-            with self.backend.intercept(self):
-                yield self
-        finally:
-            _active.reset(token)
+        self._foreign = foreign_rng_tokens(self.backend) if self.include_generators else None
+        self._token = _active.set(self)     # reset in __exit__ whatever happens: a session left active
+        try:                                # would make every later LazyGraph call of this thread run eagerly
+            self._intercept = self.backend.intercept(self)
+            self._intercept.__enter__()
+        except BaseException:
+            _active.reset(self._token)
             self.closed = True
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._intercept.__exit__(exc_type, exc, tb)
+        finally:
+            _active.reset(self._token)
+            self.closed = True
+        if exc_type is not None:
+            return
         if self.backend.unseen_state() != self._unseen:
             self._unseen_state_changed()
         if self.include_generators and any(self.backend.rng_token(rng) != before
                                            for rng, before in self._rng.values()):
             self.fail(_UNSEEN_RNG)
+        foreign = self._foreign
         if foreign is not None and foreign_rng_tokens(self.backend) != foreign:
             self.fail("draws random numbers from a generator lazytrace does not record (Python's "
                       "`random`, or another framework's global one such as np.random in a torch "
@@ -1223,8 +1236,9 @@ def _map_values(lifted, each):
 
 
 def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signature: Signature,
-          options: TraceOptions, name: str, extra: Callable | None = None):
-    """Run `fn(*args, **kwargs)` once while recording it.
+          options: TraceOptions, name: str, extra: Callable | None = None, state=None):
+    """Run `fn(*args, **kwargs)` once while recording it. `state`: the global state of the
+    backend of `backends` (the only one) as the call's key holds it (else it is read here).
 
     Returns (graph or NotTraceable, result): the result is what `fn` returned.
     Exceptions raised by `fn` propagate unchanged.
@@ -1234,16 +1248,18 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         # its body runs after the call returns, outside the trace: it would keep the trace's arrays
         raise NotTraceable("a generator or async function: its body runs after the call returns")
     backend = choose_backend(backends, options.to)
+    if state is None or backend is not backends[0]:
+        state = backend.global_state()
     session = TraceSession(backend, include_generators=options.include_generators,
                            array_caching=options.array_caching)
     try:
         return _run(session, backend, fn, args, kwargs, key=key, signature=signature, options=options, name=name,
-                    extra=extra)
+                    extra=extra, state=state)
     finally:
         session.release()
 
 
-def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, extra):
+def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, extra, state):
     """trace() with its session: run the function under it, then make the graph."""
     # (where the backend hands arrays over as themselves, a container holding nothing replaced is
     # handed as itself: what the function does to it is done once, to the caller's own, as in
@@ -1254,7 +1270,6 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     if extra is not None:
         for i, leaf in enumerate(extra()[1]):
             session.add_input(leaf, path=f"self.tensors[{i}]")
-    state = backend.global_state()
     with ExitStack() as stack:
         session.stateful_stack = stack
         for obj in options.stateful:
@@ -1267,7 +1282,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
         session.reads.start(fn)
         early = session.untraceable     # (what the function reaches cannot be replayed: a model's hooks ...)
         if early is None:
-            stack.enter_context(session.activate())
+            stack.enter_context(session)
             try:
                 result = fn(*targs, **tkwargs)
             except Exception as exc:
