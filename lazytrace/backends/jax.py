@@ -297,6 +297,10 @@ def _fast_operator(name, call, reflected):
 
 
 _FAST_OPERANDS = frozenset({int, float, ArrayImpl})
+# JAX takes a tracer's abstract value (core.typeof, shaped_abstractify: every jitted call given one)
+# from this table, by type, else by walking the type's MRO to core.Tracer's entry: the same entry,
+# found at once (~130 of the ~2500 Python bytecodes of a traced jax.numpy call)
+core.pytype_aval_mappings.setdefault(JaxTracer, core.pytype_aval_mappings[core.Tracer])
 for _name, (_call, _reflected) in _operator_calls().items():
     setattr(JaxTracer, f"__{_name}__", _fast_operator(_name, _call, _reflected))
 #: the jax.numpy functions the operators record that are not jitted themselves (power)
@@ -328,10 +332,10 @@ class LazyTrace(core.Trace):
             else:
                 call = _jitted_call(params, sys._getframe(1), self.backend._jitted)
                 if call is not None:
-                    fn, args, kwargs = call
+                    fn, args, kwargs, caller = call
                     if id(fn) not in self.backend._names:
                         self.backend.name_callable(fn, f"jit.{params['name']}")
-                    result = self.session.on_call(fn, args, kwargs)
+                    result = self.session.on_call(fn, args, kwargs, caller)
                     return list(result) if type(result) in (list, tuple) else [result]
         return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {})
 
@@ -522,7 +526,7 @@ class JaxBackend(Backend):
         elif tracer is None and kwargs:
             tracer = _first_tracer((), kwargs)
         trace = tracer._trace if tracer is not None else core.unsafe_get_current_trace()
-        if kwargs:
+        if kwargs and not _holds_no_tracer(kwargs.values()):
             kwargs = unwrap_tree(kwargs, JaxTracer)
         if type(trace) is not LazyTrace:
             return func(*values, **kwargs), ()
@@ -545,6 +549,11 @@ class JaxBackend(Backend):
     def storage_key(self, a):
         # jax arrays are immutable: no aliasing to follow
         return id(a._lt_array if type(a) is JaxTracer else a)
+
+    def output_facts(self, obj) -> tuple:
+        # (brief, storage_key, requires_grad) in one call, for every output a trace records
+        a = obj._lt_array if type(obj) is JaxTracer else obj
+        return (a.shape, a.dtype), id(a), False
 
     def clone(self, a):
         return a                     # immutable: a constant can be handed out as is
@@ -814,8 +823,9 @@ def _first_tracer(args, kwargs):
 
 
 def _flat_values(args):
-    """(the first tracer or None, the arrays) of call arguments that hold no container (the
-    common case: one pass instead of _first_tracer and unwrap_tree), or (None, None)."""
+    """(the first tracer or None, the arrays) of call arguments that hold no container but
+    tuples and lists of Python scalars (the common case, `axis=(1, 2)` included: one pass
+    instead of _first_tracer and unwrap_tree), or (None, None)."""
     first, values = None, []
     for a in args:
         tp = type(a)
@@ -823,11 +833,21 @@ def _flat_values(args):
             if first is None:
                 first = a
             values.append(a._lt_array)
-        elif tp is tuple or tp is list or tp is dict:
+        elif tp is dict or (tp is tuple or tp is list) and not _holds_no_tracer(a):
             return None, None
         else:
             values.append(a)
     return first, values
+
+
+def _holds_no_tracer(items) -> bool:
+    """Whether `items` are all Python scalars, None or strings, or tuples of them (an axis):
+    call arguments with nothing in them to unwrap."""
+    for x in items:
+        tp = type(x)
+        if tp not in _SCALARS and (tp is not tuple or not _holds_no_tracer(x)):
+            return False
+    return True
 
 
 def _plain(obj) -> bool:
@@ -860,7 +880,7 @@ def _caller_frame(frame, codes, depth):
 
 
 def _jitted_call(params, frame, cache: dict):
-    """(jitted function, args, kwargs) of the `jax.jit` function whose call under the trace bound
+    """(jitted function, args, kwargs, the frame calling it) of the `jax.jit` function whose call under the trace bound
     this `jit` primitive, or None. jax.numpy's functions are jitted: eager calls them through
     JAX's C++ dispatch, whose cache (shared by every jit of the same function and options) the
     eager calls before the trace already filled. Recording that call, rather than the primitive
@@ -884,7 +904,16 @@ def _jitted_call(params, frame, cache: dict):
     args, kwargs = local["args"], local["kwargs"]
     if entry[1] is None or not _plain(args) or not _plain(kwargs):
         return None
-    return entry[1], args, kwargs
+    # the frame that called the jitted function, above JAX's own frames between that call and
+    # this one (cache_miss, api_boundary's): the tracer looks from there at the code making it
+    # (graph.reads, handlers: JAX's frames are not watched, and so walked for nothing)
+    caller = frame.f_back
+    while caller is not None and caller.f_globals.get("__name__") in _JIT_CALL_MODULES:
+        caller = caller.f_back
+    return entry[1], args, kwargs, caller
+
+
+_JIT_CALL_MODULES = frozenset({pjit.__name__, "jax._src.traceback_util"})
 
 
 def _jitted_function(p, fun, outer):
