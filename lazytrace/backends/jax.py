@@ -332,12 +332,13 @@ class LazyTrace(core.Trace):
             else:
                 call = _jitted_call(params, sys._getframe(1), self.backend._jitted)
                 if call is not None:
-                    fn, args, kwargs, caller = call
+                    fn, args, kwargs = call
                     if id(fn) not in self.backend._names:
                         self.backend.name_callable(fn, f"jit.{params['name']}")
-                    result = self.session.on_call(fn, args, kwargs, caller)
+                    result = self.session.on_call(fn, args, kwargs, _outside_jax(sys._getframe(1)))
                     return list(result) if type(result) in (list, tuple) else [result]
-        return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {})
+        return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {},
+                                    _outside_jax(sys._getframe(1)))
 
     def _varies(self, tracer) -> bool:
         value = self.session.value_of(tracer) if type(tracer) is JaxTracer else None
@@ -380,7 +381,7 @@ class LazyTrace(core.Trace):
         if call is not None:
             fn, args = call
             self.backend.name_callable(fn, name)
-            return list(self.session.on_call(fn, args, {}))
+            return list(self.session.on_call(fn, args, {}, _outside_jax(sys._getframe(2))))
         closed = jax.make_jaxpr(lambda *xs: primitive.bind(*xs, **params))(*values)
         fn = jax.jit(core.jaxpr_as_fun(closed))
         self.backend.name_callable(fn, name)
@@ -880,7 +881,7 @@ def _caller_frame(frame, codes, depth):
 
 
 def _jitted_call(params, frame, cache: dict):
-    """(jitted function, args, kwargs, the frame calling it) of the `jax.jit` function whose call under the trace bound
+    """(jitted function, args, kwargs) of the `jax.jit` function whose call under the trace bound
     this `jit` primitive, or None. jax.numpy's functions are jitted: eager calls them through
     JAX's C++ dispatch, whose cache (shared by every jit of the same function and options) the
     eager calls before the trace already filled. Recording that call, rather than the primitive
@@ -904,16 +905,18 @@ def _jitted_call(params, frame, cache: dict):
     args, kwargs = local["args"], local["kwargs"]
     if entry[1] is None or not _plain(args) or not _plain(kwargs):
         return None
-    # the frame that called the jitted function, above JAX's own frames between that call and
-    # this one (cache_miss, api_boundary's): the tracer looks from there at the code making it
-    # (graph.reads, handlers: JAX's frames are not watched, and so walked for nothing)
-    caller = frame.f_back
-    while caller is not None and caller.f_globals.get("__name__") in _JIT_CALL_MODULES:
-        caller = caller.f_back
-    return entry[1], args, kwargs, caller
+    return entry[1], args, kwargs
 
 
-_JIT_CALL_MODULES = frozenset({pjit.__name__, "jax._src.traceback_util"})
+def _outside_jax(frame):
+    """The first frame from `frame` up that runs no code of JAX's: the code that made the call
+    JAX bound a primitive for (the user's `jnp.exp(x)`, `jax.nn.sigmoid(x)`), where the tracer
+    starts looking at the code making a call (graph.reads, handlers); JAX's own frames below it
+    (its wrappers, cache_miss, bind: 5-8 a call) are not watched there, and were walked for
+    nothing."""
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("jax."):
+        frame = frame.f_back
+    return frame
 
 
 def _jitted_function(p, fun, outer):
