@@ -251,7 +251,8 @@ def _operator(name):
     method = getattr(tf.Tensor, name)
 
     def op(self, *args):
-        return self._lt_call(method, (self,) + args)
+        # (the session called from here: the frame above is the code using the operator)
+        return self._lt_session.on_call(method, (self,) + args, {})
     op.__name__ = name
     return op
 
@@ -287,6 +288,27 @@ def _raw_binary(name, operands):
         return None
     dtype = a._datatype_enum()      # (C; the `dtype` property is Python code)
     return op if dtype == b._datatype_enum() and dtype in _FLOAT_ENUMS else None
+
+
+def _flat_raw(args):
+    """(the first tracer or None, the real arguments) of positional arguments that hold no
+    container (an operator's, most API calls': one pass instead of _first_tracer and
+    unwrap_tree), or (None, None)."""
+    first, raw = None, []
+    for a in args:
+        tp = type(a)
+        if tp is TfTracer:
+            if first is None:
+                first = a
+            raw.append(a._lt_array)
+        elif tp is tuple or tp is list or tp is dict:
+            return None, None
+        else:
+            raw.append(a)
+    return first, raw
+
+
+_NOTHING: dict = {}     # (read only)
 
 
 def _first_tracer(obj, kwargs=None):
@@ -344,7 +366,7 @@ class _Dispatcher(dispatch.GlobalOpDispatcher):
             # tracers the function closed over
             tracer._lt_session.fail(f"{getattr(op, '__name__', 'a TensorFlow call')} runs Python "
                                     f"functions it was given: a graph could not replay them")
-        return tracer._lt_session.on_call(op, args, kwargs or {})
+        return tracer._lt_session.on_call(op, args, kwargs or {}, _outside_tensorflow(sys._getframe(2)))
 
     def _type(self, op, args, kwargs):
         """Registers with TensorFlow's type-based dispatcher of `op` the argument positions that
@@ -379,6 +401,20 @@ class _Dispatcher(dispatch.GlobalOpDispatcher):
                 self._typed[id(op)] = (op, None)
                 return
             known.add(i)
+
+
+def _outside_tensorflow(frame):
+    """The first frame from `frame` up that runs no code of TensorFlow's or lazytrace's: the code
+    that made an API call TensorFlow dispatched to us (the user's `tf.sigmoid(x)`), where the
+    tracer starts looking at the code making a call (graph.reads, handlers); the frames below it
+    (the API's dispatch wrappers, this dispatcher's: 4-6 a call) are not watched there, and
+    were walked for nothing."""
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(_DISPATCH_MODULES):
+        frame = frame.f_back
+    return frame
+
+
+_DISPATCH_MODULES = ("tensorflow.", __name__)
 
 
 def _argument_names(op) -> list:
@@ -513,11 +549,14 @@ class TensorflowBackend(Backend):
         return CallKind.UNKNOWN
 
     def run(self, func, args, kwargs):
-        tracer = _first_tracer(args, kwargs)
+        tracer, raw_args = _flat_raw(args)
+        if raw_args is None:            # arrays inside containers
+            tracer, raw_args = _first_tracer(args, kwargs), unwrap_tree(args, TfTracer)
+        elif tracer is None and kwargs:
+            tracer = _first_tracer((), kwargs)
         live = args[0] if args and type(args[0]) is CallRecordingProxy else None   # generator.normal(...)
         session = tracer._lt_session if tracer is not None else live._self_session if live is not None else None
         watch = session.backend_state if session is not None else None
-        raw_args = unwrap_tree(args, TfTracer)
         if live is not None:
             raw_args = (live.__wrapped__,) + tuple(raw_args[1:])
         mutated = []
@@ -535,11 +574,11 @@ class TensorflowBackend(Backend):
                 watch.depth -= 1
         if session is None:
             return result, mutated
-        by_array = {id(self.unwrap(m)): m for m in mutated}
+        by_array = {id(self.unwrap(m)): m for m in mutated} if mutated else _NOTHING
         return self._wrap(result, session, by_array), mutated
 
     def _wrap(self, result, session, by_array):
-        if isinstance(result, (tf.Tensor, tf.Variable)):
+        if type(result) is EagerTensor or isinstance(result, (tf.Tensor, tf.Variable)):
             known = by_array.get(id(result))
             return known if known is not None else TfTracer(result, session)
         if type(result) in (tuple, list):
