@@ -332,10 +332,10 @@ class LazyTrace(core.Trace):
             else:
                 call = _jitted_call(params, sys._getframe(1), self.backend._jitted)
                 if call is not None:
-                    fn, args, kwargs = call
+                    fn, args, kwargs, frame = call
                     if id(fn) not in self.backend._names:
                         self.backend.name_callable(fn, f"jit.{params['name']}")
-                    result = self.session.on_call(fn, args, kwargs, _outside_jax(sys._getframe(1)))
+                    result = self.session.on_call(fn, args, kwargs, _outside_jax(frame))
                     return list(result) if type(result) in (list, tuple) else [result]
         return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {},
                                     _outside_jax(sys._getframe(1)))
@@ -533,11 +533,14 @@ class JaxBackend(Backend):
             return func(*values, **kwargs), ()
         ctx = core.trace_ctx         # (core.set_current_trace(trace.parent) without its context manager)
         prev = ctx.trace
-        ctx.set_trace(trace.parent)
-        try:
+        if prev is trace.parent:     # a primitive JAX bound: Primitive.bind made its parent current already
             result = func(*values, **kwargs)
-        finally:
-            ctx.set_trace(prev)
+        else:
+            ctx.set_trace(trace.parent)
+            try:
+                result = func(*values, **kwargs)
+            finally:
+                ctx.set_trace(prev)
         if tracer is None:
             return result, ()        # made from constants only: a constant
         if type(result) in (list, tuple):
@@ -881,7 +884,7 @@ def _caller_frame(frame, codes, depth):
 
 
 def _jitted_call(params, frame, cache: dict):
-    """(jitted function, args, kwargs) of the `jax.jit` function whose call under the trace bound
+    """(jitted function, args, kwargs, JAX's frame running it) of the `jax.jit` function whose call under the trace bound
     this `jit` primitive, or None. jax.numpy's functions are jitted: eager calls them through
     JAX's C++ dispatch, whose cache (shared by every jit of the same function and options) the
     eager calls before the trace already filled. Recording that call, rather than the primitive
@@ -905,7 +908,7 @@ def _jitted_call(params, frame, cache: dict):
     args, kwargs = local["args"], local["kwargs"]
     if entry[1] is None or not _plain(args) or not _plain(kwargs):
         return None
-    return entry[1], args, kwargs
+    return entry[1], args, kwargs, frame
 
 
 def _outside_jax(frame):
