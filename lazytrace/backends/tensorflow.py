@@ -311,6 +311,16 @@ def _flat_raw(args):
 _NOTHING: dict = {}     # (read only)
 
 
+def _raw_run(func, args):
+    """_raw_call's (op, operands, number constant or None, reflected) for the operator call of
+    `func` with these very arguments that `run` just ran as a raw op, else None."""
+    if type(args[0]) is not TfTracer:
+        return None
+    watch = args[0]._lt_session.backend_state
+    last = watch.raw if type(watch) is _RandomWatch else None
+    return last[2] if last is not None and last[1] is args and last[0] is func else None
+
+
 def _first_tracer(obj, kwargs=None):
     """The first tracer in (nested lists/tuples/dicts of) call arguments, or None."""
     if kwargs:
@@ -437,6 +447,7 @@ class _RandomWatch:
     def __init__(self, session):
         self.session = session
         self.depth = 0          # > 0 while a recorded call runs
+        self.raw = None         # (func, args, _raw_call's answer) of the last call run as a raw op (see run)
 
     def __call__(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
         if self.depth == 0:
@@ -572,6 +583,8 @@ class TensorflowBackend(Backend):
         finally:
             if watch is not None:
                 watch.depth -= 1
+        if raw is not None and watch is not None:   # (its recording asks the same: specialize_args, replay_call)
+            watch.raw = (func, args, raw)
         if session is None:
             return result, mutated
         by_array = {id(self.unwrap(m)): m for m in mutated} if mutated else _NOTHING
@@ -590,6 +603,10 @@ class TensorflowBackend(Backend):
     def specialize_args(self, func, args, kwargs, recorded):
         """`x * 0.9` replays with a cached tf.constant(0.9, x.dtype): the operator converts the
         number to exactly that tensor at every call otherwise (the same Mul op either way)."""
+        raw = _raw_run(func, args) if len(args) == 2 else None
+        if raw is not None:         # the trace ran this call as a raw op: that constant
+            constant = raw[2]
+            return recorded if constant is None else (recorded[0], constant)
         if kwargs or len(args) != 2 or type(args[1]) not in (int, float) or \
                 _METHOD_OPS.get(func) not in _ARITHMETIC:
             return recorded
@@ -616,6 +633,10 @@ class TensorflowBackend(Backend):
         which is a no-op for one dtype, and the bool, sparse and string cases, which do not
         apply): ~20-30 us less per operator. The key fixes input types and dtypes, so the
         condition checked here holds at every replay."""
+        raw = _raw_run(func, args) if len(args) == 2 else None
+        if raw is not None and not kwargs and (raw[2] is None or recorded[1] is raw[2]):
+            # the trace ran this call as that raw op, on these operands: what is decided below
+            return raw[0], (recorded[::-1] if raw[3] else recorded), recorded_kwargs
         try:
             name = _METHOD_OPS.get(func) if len(args) == 2 and not kwargs else None
         except TypeError:           # unhashable callable
@@ -627,7 +648,8 @@ class TensorflowBackend(Backend):
         return op, (recorded[::-1] if name.startswith("__r") else recorded), recorded_kwargs
 
     def _raw_call(self, func, raw_args):
-        """For the trace: (raw op, operands) of an operator call on real tensors that its graph
+        """For the trace: (raw op, operands, the tensor a number operand became or None, reflected)
+        of an operator call on real tensors that its graph
         replays as the raw op (specialize_args, replay_call), else None. Running that op now
         spares the trace TensorFlow's Python operator path, and runs what every replay runs.
         Only under TensorFlow's default type promotion (the first call must return what eager
@@ -640,13 +662,15 @@ class TensorflowBackend(Backend):
                 tf_ops.is_numpy_style_type_promotion():
             return None
         x, other = raw_args
+        constant = None
         if type(other) in (int, float):
-            other = self._number_tensor(x, other)
+            other = constant = self._number_tensor(x, other)
         operands = [x, other]
         op = _raw_binary(name, operands)
         if op is None:
             return None
-        return op, (operands[::-1] if name.startswith("__r") else operands)
+        reflected = name.startswith("__r")
+        return op, (operands[::-1] if reflected else operands), constant, reflected
 
     def storage_key(self, t):
         return id(self.unwrap(t))
