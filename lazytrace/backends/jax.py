@@ -86,7 +86,7 @@ cache_miss, _infer_params, _run_python_pjit, bind; no hook short of patching JAX
 us here to find the jitted call on the stack, 15 us of the tracer before `run`, 50 us in `run`
 (the call itself 26-35 us against 12 us eager, the rest unwrapping and the result's tracer), 12
 us of the tracer's recording, 5 us back through JAX: ~125 us against 12 us eager. Cut here:
-flat arguments unwrapped in one pass (`_flat_values`), `_plain` without generator expressions,
+flat arguments unwrapped in one pass (`base.flat_unwrap`), `_plain` without generator expressions,
 a jitted call named once: Python bytecodes of a first call normalize 25540 -> 25066, softmax
 25756 -> 25108, chain16 36218 -> 35594 (-2%). JAX's swish (eager 45 us on a quiet machine) has
 a floor of the identity function's first trace, ~650 us (thread CPU, load ~4): 14x.
@@ -101,6 +101,19 @@ them anew after each collection: ~130 us of every trace after one, now ~60). JAX
 benchmarks/jax_tracer_floor.py (a core.Trace answering each primitive at once): JAX's Python
 before `process_primitive` for jnp.exp given a tracer 17-19 us (eager call 9 us), jax.nn.sigmoid
 16-18 us (7-15), jnp.subtract(t, t) 24-50 us (12-16).
+Session 12 (results/first_call_jaxtf_s12.txt): a trace's own cost is Python (perf: the interpreter
+~75% of the main thread's time in a loop of swish traces, the rest XLA's dispatch), so bytecodes
+measure it. A jitted call under the trace cost ~2500 of them, ~45 us more than an operator: JAX's
+own Python ~760, and graph.reads and handlers walking up through JAX's frames from `bind` (the
+tracer took the frame below the interceptor's) ~330. Now every primitive JAX binds names the first
+frame outside JAX's modules to the tracer (`_outside_jax`), JaxTracer is in JAX's table of
+abstract-value rules (typeof and shaped_abstractify walked its MRO), `run` switches traces only
+where Primitive.bind has not made the parent current already, and arguments holding tuples of
+numbers take the one-pass path: a jitted call ~2090 bytecodes (jnp.sum with keywords 3212 ->
+2535), a first call of normalize 21188 -> 19156, swish 13159 -> 12132, softmax 25614 -> 21966;
+thread CPU of a first call, interleaved A/B: 3-8% less (swish after a collection 663 -> 608 us,
+min of 4 processes). Left per jitted call: JAX's ~630, the framework-free tracer's ~830, this
+backend's ~550; an identity trace's ~6840 (150-170 us warm, ~300 after a collection).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that asks JAX's core for a concrete value to decide a
@@ -135,8 +148,8 @@ from jax._src.lib import _jax
 from jax._src.random import prng as prng_impls
 from jax._src.random.prng import PRNGKeyArray
 
-from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, kept_per_argument, load_numpy_arrays,
-                   save_numpy_arrays, unwrap_tree)
+from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, flat_unwrap, kept_per_argument,
+                   load_numpy_arrays, save_numpy_arrays, unwrap_tree)
 
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
 _trace_context = jax_config.trace_context
@@ -521,7 +534,7 @@ class JaxBackend(Backend):
     def run(self, func, args, kwargs):
         """Call `func` on the real arrays under the trace current before ours (a jitted function
         called under ours would come back to it); its arrays are handed on as tracers."""
-        tracer, values = _flat_values(args)
+        tracer, values = flat_unwrap(args, JaxTracer, _holds_no_tracer)   # (tuples of numbers: an axis)
         if values is None:          # arrays inside containers
             tracer, values = _first_tracer(args, kwargs), unwrap_tree(args, JaxTracer)
         elif tracer is None and kwargs:
@@ -824,24 +837,6 @@ def _first_tracer(args, kwargs):
             if found is not None:
                 return found
     return None
-
-
-def _flat_values(args):
-    """(the first tracer or None, the arrays) of call arguments that hold no container but
-    tuples and lists of Python scalars (the common case, `axis=(1, 2)` included: one pass
-    instead of _first_tracer and unwrap_tree), or (None, None)."""
-    first, values = None, []
-    for a in args:
-        tp = type(a)
-        if tp is JaxTracer:
-            if first is None:
-                first = a
-            values.append(a._lt_array)
-        elif tp is dict or (tp is tuple or tp is list) and not _holds_no_tracer(a):
-            return None, None
-        else:
-            values.append(a)
-    return first, values
 
 
 def _holds_no_tracer(items) -> bool:

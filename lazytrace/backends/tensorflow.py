@@ -76,6 +76,15 @@ Session 11: that fixed cost is ~200 us of thread CPU with warm CPU caches, 550-6
 gc.collect() (as the benchmark times a first call); an EagerTensor's key is made from its shape
 tuple, and the explanation's texts are memoized per global state and per (shape, dtype)
 (results/first_call_jaxtf_s11.txt).
+Session 12 (results/first_call_jaxtf_s12.txt): a dispatched API call names the first frame
+outside TensorFlow's and this backend's code to the tracer (`_outside_tensorflow`: graph.reads and
+handlers walked up through the API's dispatch wrappers at every call), the tracer's operators
+call the session themselves, `run` takes flat arguments in one pass, and an operator run as a raw
+op keeps that decision for its recording (`_raw_run`). Python bytecodes per call: tf.sigmoid
+2153 -> 1905, `x * 1.001` 1951 -> 1707; a first call of swish 14335 -> 13220, softmax 12857 ->
+11912, chain16 40445 -> 36351; thread CPU of a first call, interleaved A/B: 3-13% less (swish
+after a collection 827 -> 760 us, softmax 734 -> 703, min of 4 processes). Softmax (one API call,
+one operator) is now ~4900 bytecodes over an identity trace's ~7000.
 
 Session 6: a TensorFlow function held in a closure (`sig = tf.sigmoid`) was
 walked into by graph.reads, which put ten guards on TensorFlow's own dispatch
@@ -105,8 +114,8 @@ from tensorflow.python.util import dispatch, tf_decorator, tf_export, tf_inspect
 
 from ..graph.stateful import CallRecordingProxy
 
-from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer, Backend, CallKind, kept_per_argument,
-                   load_numpy_arrays, operator_syntax, save_numpy_arrays, unwrap_tree)
+from .base import (OPERATORS, READBACK_BUILTINS, ROPERATORS, UNARY, ArrayTracer, Backend, CallKind, flat_unwrap,
+                   kept_per_argument, load_numpy_arrays, operator_syntax, save_numpy_arrays, unwrap_tree)
 
 _METHOD_OPS = {getattr(tf.Tensor, name): name for name in
                list(OPERATORS) + list(ROPERATORS) + list(UNARY) + ["__getitem__"]
@@ -288,24 +297,6 @@ def _raw_binary(name, operands):
         return None
     dtype = a._datatype_enum()      # (C; the `dtype` property is Python code)
     return op if dtype == b._datatype_enum() and dtype in _FLOAT_ENUMS else None
-
-
-def _flat_raw(args):
-    """(the first tracer or None, the real arguments) of positional arguments that hold no
-    container (an operator's, most API calls': one pass instead of _first_tracer and
-    unwrap_tree), or (None, None)."""
-    first, raw = None, []
-    for a in args:
-        tp = type(a)
-        if tp is TfTracer:
-            if first is None:
-                first = a
-            raw.append(a._lt_array)
-        elif tp is tuple or tp is list or tp is dict:
-            return None, None
-        else:
-            raw.append(a)
-    return first, raw
 
 
 _NOTHING: dict = {}     # (read only)
@@ -560,7 +551,7 @@ class TensorflowBackend(Backend):
         return CallKind.UNKNOWN
 
     def run(self, func, args, kwargs):
-        tracer, raw_args = _flat_raw(args)
+        tracer, raw_args = flat_unwrap(args, TfTracer)
         if raw_args is None:            # arrays inside containers
             tracer, raw_args = _first_tracer(args, kwargs), unwrap_tree(args, TfTracer)
         elif tracer is None and kwargs:
