@@ -61,7 +61,7 @@ def foreign_rng_tokens(backend: Backend) -> tuple:
     function). A draw from one of them would be baked into a graph as one value."""
     tokens = [_python_rng_token(getattr(random.getstate, "__self__", None))]
     for name in _GLOBAL_RNGS:
-        if name != backend.name and _FRAMEWORKS[name][0] in sys.modules:    # (available(), one name)
+        if name != backend.name and name in available():
             tokens.append(get_backend(name).rng_token(None))
     return tuple(tokens)
 
