@@ -7,6 +7,7 @@ import lazytrace
 
 tf = pytest.importorskip("tensorflow", reason="tensorflow is not installed (pip install -e '.[tensorflow]')")
 from lazytrace.backends import tensorflow as tf_backend  # noqa: E402
+from lazytrace.graph.ir import Kind  # noqa: E402
 
 
 @pytest.fixture
@@ -86,3 +87,36 @@ def test_print_is_never_dispatched_by_type():
     dispatcher._type(tf.print, (object(),), {})
     entry = dispatcher._typed.get(id(tf.print))
     assert entry is not None and entry[1] is None
+
+
+def _exp_caught(a):
+    b = tf.cos(a)                       # outside the try block
+    try:
+        y = tf.exp(b)                   # dispatched to lazytrace, inside try/except
+    except Exception:                   # noqa: BLE001 - the path a graph could not take
+        y = tf.zeros_like(b)
+    return y * 2.0
+
+
+def _sum_caught(a):
+    b = a * 3.0
+    try:
+        y = tf.reduce_sum(b, axis=-1, keepdims=True) + b     # an API by keyword, then an operator
+    except Exception:                   # noqa: BLE001
+        y = b
+    return y
+
+
+@pytest.mark.parametrize("fn", [_exp_caught, _sum_caught])
+def test_a_dispatched_call_inside_try_except_is_seen_there(fn):
+    """The tracer looks at the code making a dispatched API call from the first frame outside
+    TensorFlow's and this backend's code (`_outside_tensorflow`), and at an operator's from the
+    code using it: the calls inside the traced function's try block with an except clause are
+    marked so (a graph with effects then runs eagerly, passes._effects), the others not;
+    eager's results on new inputs."""
+    lazy = lazytrace.trace_graph(fn)
+    for seed in range(3):
+        assert np.array_equal(lazy(_data(seed)).numpy(), fn(_data(seed)).numpy())
+    assert lazy.stats.hits == 2
+    marks = [node.guarded_by_except for node in lazy.graphs[0].nodes if node.kind is Kind.OP]
+    assert marks == ([False, True, False] if fn is _exp_caught else [False, True, True]), marks

@@ -629,6 +629,25 @@ def unwrap_tree(obj, tracer_type):
     return obj
 
 
+def flat_unwrap(args, tracer_type, plain=None) -> tuple:
+    """(the first `tracer_type` object or None, the arguments with each such object replaced by its
+    `_lt_array`) of positional call arguments that hold no container, but tuples and lists that
+    `plain` accepts (nothing in them to replace): one pass where most calls need no more than
+    that. (None, None) otherwise: see unwrap_tree."""
+    first, values = None, []
+    for a in args:
+        tp = type(a)
+        if tp is tracer_type:
+            if first is None:
+                first = a
+            values.append(a._lt_array)
+        elif tp is dict or (tp is tuple or tp is list) and (plain is None or not plain(a)):
+            return None, None
+        else:
+            values.append(a)
+    return first, values
+
+
 def _host_contents(array) -> tuple:
     """What a guard on a NumPy array compares besides its identity: shape, dtype and bytes."""
     return array.shape, array.dtype.str, array.tobytes()

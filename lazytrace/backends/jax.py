@@ -86,7 +86,7 @@ cache_miss, _infer_params, _run_python_pjit, bind; no hook short of patching JAX
 us here to find the jitted call on the stack, 15 us of the tracer before `run`, 50 us in `run`
 (the call itself 26-35 us against 12 us eager, the rest unwrapping and the result's tracer), 12
 us of the tracer's recording, 5 us back through JAX: ~125 us against 12 us eager. Cut here:
-flat arguments unwrapped in one pass (`_flat_values`), `_plain` without generator expressions,
+flat arguments unwrapped in one pass (`base.flat_unwrap`), `_plain` without generator expressions,
 a jitted call named once: Python bytecodes of a first call normalize 25540 -> 25066, softmax
 25756 -> 25108, chain16 36218 -> 35594 (-2%). JAX's swish (eager 45 us on a quiet machine) has
 a floor of the identity function's first trace, ~650 us (thread CPU, load ~4): 14x.
@@ -101,6 +101,19 @@ them anew after each collection: ~130 us of every trace after one, now ~60). JAX
 benchmarks/jax_tracer_floor.py (a core.Trace answering each primitive at once): JAX's Python
 before `process_primitive` for jnp.exp given a tracer 17-19 us (eager call 9 us), jax.nn.sigmoid
 16-18 us (7-15), jnp.subtract(t, t) 24-50 us (12-16).
+Session 12 (results/first_call_jaxtf_s12.txt): a trace's own cost is Python (perf: the interpreter
+~75% of the main thread's time in a loop of swish traces, the rest XLA's dispatch), so bytecodes
+measure it. A jitted call under the trace cost ~2500 of them, ~45 us more than an operator: JAX's
+own Python ~760, and graph.reads and handlers walking up through JAX's frames from `bind` (the
+tracer took the frame below the interceptor's) ~330. Now every primitive JAX binds names the first
+frame outside JAX's modules to the tracer (`_outside_jax`), JaxTracer is in JAX's table of
+abstract-value rules (typeof and shaped_abstractify walked its MRO), `run` switches traces only
+where Primitive.bind has not made the parent current already, and arguments holding tuples of
+numbers take the one-pass path: a jitted call ~2090 bytecodes (jnp.sum with keywords 3212 ->
+2535), a first call of normalize 21188 -> 19156, swish 13159 -> 12132, softmax 25614 -> 21966;
+thread CPU of a first call, interleaved A/B: 3-8% less (swish after a collection 663 -> 608 us,
+min of 4 processes). Left per jitted call: JAX's ~630, the framework-free tracer's ~830, this
+backend's ~550; an identity trace's ~6840 (150-170 us warm, ~300 after a collection).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that asks JAX's core for a concrete value to decide a
@@ -135,8 +148,8 @@ from jax._src.lib import _jax
 from jax._src.random import prng as prng_impls
 from jax._src.random.prng import PRNGKeyArray
 
-from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, kept_per_argument, load_numpy_arrays,
-                   save_numpy_arrays, unwrap_tree)
+from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, flat_unwrap, kept_per_argument,
+                   load_numpy_arrays, save_numpy_arrays, unwrap_tree)
 
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
 _trace_context = jax_config.trace_context
@@ -297,6 +310,10 @@ def _fast_operator(name, call, reflected):
 
 
 _FAST_OPERANDS = frozenset({int, float, ArrayImpl})
+# JAX takes a tracer's abstract value (core.typeof, shaped_abstractify: every jitted call given one)
+# from this table, by type, else by walking the type's MRO to core.Tracer's entry: the same entry,
+# found at once (~130 of the ~2500 Python bytecodes of a traced jax.numpy call)
+core.pytype_aval_mappings.setdefault(JaxTracer, core.pytype_aval_mappings[core.Tracer])
 for _name, (_call, _reflected) in _operator_calls().items():
     setattr(JaxTracer, f"__{_name}__", _fast_operator(_name, _call, _reflected))
 #: the jax.numpy functions the operators record that are not jitted themselves (power)
@@ -328,12 +345,13 @@ class LazyTrace(core.Trace):
             else:
                 call = _jitted_call(params, sys._getframe(1), self.backend._jitted)
                 if call is not None:
-                    fn, args, kwargs = call
+                    fn, args, kwargs, frame = call
                     if id(fn) not in self.backend._names:
                         self.backend.name_callable(fn, f"jit.{params['name']}")
-                    result = self.session.on_call(fn, args, kwargs)
+                    result = self.session.on_call(fn, args, kwargs, _outside_jax(frame))
                     return list(result) if type(result) in (list, tuple) else [result]
-        return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {})
+        return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {},
+                                    _outside_jax(sys._getframe(1)))
 
     def _varies(self, tracer) -> bool:
         value = self.session.value_of(tracer) if type(tracer) is JaxTracer else None
@@ -376,7 +394,7 @@ class LazyTrace(core.Trace):
         if call is not None:
             fn, args = call
             self.backend.name_callable(fn, name)
-            return list(self.session.on_call(fn, args, {}))
+            return list(self.session.on_call(fn, args, {}, _outside_jax(sys._getframe(2))))
         closed = jax.make_jaxpr(lambda *xs: primitive.bind(*xs, **params))(*values)
         fn = jax.jit(core.jaxpr_as_fun(closed))
         self.backend.name_callable(fn, name)
@@ -516,23 +534,26 @@ class JaxBackend(Backend):
     def run(self, func, args, kwargs):
         """Call `func` on the real arrays under the trace current before ours (a jitted function
         called under ours would come back to it); its arrays are handed on as tracers."""
-        tracer, values = _flat_values(args)
+        tracer, values = flat_unwrap(args, JaxTracer, _holds_no_tracer)   # (tuples of numbers: an axis)
         if values is None:          # arrays inside containers
             tracer, values = _first_tracer(args, kwargs), unwrap_tree(args, JaxTracer)
         elif tracer is None and kwargs:
             tracer = _first_tracer((), kwargs)
         trace = tracer._trace if tracer is not None else core.unsafe_get_current_trace()
-        if kwargs:
+        if kwargs and not _holds_no_tracer(kwargs.values()):
             kwargs = unwrap_tree(kwargs, JaxTracer)
         if type(trace) is not LazyTrace:
             return func(*values, **kwargs), ()
         ctx = core.trace_ctx         # (core.set_current_trace(trace.parent) without its context manager)
         prev = ctx.trace
-        ctx.set_trace(trace.parent)
-        try:
+        if prev is trace.parent:     # a primitive JAX bound: Primitive.bind made its parent current already
             result = func(*values, **kwargs)
-        finally:
-            ctx.set_trace(prev)
+        else:
+            ctx.set_trace(trace.parent)
+            try:
+                result = func(*values, **kwargs)
+            finally:
+                ctx.set_trace(prev)
         if tracer is None:
             return result, ()        # made from constants only: a constant
         if type(result) in (list, tuple):
@@ -545,6 +566,11 @@ class JaxBackend(Backend):
     def storage_key(self, a):
         # jax arrays are immutable: no aliasing to follow
         return id(a._lt_array if type(a) is JaxTracer else a)
+
+    def output_facts(self, obj) -> tuple:
+        # (brief, storage_key, requires_grad) in one call, for every output a trace records
+        a = obj._lt_array if type(obj) is JaxTracer else obj
+        return (a.shape, a.dtype), id(a), False
 
     def clone(self, a):
         return a                     # immutable: a constant can be handed out as is
@@ -813,21 +839,14 @@ def _first_tracer(args, kwargs):
     return None
 
 
-def _flat_values(args):
-    """(the first tracer or None, the arrays) of call arguments that hold no container (the
-    common case: one pass instead of _first_tracer and unwrap_tree), or (None, None)."""
-    first, values = None, []
-    for a in args:
-        tp = type(a)
-        if tp is JaxTracer:
-            if first is None:
-                first = a
-            values.append(a._lt_array)
-        elif tp is tuple or tp is list or tp is dict:
-            return None, None
-        else:
-            values.append(a)
-    return first, values
+def _holds_no_tracer(items) -> bool:
+    """Whether `items` are all Python scalars, None or strings, or tuples of them (an axis):
+    call arguments with nothing in them to unwrap."""
+    for x in items:
+        tp = type(x)
+        if tp not in _SCALARS and (tp is not tuple or not _holds_no_tracer(x)):
+            return False
+    return True
 
 
 def _plain(obj) -> bool:
@@ -860,7 +879,7 @@ def _caller_frame(frame, codes, depth):
 
 
 def _jitted_call(params, frame, cache: dict):
-    """(jitted function, args, kwargs) of the `jax.jit` function whose call under the trace bound
+    """(jitted function, args, kwargs, JAX's frame running it) of the `jax.jit` function whose call under the trace bound
     this `jit` primitive, or None. jax.numpy's functions are jitted: eager calls them through
     JAX's C++ dispatch, whose cache (shared by every jit of the same function and options) the
     eager calls before the trace already filled. Recording that call, rather than the primitive
@@ -884,7 +903,18 @@ def _jitted_call(params, frame, cache: dict):
     args, kwargs = local["args"], local["kwargs"]
     if entry[1] is None or not _plain(args) or not _plain(kwargs):
         return None
-    return entry[1], args, kwargs
+    return entry[1], args, kwargs, frame
+
+
+def _outside_jax(frame):
+    """The first frame from `frame` up that runs no code of JAX's: the code that made the call
+    JAX bound a primitive for (the user's `jnp.exp(x)`, `jax.nn.sigmoid(x)`), where the tracer
+    starts looking at the code making a call (graph.reads, handlers); JAX's own frames below it
+    (its wrappers, cache_miss, bind: 5-8 a call) are not watched there, and were walked for
+    nothing."""
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("jax."):
+        frame = frame.f_back
+    return frame
 
 
 def _jitted_function(p, fun, outer):

@@ -236,9 +236,10 @@ class TraceSession:
         return self._versions.get(value.storage, 0)
 
     # ---- calls -----------------------------------------------------------------
-    def on_call(self, func, args, kwargs):
+    def on_call(self, func, args, kwargs, caller=None):
         """Called by the backend's interceptor for every framework call (the hot path of a
-        trace: one frame, enum members and attributes read once)."""
+        trace: one frame, enum members and attributes read once). `caller`: the frame making the
+        call, where the backend knows it (else the frame below the interceptor's)."""
         if self.closed:
             # a tracer used after the trace (by a generator the function returned, a closure, an
             # object it left behind): computed as eager would, on the arrays, and not recorded
@@ -246,7 +247,8 @@ class TraceSession:
         try:
             # the code making this call (graph.reads), from the frame below the interceptor's: that
             # one is lazytrace's own code (a backend's or stateful.py's), which reads never watches
-            caller = sys._getframe(2)
+            if caller is None:
+                caller = sys._getframe(2)
             self.reads.on_call(caller)
             backend = self.backend
             kind = backend.classify(func, args, kwargs)
