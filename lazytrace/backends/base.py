@@ -258,10 +258,11 @@ class Backend:
         None when it cannot be replayed (the signature then runs eagerly)."""
         return None
 
-    def metadata_inputs(self, func, args, kwargs) -> tuple:
+    def metadata_inputs(self, func, args, kwargs, raw_args=(), raw_kwargs=None) -> tuple:
         """The arguments of this call whose values it never reads, only their shape, dtype and
         device (`ones_like(x)`'s x, `k.to(x)`'s x): a call whose other inputs are constants is
-        then a constant per signature. Positions only: the items are returned as given."""
+        then a constant per signature. Positions only: the items of `args`/`kwargs` are returned
+        as given; `raw_args`/`raw_kwargs` are the call's own arrays (is what it reads keyed?)."""
         return ()
 
     def specialize_args(self, func, args, kwargs, recorded: tuple) -> tuple:

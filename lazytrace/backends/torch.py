@@ -87,6 +87,8 @@ _METADATA_FIRST = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor
                    "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
 #: ... and of their second (`other`): `k.to(x)` casts k to x's dtype and device
 _METADATA_SECOND = {"to", "type_as", "expand_as", "view_as", "reshape_as"}
+#: calls returning self unless a bit that no key holds (conjugate, negative) is set
+_RESOLVES_BIT = frozenset({"resolve_conj", "resolve_neg"})
 #: creation calls a stored graph may make besides torch's overridable functions
 _CREATION = {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "tensor", "scalar_tensor",
              "as_tensor", "rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like",
@@ -829,16 +831,23 @@ class TorchBackend(Backend):
         # `x.to(x.dtype)`, `.contiguous()`, `.cpu()` return self when the (keyed) metadata already
         # match; a trailing underscore marks calls that change self in place (requires_grad_ too)
         # (a dropout switched off returns its input too: kept, so the graph checks the function)
+        # (`resolve_conj()`, `resolve_neg()` return self when the conjugate or negative bit, which
+        # no key holds, is unset: kept, a conjugate view passed later gets its copy)
         info = self._infos.get(func) or self._info(func)
-        return bool(args) and result is args[0] and not mutated and not info.underscore and info.training is None
+        return bool(args) and result is args[0] and not mutated and not info.underscore and info.training is None \
+            and info.name not in _RESOLVES_BIT
 
-    def metadata_inputs(self, func, args, kwargs) -> tuple:
+    def metadata_inputs(self, func, args, kwargs, raw_args=(), raw_kwargs=None) -> tuple:
         metadata = (self._infos.get(func) or self._info(func)).metadata
         if metadata == 1:
-            return args[:1] if args else (kwargs.get("input"),)
-        if metadata == 2:
-            return args[1:2] if len(args) > 1 else (kwargs.get("other"),)
-        return ()
+            found, raw = (args[:1], raw_args[:1]) if args else ((kwargs.get("input"),), ((raw_kwargs or {}).get("input"),))
+        elif metadata == 2:
+            found, raw = (args[1:2], raw_args[1:2]) if len(args) > 1 else \
+                ((kwargs.get("other"),), ((raw_kwargs or {}).get("other"),))
+        else:
+            return ()
+        # a quantized tensor's scale and zero point are in no key (`empty_like(q)` copies them)
+        return () if any(isinstance(t, Tensor) and t.is_quantized for t in raw) else found
 
     def snapshot_rng(self):
         """The default CPU generator's state, and the CUDA ones' where CUDA has started."""

@@ -141,6 +141,7 @@ class LazyGraph:
         self._stored_check = None   # (persist.memos_hold, persist.plan_data) once _preload stored data to check
         self._code_of = _code_holder(fn)    # the Python function whose code the graphs were traced from
         self._code = getattr(self._code_of, "__code__", None)
+        self._defaults = _defaults_of(self._code_of)     # (its __defaults__, __kwdefaults__) if it has any
         self._shared = None         # the SharedGraphs of the object's class (a traced library's module object)
         self.stats = Stats()
         functools.update_wrapper(self, fn, updated=())
@@ -178,7 +179,8 @@ class LazyGraph:
     def _call(self, args, kwargs):
         """The general path: the signature key, the cache, a trace on a miss."""
         code_of = self._code_of               # its __code__ replaced (autoreload): its graphs are stale
-        if code_of is not None and code_of.__code__ is not self._code:
+        if code_of is not None and (code_of.__code__ is not self._code or self._defaults is not None and (
+                code_of.__defaults__ is not self._defaults[0] or code_of.__kwdefaults__ is not self._defaults[1])):
             self._code_replaced()
         if self._disabled:
             return self._fn(*args, **kwargs)
@@ -231,10 +233,12 @@ class LazyGraph:
 
     def _code_replaced(self):
         """The function's __code__ was replaced (a reload tool such as IPython's autoreload, an
-        edit applied in place): its graphs, in memory and the on-disk cache chosen for the old
+        edit applied in place), or its default values (`f.__defaults__ = (3.0,)`, which graphs
+        bake like arguments): its graphs, in memory and the on-disk cache chosen for the old
         code, are of the old code."""
         with self._lock:
             self._code = self._code_of.__code__
+            self._defaults = _defaults_of(self._code_of)
             self._fast = None
             self._cache.clear()
             self._persist = _UNSET
@@ -279,6 +283,9 @@ class LazyGraph:
         conditions = [("{}() is None", _active.get)]
         if self._code_of is not None:
             conditions.append(("{}.__code__ is {}", self._code_of, self._code))
+        if self._defaults is not None:
+            conditions += [("{}.__defaults__ is {}", self._code_of, self._defaults[0]),
+                           ("{}.__kwdefaults__ is {}", self._code_of, self._defaults[1])]
         return conditions
 
     def _eager(self, reason: str, args, kwargs):
@@ -684,6 +691,14 @@ def _caller_level(backends) -> int:
     while frame.f_back is not None and str(frame.f_globals.get("__name__", "")).startswith(prefixes):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _defaults_of(fn):
+    """(fn.__defaults__, fn.__kwdefaults__), checked by identity at each call, or None for a function
+    without defaults (one set later only fills arguments such calls gave: their keys differ)."""
+    if fn is None or fn.__defaults__ is None and fn.__kwdefaults__ is None:
+        return None
+    return fn.__defaults__, fn.__kwdefaults__
 
 
 def _code_holder(fn):

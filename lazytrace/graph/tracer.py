@@ -344,7 +344,7 @@ class TraceSession:
                 backend.returned_its_input(func, raw_args, result, mutated):
             return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
         data = inputs
-        metadata = backend.metadata_inputs(func, args, kwargs)
+        metadata = backend.metadata_inputs(func, args, kwargs, raw_args, raw_kwargs)
         if metadata:
             data = list(inputs)
             for arg in metadata:

@@ -1,0 +1,92 @@
+"""Red team 12: what a graph baked that its key did not hold (conjugate and negative bits, a
+quantized tensor's scale, a function's replaced default values ...): each test fails on 2de58c2."""
+import warnings
+
+import pytest
+import torch
+
+import lazytrace
+
+
+# ---- conjugate and negative bits ---------------------------------------------------------
+
+def test_resolve_conj_of_a_conjugate_view_passed_later_copies_as_in_eager():
+    def f(x):
+        return x.resolve_conj().mul_(2)       # eager: writes into a copy when x is a conjugate view
+
+    lazy = lazytrace.trace_graph(f)
+    lazy(torch.ones(2, dtype=torch.cfloat))   # traced without the bit: resolve_conj returned x itself
+    base = torch.tensor([1 + 1j, 2 - 1j])
+    before = base.clone()
+    out = lazy(base.conj())
+    assert torch.equal(base, before)          # the caller's tensor is untouched, as in eager
+    assert torch.equal(out, f(before.conj()))
+    assert not out.is_conj()
+    plain = torch.tensor([1 + 1j, 2 - 1j])
+    assert lazy(plain) is plain and torch.equal(plain, torch.tensor([2 + 2j, 4 - 2j]))   # no copy without the bit
+
+
+def test_resolve_neg_of_a_negative_view_passed_later_copies_as_in_eager():
+    def f(x):
+        return x.resolve_neg().mul_(0)
+
+    lazy = lazytrace.trace_graph(f)
+    lazy(torch.randn(3))
+    base = torch.randn(3)
+    before = base.clone()
+    out = lazy(torch._neg_view(base))       # (what `z.conj().imag` is for a complex z)
+    assert torch.equal(base, before) and not out.is_neg()
+    assert lazy.stats.traces == 1
+
+
+# ---- quantized tensors --------------------------------------------------------------------
+
+def _quantized(scale, zero_point):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # (quantized creation functions are deprecated)
+        return torch.quantize_per_tensor(torch.randn(4), scale, zero_point, torch.quint8)
+
+
+def test_a_tensor_made_like_a_quantized_input_has_that_inputs_scale():
+    def f(q):
+        like = torch.empty_like(q)           # copies q's scale and zero point, which no key holds
+        return q.dequantize() + like.q_scale() + like.q_zero_point()
+
+    lazy = lazytrace.trace_graph(f)
+    lazy(_quantized(0.1, 0))
+    for scale, zero_point in ((0.5, 3), (0.25, 7)):
+        q = _quantized(scale, zero_point)
+        assert torch.equal(lazy(q), f(q))
+
+
+# ---- default values -----------------------------------------------------------------------
+
+def test_default_values_replaced_after_the_trace_are_seen():
+    def f(x, scale=2.0, *, shift=1.0):
+        return x * scale + shift
+
+    lazy = lazytrace.trace_graph(f)
+    x = torch.ones(3)
+    lazy(x)
+    lazy(x)                                  # a hit: the fast path checks them too
+    f.__defaults__ = (5.0,)
+    assert torch.equal(lazy(x), f(x))
+    lazy(x)
+    f.__kwdefaults__ = {"shift": -1.0}
+    assert torch.equal(lazy(x), f(x))
+    assert lazy.stats.traces == 3
+    lazy(x)
+    assert lazy.stats.traces == 3 and lazy.stats.hits == 3
+
+
+def test_default_values_of_a_bound_method_replaced_after_the_trace_are_seen():
+    class Scaler:
+        def apply(self, x, scale=2.0):
+            return x * scale
+
+    obj = Scaler()
+    lazy = lazytrace.trace_graph(obj.apply)
+    x = torch.ones(3)
+    lazy(x)
+    Scaler.apply.__defaults__ = (7.0,)
+    assert torch.equal(lazy(x), x * 7.0)
