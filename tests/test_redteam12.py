@@ -90,3 +90,53 @@ def test_default_values_of_a_bound_method_replaced_after_the_trace_are_seen():
     lazy(x)
     Scaler.apply.__defaults__ = (7.0,)
     assert torch.equal(lazy(x), x * 7.0)
+
+
+# ---- to= with no array argument ------------------------------------------------------------
+
+def test_a_call_without_arrays_traced_for_to_keys_that_frameworks_global_state():
+    def make(n):
+        return torch.arange(n) * 1.5          # of the default dtype
+
+    lazy = lazytrace.trace_graph(make, to="torch")
+    assert lazy(3).dtype == torch.float32
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert lazy(3).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(previous)
+    assert lazy(3).dtype == torch.float32 and lazy.stats.traces == 2 and lazy.stats.hits == 1
+
+
+def test_a_call_without_arrays_traced_for_jax_keys_x64():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def make(n):
+        return jnp.arange(n) * 1.5
+
+    lazy = lazytrace.trace_graph(make, to="jax")
+    assert lazy(3).dtype == jnp.float32
+    jax.config.update("jax_enable_x64", True)
+    try:
+        assert lazy(3).dtype == make(3).dtype == jnp.float64
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    assert lazy(3).dtype == jnp.float32
+
+
+def test_a_deep_copy_of_a_lazygraph_for_to_keeps_its_target():
+    import copy
+
+    def make(n):
+        return torch.arange(n) * 1.5
+
+    lazy = copy.deepcopy(lazytrace.trace_graph(make, to="torch"))
+    lazy(3)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert lazy(3).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(previous)

@@ -633,7 +633,8 @@ class LazyGraph:
         """Pickled (and deep-copied) as what it was made from: graphs are not carried along."""
         sig = self._signature
         return (_restore, (self._fn, self._options, (tuple(sig.static_argnums), tuple(sig.static_argnames),
-                                                     tuple(sig.stateful_argnums), tuple(sig.stateful_argnames)),
+                                                     tuple(sig.stateful_argnums), tuple(sig.stateful_argnames),
+                                                     sig.to),
                            self._name, self.max_signatures, self._extra))
 
     def __get__(self, instance, owner):
