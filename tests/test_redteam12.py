@@ -140,3 +140,74 @@ def test_a_deep_copy_of_a_lazygraph_for_to_keeps_its_target():
         assert lazy(3).dtype == torch.float64
     finally:
         torch.set_default_dtype(previous)
+
+
+# ---- torch function and dispatch modes of the user's ----------------------------------------
+
+def _scaling_function_mode():
+    from torch.overrides import TorchFunctionMode
+
+    class Scale(TorchFunctionMode):
+        """Scales what torch.arange makes by its own k (a configuration keyed by type only)."""
+
+        def __init__(self, k):
+            super().__init__()
+            self.k = k
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            return out * self.k if func is torch.arange else out
+    return Scale
+
+
+def _shifting_dispatch_mode():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Shift(TorchDispatchMode):
+        def __init__(self, k):
+            super().__init__()
+            self.k = k
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            return out + self.k if func.overloadpacket is torch.ops.aten.arange else out
+    return Shift
+
+
+def f_arange(x):
+    return x + torch.arange(3.0)         # a constant without a mode
+
+
+def test_a_function_mode_configured_otherwise_sees_every_call_as_in_eager():
+    Scale = _scaling_function_mode()
+    lazy = lazytrace.trace_graph(f_arange)
+    x = torch.ones(3)
+    ramp = torch.arange(3.0)
+    with Scale(2):
+        lazy(x)
+        lazy(x)
+    with Scale(3):
+        assert torch.equal(lazy(x), f_arange(x))
+    mode = Scale(2)
+    with mode:
+        lazy(x)
+        mode.k = 5                          # the same mode, reconfigured
+        assert torch.equal(lazy(x), x + ramp * 5)
+    assert torch.equal(lazy(x), f_arange(x))       # without a mode: constants again
+    assert lazy.stats.traces == 2
+
+
+def test_a_dispatch_mode_is_keyed_and_sees_every_call_as_in_eager():
+    Shift = _shifting_dispatch_mode()
+    lazy = lazytrace.trace_graph(f_arange)
+    x = torch.ones(3)
+    ramp = torch.arange(3.0)
+    lazy(x)
+    lazy(x)                                 # the fast path too
+    with Shift(10):
+        assert torch.equal(lazy(x), x + ramp + 10)
+        assert torch.equal(lazy(x), x + ramp + 10)
+    with Shift(20):
+        assert torch.equal(lazy(x), x + ramp + 20)
+    assert torch.equal(lazy(x), f_arange(x))
+    assert lazy.stats.traces == 2

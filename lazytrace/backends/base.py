@@ -233,6 +233,11 @@ class Backend:
         from contextlib import nullcontext
         return nullcontext()
 
+    def folds_constants(self) -> bool:
+        """Whether calls computed from no input may become constants in a trace starting now: not
+        where something outside the key would make them anew at each eager call."""
+        return True
+
     def unseen_state(self):
         """A snapshot of the global state that changes results but that code can change without the
         interceptor seeing it. The tracer compares it before every call and at the end: a change

@@ -42,7 +42,7 @@ from ..graph.ir import Source, Value
 from ..graph.signature import Unkeyable, _value_key
 from ..graph.stateful import own_class
 from .base import Backend, CallKind, call_as_caller, operator_syntax
-from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, torchs_own
+from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, _other_modes, torchs_own
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
 _ESCAPE = {"numpy", "__array__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
@@ -234,12 +234,17 @@ def _cpu_only(plan) -> bool:
 def _function_modes():
     """The torch function modes active outside any trace: the default device of a
     `torch.set_default_device` or `with torch.device(...)` (factory calls make arrays there; a
-    graph's constants were made on the trace's device), other modes by type."""
-    if not torch._C._len_torch_function_stack():
-        return ()
-    from torch.overrides import _get_current_function_mode_stack
-    from torch.utils._device import DeviceContext
-    return tuple(m.device if isinstance(m, DeviceContext) else type(m) for m in _get_current_function_mode_stack())
+    graph's constants were made on the trace's device), other modes by type; then the torch
+    dispatch modes (`FlopCounterMode`, a `TorchDispatchMode` of the user's) by type."""
+    modes = ()
+    if torch._C._len_torch_function_stack():
+        from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._device import DeviceContext
+        modes = tuple(m.device if isinstance(m, DeviceContext) else type(m) for m in _get_current_function_mode_stack())
+    if torch._C._len_torch_dispatch_stack():
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+        modes += tuple([("dispatch", type(m)) for m in _get_current_dispatch_mode_stack()])
+    return modes
 
 
 def _set_autocast(state) -> None:
@@ -563,7 +568,8 @@ class TorchBackend(Backend):
                       f"{const(_deterministic)}() is False" if determinism is None else
                       f"{const(_deterministic_mode)}() == {const(determinism)}",
                       f"{const(_function_modes)}() == {const(modes)}" if modes else
-                      f"not {const(torch._C._len_torch_function_stack)}()",
+                      f"not {const(torch._C._len_torch_function_stack)}()" + (
+                          "" if "dispatch" in covered else f" and not {const(torch._C._len_torch_dispatch_stack)}()"),
                       f"{const(_global_hooks)}() == {const(hooks)}" if hooks else
                       " or ".join(f"{const(d)}" for d in _GLOBAL_HOOKS).join(("not (", ")"))]
         if not (inference is False and "inference" in covered):
@@ -583,12 +589,12 @@ class TorchBackend(Backend):
         and autocast for the tensor's device (AutocastCPU ...) change: with tensors, the first two
         need no check of their own; with CPU tensors and a graph whose every array is on the CPU
         (another device's autocast cannot reach it), neither does autocast (about 0.35 us of a
-        cache hit)."""
+        cache hit). A torch dispatch mode changes them too (the Python key)."""
         if not tensors:
             return frozenset()
         if all(t.device.type == "cpu" for t in tensors) and _cpu_only(plan):
-            return frozenset({"transform", "inference", "autocast"})
-        return frozenset({"transform", "inference"})
+            return frozenset({"transform", "inference", "autocast", "dispatch"})
+        return frozenset({"transform", "inference", "dispatch"})
 
     def global_state(self):
         """Grad mode, then default dtype, inference mode, autocast, function modes, whether a
@@ -603,6 +609,12 @@ class TorchBackend(Backend):
 
     def state_reads(self):
         return _STATE_READS
+
+    def folds_constants(self):
+        # a function or dispatch mode of the user's sees every call eager makes: keyed by its type
+        # only, its configuration (`Mode(k)`, an attribute set later) would be baked into a folded
+        # constant, and a FlopCounterMode would count fewer calls
+        return not _other_modes() and not torch._C._len_torch_dispatch_stack()
 
     def unseen_state(self):
         """Default dtype, inference mode, autocast, the torch.func transform level and grad mode:
@@ -835,7 +847,7 @@ class TorchBackend(Backend):
         # no key holds, is unset: kept, a conjugate view passed later gets its copy)
         info = self._infos.get(func) or self._info(func)
         return bool(args) and result is args[0] and not mutated and not info.underscore and info.training is None \
-            and info.name not in _RESOLVES_BIT
+            and info.name not in _RESOLVES_BIT and not _other_modes()       # (a mode of the user's may do otherwise)
 
     def metadata_inputs(self, func, args, kwargs, raw_args=(), raw_kwargs=None) -> tuple:
         metadata = (self._infos.get(func) or self._info(func)).metadata

@@ -1235,7 +1235,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         raise NotTraceable("a generator or async function: its body runs after the call returns")
     backend = choose_backend(backends, options.to)
     session = TraceSession(backend, include_generators=options.include_generators,
-                           array_caching=options.array_caching)
+                           array_caching=options.array_caching and backend.folds_constants())
     try:
         return _run(session, backend, fn, args, kwargs, key=key, signature=signature, options=options, name=name,
                     extra=extra)
