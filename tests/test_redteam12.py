@@ -211,3 +211,43 @@ def test_a_dispatch_mode_is_keyed_and_sees_every_call_as_in_eager():
         assert torch.equal(lazy(x), x + ramp + 20)
     assert torch.equal(lazy(x), f_arange(x))
     assert lazy.stats.traces == 2
+
+
+# ---- a traced model's class forward edited after the trace ----------------------------------
+
+def _model_class():
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x, scale=2.0):
+            return self.lin(x) * scale
+    return Model
+
+
+def test_a_model_class_forward_rebound_after_the_trace_is_what_runs():
+    Model = _model_class()
+    model = lazytrace.trace_graph(Model())
+    x = torch.randn(2, 3)
+    model(x)
+    model(x)
+    Model.forward = lambda self, x: self.lin(x) + 100.0
+    assert torch.equal(model(x), model.lin(x) + 100.0)
+
+
+def test_a_model_class_forward_edited_in_place_after_the_trace_is_what_runs():
+    Model = _model_class()
+    model = lazytrace.trace_graph(Model())
+    x = torch.randn(2, 3)
+    model(x)
+    model(x)
+
+    def edited(self, x, scale=2.0):
+        return self.lin(x) - scale
+    Model.forward.__code__ = edited.__code__          # as IPython's autoreload updates a class
+    assert torch.equal(model(x), model.lin(x) - 2.0)
+    model(x)
+    Model.forward.__defaults__ = (5.0,)
+    assert torch.equal(model(x), model.lin(x) - 5.0)
+    assert model.forward.stats.traces == 3

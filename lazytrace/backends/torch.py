@@ -1175,6 +1175,33 @@ class ModuleForward:
         import inspect
         return inspect.signature(type(self.module).forward.__get__(self.module))
 
+    def _lazytrace_code_holder(self):
+        """What LazyGraph checks the code and defaults of at each call: the class's forward."""
+        return _ClassForward(self.module)
+
+
+class _ClassForward:
+    """The code and defaults of a module's class's forward, read at each access: a reload tool
+    (IPython's autoreload) edits the class's methods in place, `Model.forward.__defaults__ = ...`
+    changes what graphs baked (a forward rebound on the class is keyed: ModuleLiveInputs)."""
+
+    __slots__ = ("module",)
+
+    def __init__(self, module):
+        self.module = module
+
+    @property
+    def __code__(self):
+        return getattr(type(self.module).forward, "__code__", None)
+
+    @property
+    def __defaults__(self):
+        return getattr(type(self.module).forward, "__defaults__", None)
+
+    @property
+    def __kwdefaults__(self):
+        return getattr(type(self.module).forward, "__kwdefaults__", None)
+
 
 class _CopiedUntraced:
     """`__reduce_ex__` in the __dict__ of a module traced by trace_graph(module), where copy.copy,
@@ -1317,9 +1344,11 @@ class ModuleLiveInputs:
         # submodule replaced after the trace (`aug._param_generator = ...`) is a new signature (their
         # ids first: a class's __eq__ may call another object equal; the key holds the modules, so
         # their ids are not reused while it is cached); the module's class, whose forward
-        # ModuleForward calls (`model.__class__ = Other` after the trace)
+        # ModuleForward calls (`model.__class__ = Other` after the trace), and that forward
+        # (`Model.forward = patched` after the trace: the graphs are the old forward's)
+        cls = own_class(module)
         key = (tuple([id(m) for m in modules]), modules, tuple([m.training for m in modules]), described, hooks,
-               own_class(module))
+               cls, cls.forward)
         return key, tensors
 
     def shareable(self):
@@ -1375,7 +1404,7 @@ class ModuleLiveInputs:
     def describe(self, key) -> dict[str, str]:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
-        _, _, training, tensors, _, _ = key
+        _, _, training, tensors, _, _, _ = key
         named, walked = _named_modules(module)
         out = {f"self{'.' if n else ''}{n}.training": repr(t) for (n, _), t in zip(named, training)}
         names = [n for n, _ in _named_tensors(module, named, walked)]

@@ -283,9 +283,10 @@ class LazyGraph:
         conditions = [("{}() is None", _active.get)]
         if self._code_of is not None:
             conditions.append(("{}.__code__ is {}", self._code_of, self._code))
-        if self._defaults is not None:
-            conditions += [("{}.__defaults__ is {}", self._code_of, self._defaults[0]),
-                           ("{}.__kwdefaults__ is {}", self._code_of, self._defaults[1])]
+        if self._defaults is not None:      # (defaults set where there were none only fill arguments
+            #                                   a call left out, which raised at the trace)
+            conditions += [(f"{{}}.{name} is {{}}", self._code_of, value) for name, value in
+                           zip(("__defaults__", "__kwdefaults__"), self._defaults) if value is not None]
         return conditions
 
     def _eager(self, reason: str, args, kwargs):
@@ -703,7 +704,11 @@ def _defaults_of(fn):
 
 
 def _code_holder(fn):
-    """The Python function a callable runs (through bound methods and functools.partial), or None."""
+    """The Python function a callable runs (through bound methods and functools.partial), what
+    stands for it (a module's forward: its class's, read at each call), or None."""
+    live = getattr(type(fn), "_lazytrace_code_holder", None)
+    if live is not None:
+        return live(fn)
     fn = getattr(fn, "__func__", fn)
     while isinstance(fn, functools.partial):
         fn = getattr(fn.func, "__func__", fn.func)
