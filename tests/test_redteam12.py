@@ -251,3 +251,28 @@ def test_a_model_class_forward_edited_in_place_after_the_trace_is_what_runs():
     Model.forward.__defaults__ = (5.0,)
     assert torch.equal(model(x), model.lin(x) - 5.0)
     assert model.forward.stats.traces == 3
+
+
+def test_an_object_made_after_its_class_forward_defaults_changed_does_not_share_the_old_graphs(temp_library):
+    name, _ = temp_library('''
+import torch
+
+
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Identity()
+
+    def forward(self, x, scale=2.0):
+        return self.inner(x) * scale
+''')
+    original = __import__(name)
+    traced = lazytrace.trace_graph(original)
+    x = torch.ones(3)
+    traced.Scale()(x)
+    again = traced.Scale()
+    assert torch.equal(again(x), x * 2.0) and again.forward.stats.shared == 1
+    original.Scale.forward.__defaults__ = (5.0,)
+    later = traced.Scale()
+    assert torch.equal(later(x), x * 5.0)
+    assert later.forward.stats.shared == 0

@@ -1388,7 +1388,13 @@ class ModuleLiveInputs:
             tensors.append((name, TorchBackend.describe(t)))
         held.update(id(m) for _, m in named)
         # the code of its class's forward (edited in place by a reload tool: graphs of the old code)
-        code = getattr(getattr(type(module), "forward", None), "__code__", None)
+        # and its defaults (`Model.forward.__defaults__ = ...`: baked like arguments; by value)
+        forward = getattr(type(module), "forward", None)
+        defaults = [*(getattr(forward, "__defaults__", None) or ()), *(getattr(forward, "__kwdefaults__", None) or {}).items()]
+        defaults = tuple([_configuration(value, set()) for value in defaults])
+        if any(d is _UNSHAREABLE for d in defaults):
+            return None
+        code = (getattr(forward, "__code__", None), defaults)
         return (tuple(parts), tuple(tensors), code), tuple(m for _, m in named), frozenset(held)
 
     def held(self) -> frozenset:
