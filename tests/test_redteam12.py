@@ -276,3 +276,39 @@ class Scale(torch.nn.Module):
     later = traced.Scale()
     assert torch.equal(later(x), x * 5.0)
     assert later.forward.stats.shared == 0
+
+
+# ---- code a traced model runs on attribute access -------------------------------------------
+
+SETTINGS = {"scale": 2.0}
+
+
+class _PropertyModel(torch.nn.Module):
+    @property
+    def scale(self):
+        return SETTINGS["scale"]          # a global read by code no framework call shows
+
+    def forward(self, x):
+        return x * self.scale
+
+
+class _GetattrModel(torch.nn.Module):
+    def __getattr__(self, name):
+        if name == "gain":
+            return SETTINGS["scale"]
+        return super().__getattr__(name)
+
+    def forward(self, x):
+        return x * self.gain
+
+
+@pytest.mark.parametrize("cls", [_PropertyModel, _GetattrModel])
+def test_globals_read_by_a_models_property_or_getattr_are_checked(cls, monkeypatch):
+    monkeypatch.setitem(SETTINGS, "scale", 2.0)
+    model = lazytrace.trace_graph(cls())
+    x = torch.ones(3)
+    model(x)
+    model(x)
+    SETTINGS["scale"] = 3.0
+    assert torch.equal(model(x), x * 3.0)
+    assert torch.equal(model(x), x * 3.0) and model.forward.stats.traces == 2

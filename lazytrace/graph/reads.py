@@ -1133,11 +1133,13 @@ class PythonReads:
             self.globals[key] = (namespace, name, value, self._expect(value))
 
     def class_method(self, descriptor, cls):
-        """A classmethod or staticmethod of `cls` reached through an object the trace records
-        (`self.factor()`): it runs as the object's code, but no stack shows it where it makes no
-        framework call. Its globals are walked like those of a function called by name, and a
-        classmethod's reads of its class (`cls.scale`) are checked like `Config.scale`."""
-        fn = getattr(descriptor, "__func__", None)
+        """A classmethod, staticmethod or property (its getter) of `cls` reached through an object
+        the trace records (`self.factor()`, `self.scale`): it runs as the object's code, but no
+        stack shows it where it makes no framework call. Its globals are walked like those of a
+        function called by name, and a classmethod's reads of its class (`cls.scale`) are checked
+        like `Config.scale`."""
+        fn = descriptor.fget if isinstance(descriptor, property) else \
+            descriptor.func if isinstance(descriptor, functools.cached_property) else getattr(descriptor, "__func__", None)
         if not isinstance(fn, types.FunctionType):
             return
         self._function(fn, 1)

@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import inspect
 import enum
+import functools
 import os
 import sys
 import types
@@ -621,8 +622,15 @@ class TraceSession:
             args = self._lift((obj, name), inputs)
             self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_class_attribute, args, {}, inputs,
                                    [self.version(v) for v in inputs], expected=_Same(descriptor)))
-        if isinstance(descriptor, (classmethod, staticmethod)):
+        if isinstance(descriptor, (classmethod, staticmethod, property, functools.cached_property)):
             self.reads.class_method(descriptor, own_class(obj))
+
+    def on_attribute_code(self, obj, fn) -> None:
+        """A `__getattr__` of the user's class answered a read of `obj`: what its code reads (a
+        global config) is checked as a property's is."""
+        if self.untraceable is None and (id(obj), "__getattr__") not in self._checked_callables:
+            self._checked_callables.add((id(obj), "__getattr__"))
+            self.reads.class_method(staticmethod(fn), own_class(obj))
 
     def on_instance_dict(self, obj, frame) -> None:
         """The code at `frame` read the __dict__ of a stateful object (`vars(obj).get("k", 0)`,
