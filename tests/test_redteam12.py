@@ -312,3 +312,29 @@ def test_globals_read_by_a_models_property_or_getattr_are_checked(cls, monkeypat
     SETTINGS["scale"] = 3.0
     assert torch.equal(model(x), x * 3.0)
     assert torch.equal(model(x), x * 3.0) and model.forward.stats.traces == 2
+
+
+def _gain():
+    return SETTINGS["scale"]
+
+
+class _MethodModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.held = _gain                   # a function held in an attribute
+
+    def gain(self):
+        return SETTINGS["scale"] * 1        # a method making no framework call
+
+    def forward(self, x):
+        return x * self.gain() + self.held()
+
+
+def test_globals_read_by_a_models_method_or_held_function_are_checked(monkeypatch):
+    monkeypatch.setitem(SETTINGS, "scale", 2.0)
+    model = lazytrace.trace_graph(_MethodModel())
+    x = torch.ones(3)
+    model(x)
+    model(x)
+    SETTINGS["scale"] = 3.0
+    assert torch.equal(model(x), x * 3.0 + 3.0)
