@@ -338,3 +338,24 @@ def test_globals_read_by_a_models_method_or_held_function_are_checked(monkeypatc
     model(x)
     SETTINGS["scale"] = 3.0
     assert torch.equal(model(x), x * 3.0 + 3.0)
+
+
+# ---- Python attributes of a tensor passed in --------------------------------------------------
+
+def test_python_attributes_of_a_tensor_argument_are_keyed():
+    def f(x):
+        return x * 2.0 if getattr(x, "flag", False) else x * 3.0
+
+    lazy = lazytrace.trace_graph(f)
+    plain = torch.ones(3)
+    lazy(plain)
+    lazy(plain)                             # the fast path too
+    flagged = torch.ones(3)
+    flagged.flag = True
+    assert torch.equal(lazy(flagged), f(flagged))
+    flagged.flag = False
+    assert torch.equal(lazy(flagged), f(flagged))
+    assert torch.equal(lazy(plain), plain * 3.0)
+    flagged.flag = [1]                      # unhashable: the call runs eagerly, with the reason
+    assert torch.equal(lazy(flagged), f(flagged))
+    assert any("Python attributes" in reason for reason in lazy.stats.reasons)

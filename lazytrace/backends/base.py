@@ -141,6 +141,11 @@ class Backend:
         """Everything about an array that a graph may bake in (not its values)."""
         raise NotImplementedError
 
+    def describe_argument(self, array) -> tuple:
+        """describe() of an array passed as an argument, with what else a function may read of it
+        that no call shows (torch: Python attributes set on the tensor)."""
+        return self.describe(array)
+
     def guard_conditions(self, expr: str, array, const) -> list[str]:
         """Python conditions on `expr` that hold exactly when describe(expr) == describe(array);
         `const(obj)` returns a name bound to obj in the generated code."""

@@ -527,12 +527,33 @@ class TorchBackend(Backend):
         return (type(t), t.shape, t.stride(), t.dtype, t.device, grad, t.is_inference(),
                 _forward_ad.unpack_dual(t).tangent is not None)
 
+    def describe_argument(self, t):
+        # Python attributes set on a tensor passed in (`x.units = "km"`, read by `x.units`: no call
+        # shows it), by value (`describe`, for parameters read live, leaves them out)
+        attributes = t.__dict__
+        if not attributes:
+            return self.describe(t)
+        items = tuple(attributes.items())
+        try:
+            hash(items)
+        except TypeError:
+            raise Unkeyable(f"a tensor argument carries Python attributes that cannot be part of a cache key "
+                            f"({', '.join(attributes)})") from None
+        return (*self.describe(t), items)
+
     def guard_conditions(self, expr, t, const):
         return [f"{expr}.shape == {const(t.shape)}", f"{expr}.stride() == {const(t.stride())}",
                 f"{expr}.dtype is {const(t.dtype)}",
                 f"{expr}.device == {const(t.device)}", f"{expr}.requires_grad is {t.requires_grad}"] + \
             ([f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []) + \
-            [f"{expr}.is_inference() is {t.is_inference()}"]
+            [f"{expr}.is_inference() is {t.is_inference()}"] + self._attribute_conditions(expr, t, const)
+
+    @staticmethod
+    def _attribute_conditions(expr, t, const) -> list:
+        """describe_argument's Python attributes of a tensor argument (TensorGuards leaves them out)."""
+        attributes = t.__dict__
+        return [f"tuple({expr}.__dict__.items()) == {const(tuple(attributes.items()))}" if attributes else
+                f"not {expr}.__dict__"]
 
     def array_check(self, tensors):
         """dynamo's C++ TensorGuards: dtype, device, requires_grad, sizes, strides and dispatch keys
@@ -554,7 +575,8 @@ class TorchBackend(Backend):
         return check is not None and check(t, t) is False
 
     def array_check_extra(self, expr, t, const):
-        return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
+        return ([f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []) + \
+            self._attribute_conditions(expr, t, const)      # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const, covered=frozenset()):
         grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks, determinism) = state

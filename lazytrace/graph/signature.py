@@ -140,7 +140,7 @@ class Signature:
                 reason = backend.unkeyable_reason(tp)
                 if reason is not None:
                     raise Unkeyable(reason)
-                self._describers[tp] = (backend.describe, backend)
+                self._describers[tp] = (backend.describe_argument, backend)
                 return self._leaf(obj, leaves, backends)
         if isinstance(obj, enum.Enum):
             return (tp, obj)
