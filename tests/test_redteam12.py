@@ -359,3 +359,34 @@ def test_python_attributes_of_a_tensor_argument_are_keyed():
     flagged.flag = [1]                      # unhashable: the call runs eagerly, with the reason
     assert torch.equal(lazy(flagged), f(flagged))
     assert any("Python attributes" in reason for reason in lazy.stats.reasons)
+
+
+def _flagged(x):
+    return x * (2.0 if getattr(x, "flag", False) else 3.0)
+
+
+def test_a_jax_array_carrying_python_attributes_runs_eagerly():
+    jnp = pytest.importorskip("jax.numpy")
+    lazy = lazytrace.trace_graph(_flagged)
+    flagged = jnp.ones(3)
+    flagged.flag = True
+    assert bool((lazy(flagged) == _flagged(flagged)).all())      # the first call too: the tracer has none
+    plain = jnp.ones(3)
+    lazy(plain)
+    lazy(plain)                              # the fast path too
+    assert bool((lazy(flagged) == flagged * 2.0).all())
+    assert lazy.stats.traces == 1
+
+
+def test_a_tensorflow_tensor_carrying_python_attributes_runs_eagerly():
+    tf = pytest.importorskip("tensorflow")
+    lazy = lazytrace.trace_graph(_flagged)
+    plain = tf.ones(3)
+    lazy(plain)
+    lazy(plain)
+    flagged = tf.ones(3)
+    flagged.flag = True
+    assert bool(tf.reduce_all(lazy(flagged) == flagged * 2.0))
+    zeros = tf.zeros(3)                      # (TensorFlow's own `_is_zeros_tensor`: still traced)
+    lazy(zeros)
+    assert lazy.stats.traces == 1 and lazy.stats.hits >= 2

@@ -546,12 +546,10 @@ class TorchBackend(Backend):
                 f"{expr}.dtype is {const(t.dtype)}",
                 f"{expr}.device == {const(t.device)}", f"{expr}.requires_grad is {t.requires_grad}"] + \
             ([f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []) + \
-            [f"{expr}.is_inference() is {t.is_inference()}"] + self._attribute_conditions(expr, t, const)
+            [f"{expr}.is_inference() is {t.is_inference()}"]
 
-    @staticmethod
-    def _attribute_conditions(expr, t, const) -> list:
-        """describe_argument's Python attributes of a tensor argument (TensorGuards leaves them out)."""
-        attributes = t.__dict__
+    def attribute_conditions(self, expr, t, const):
+        attributes = t.__dict__         # (TensorGuards leaves them out)
         return [f"tuple({expr}.__dict__.items()) == {const(tuple(attributes.items()))}" if attributes else
                 f"not {expr}.__dict__"]
 
@@ -575,8 +573,7 @@ class TorchBackend(Backend):
         return check is not None and check(t, t) is False
 
     def array_check_extra(self, expr, t, const):
-        return ([f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []) + \
-            self._attribute_conditions(expr, t, const)      # keyed, unlike in TensorGuards
+        return [f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []     # keyed, unlike in TensorGuards
 
     def state_conditions(self, state, const, covered=frozenset()):
         grad, (dtype, inference, autocast, modes, transform, dual, flushed, hooks, determinism) = state
