@@ -390,3 +390,19 @@ def test_a_tensorflow_tensor_carrying_python_attributes_runs_eagerly():
     zeros = tf.zeros(3)                      # (TensorFlow's own `_is_zeros_tensor`: still traced)
     lazy(zeros)
     assert lazy.stats.traces == 1 and lazy.stats.hits >= 2
+
+
+def test_a_tensor_subclass_keeping_its_own_state_in_its_dict_still_hits():
+    from torch.masked import masked_tensor
+
+    def f(m):
+        return m * 2.0
+
+    lazy = lazytrace.trace_graph(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for mask in ([True, False, True], [False, True, True]):
+            m = masked_tensor(torch.arange(3.0), torch.tensor(mask))
+            out = lazy(m)
+            assert torch.equal(out.get_mask(), torch.tensor(mask))
+    assert lazy.stats.eager == 0 and lazy.stats.traces == 1 and lazy.stats.hits == 1

@@ -529,17 +529,17 @@ class TorchBackend(Backend):
 
     def describe_argument(self, t):
         # Python attributes set on a tensor passed in (`x.units = "km"`, read by `x.units`: no call
-        # shows it), by value (`describe`, for parameters read live, leaves them out)
-        attributes = t.__dict__
-        if not attributes:
+        # shows it), by value; not a subclass's own (MaskedTensor's `_masked_data`, which its
+        # __torch_function__ reads at every call) nor `describe`'s, for parameters read live
+        if not t.__dict__:
             return self.describe(t)
-        items = tuple(attributes.items())
+        items = _public_items(t)
         try:
             hash(items)
         except TypeError:
             raise Unkeyable(f"a tensor argument carries Python attributes that cannot be part of a cache key "
-                            f"({', '.join(attributes)})") from None
-        return (*self.describe(t), items)
+                            f"({', '.join(k for k, _ in items)})") from None
+        return (*self.describe(t), items) if items else self.describe(t)
 
     def guard_conditions(self, expr, t, const):
         return [f"{expr}.shape == {const(t.shape)}", f"{expr}.stride() == {const(t.stride())}",
@@ -549,9 +549,9 @@ class TorchBackend(Backend):
             [f"{expr}.is_inference() is {t.is_inference()}"]
 
     def attribute_conditions(self, expr, t, const):
-        attributes = t.__dict__         # (TensorGuards leaves them out)
-        return [f"tuple({expr}.__dict__.items()) == {const(tuple(attributes.items()))}" if attributes else
-                f"not {expr}.__dict__"]
+        if not t.__dict__:              # (TensorGuards leaves them out)
+            return [f"not {expr}.__dict__"]
+        return [f"{const(_public_items)}({expr}) == {const(_public_items(t))}"]
 
     def array_check(self, tensors):
         """dynamo's C++ TensorGuards: dtype, device, requires_grad, sizes, strides and dispatch keys
@@ -1176,6 +1176,11 @@ def _median_ns(fn, args, calls=15):
             sync()
         samples.append(time.perf_counter_ns() - start)
     return sorted(samples)[calls // 2]
+
+
+def _public_items(t) -> tuple:
+    """((name, value), ...) of the Python attributes set on a tensor that are not its class's own."""
+    return tuple([(k, v) for k, v in t.__dict__.items() if not k.startswith("_")])
 
 
 class ModuleForward:
