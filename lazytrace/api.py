@@ -98,7 +98,7 @@ def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
     stateful = _by_position_and_name(obj, _stateful_indices(arg_stateful_idxs), _as_tuple(kwarg_stateful_idxs),
                                      "arg_stateful_idxs")
     signature = Signature(static_argnums=static[0], static_argnames=static[1],
-                          stateful_argnums=stateful[0], stateful_argnames=stateful[1])
+                          stateful_argnums=stateful[0], stateful_argnames=stateful[1], to=options.to)
     binding = _bind(obj)
     fn, extra, install, state_objects = binding if binding else (obj, *_bound_state(obj))
     if state_objects:

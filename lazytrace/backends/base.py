@@ -54,6 +54,11 @@ def kept_per_argument(limit: int):
     return decorate
 
 
+def public_attributes(array) -> list:
+    """The Python attributes set on an array that are not a framework's own (no leading underscore)."""
+    return [name for name in array.__dict__ if not name.startswith("_")]
+
+
 class Backend:
     """Base class: one instance per framework, created on first use."""
 
@@ -150,6 +155,26 @@ class Backend:
         """Everything about an array that a graph may bake in (not its values)."""
         raise NotImplementedError
 
+    #: array types whose objects hold no Python attributes but those the user sets (`x.units = "km"`)
+    attribute_types: tuple = ()
+
+    def describe_argument(self, array) -> tuple:
+        """describe() of an array passed as an argument, with what else a function may read of it
+        that no call shows: Python attributes set on it (JAX arrays and TensorFlow tensors take
+        them too; not the framework's own, `_is_zeros_tensor`) make the call eager here (the tracer
+        standing for a JAX array has none); torch keys them."""
+        if type(array) in self.attribute_types and array.__dict__ and public_attributes(array):
+            from ..graph.signature import Unkeyable
+            raise Unkeyable(f"an array argument carries Python attributes ({', '.join(public_attributes(array))}): "
+                            f"the function may read them, and no call shows it")
+        return self.describe(array)
+
+    def attribute_conditions(self, expr: str, array, const) -> list[str]:
+        """Conditions of the fast path on what describe_argument holds of an array's attributes."""
+        if type(array) not in self.attribute_types:
+            return []
+        return [f"not {const(public_attributes)}({expr})" if array.__dict__ else f"not {expr}.__dict__"]
+
     def guard_conditions(self, expr: str, array, const) -> list[str]:
         """Python conditions on `expr` that hold exactly when describe(expr) == describe(array);
         `const(obj)` returns a name bound to obj in the generated code."""
@@ -242,6 +267,11 @@ class Backend:
         from contextlib import nullcontext
         return nullcontext()
 
+    def folds_constants(self) -> bool:
+        """Whether calls computed from no input may become constants in a trace starting now: not
+        where something outside the key would make them anew at each eager call."""
+        return True
+
     def unseen_state(self):
         """A snapshot of the global state that changes results but that code can change without the
         interceptor seeing it. The tracer compares it before every call and at the end: a change
@@ -267,10 +297,11 @@ class Backend:
         None when it cannot be replayed (the signature then runs eagerly)."""
         return None
 
-    def metadata_inputs(self, func, args, kwargs) -> tuple:
+    def metadata_inputs(self, func, args, kwargs, raw_args=(), raw_kwargs=None) -> tuple:
         """The arguments of this call whose values it never reads, only their shape, dtype and
         device (`ones_like(x)`'s x, `k.to(x)`'s x): a call whose other inputs are constants is
-        then a constant per signature. Positions only: the items are returned as given."""
+        then a constant per signature. Positions only: the items of `args`/`kwargs` are returned
+        as given; `raw_args`/`raw_kwargs` are the call's own arrays (is what it reads keyed?)."""
         return ()
 
     def specialize_args(self, func, args, kwargs, recorded: tuple) -> tuple:

@@ -407,6 +407,7 @@ class LazyTrace(core.Trace):
 class JaxBackend(Backend):
     name = "jax"
     array_types = _ARRAYS + (core.Tracer,)       # Tracer: called under an outer grad/vmap/jit
+    attribute_types = (ArrayImpl,)
     tracked_types = (JaxTracer,) + _ARRAYS
     tracer_class = JaxTracer                     # made by wrap_input below (it needs the JAX trace)
     internal_modules = ("lazytrace.", "jax.", "jaxlib.")

@@ -456,6 +456,7 @@ class _RandomWatch:
 class TensorflowBackend(Backend):
     name = "tensorflow"
     array_types = (tf.Tensor, tf.Variable)
+    attribute_types = (EagerTensor,)        # (a tf.Variable holds attributes of its own)
     tracer_class = TfTracer
     internal_modules = ("lazytrace.", "tensorflow.")
     tracked_types = (TfTracer, tf.Tensor, tf.Variable)

@@ -42,7 +42,7 @@ from ..graph.ir import Source, Value
 from ..graph.signature import Unkeyable, _value_key
 from ..graph.stateful import own_class
 from .base import Backend, CallKind, call_as_caller, kept_per_argument, operator_syntax
-from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, torchs_own
+from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, _other_modes, torchs_own
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
 _ESCAPE = {"numpy", "__array__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
@@ -87,6 +87,8 @@ _METADATA_FIRST = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor
                    "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
 #: ... and of their second (`other`): `k.to(x)` casts k to x's dtype and device
 _METADATA_SECOND = {"to", "type_as", "expand_as", "view_as", "reshape_as"}
+#: calls returning self unless a bit that no key holds (conjugate, negative) is set
+_RESOLVES_BIT = frozenset({"resolve_conj", "resolve_neg"})
 #: creation calls a stored graph may make besides torch's overridable functions
 _CREATION = {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "tensor", "scalar_tensor",
              "as_tensor", "rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like",
@@ -232,12 +234,17 @@ def _cpu_only(plan) -> bool:
 def _function_modes():
     """The torch function modes active outside any trace: the default device of a
     `torch.set_default_device` or `with torch.device(...)` (factory calls make arrays there; a
-    graph's constants were made on the trace's device), other modes by type."""
-    if not torch._C._len_torch_function_stack():
-        return ()
-    from torch.overrides import _get_current_function_mode_stack
-    from torch.utils._device import DeviceContext
-    return tuple(m.device if isinstance(m, DeviceContext) else type(m) for m in _get_current_function_mode_stack())
+    graph's constants were made on the trace's device), other modes by type; then the torch
+    dispatch modes (`FlopCounterMode`, a `TorchDispatchMode` of the user's) by type."""
+    modes = ()
+    if torch._C._len_torch_function_stack():
+        from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._device import DeviceContext
+        modes = tuple(m.device if isinstance(m, DeviceContext) else type(m) for m in _get_current_function_mode_stack())
+    if torch._C._len_torch_dispatch_stack():
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+        modes += tuple([("dispatch", type(m)) for m in _get_current_dispatch_mode_stack()])
+    return modes
 
 
 def _set_autocast(state) -> None:
@@ -549,12 +556,31 @@ class TorchBackend(Backend):
         return (type(t), t.shape, t.stride(), t.dtype, t.device, grad, t.is_inference(),
                 _forward_ad.unpack_dual(t).tangent is not None)
 
+    def describe_argument(self, t):
+        # Python attributes set on a tensor passed in (`x.units = "km"`, read by `x.units`: no call
+        # shows it), by value; not a subclass's own (MaskedTensor's `_masked_data`, which its
+        # __torch_function__ reads at every call) nor `describe`'s, for parameters read live
+        if not t.__dict__:
+            return self.describe(t)
+        items = _public_items(t)
+        try:
+            hash(items)
+        except TypeError:
+            raise Unkeyable(f"a tensor argument carries Python attributes that cannot be part of a cache key "
+                            f"({', '.join(k for k, _ in items)})") from None
+        return (*self.describe(t), items) if items else self.describe(t)
+
     def guard_conditions(self, expr, t, const):
         return [f"{expr}.shape == {const(t.shape)}", f"{expr}.stride() == {const(t.stride())}",
                 f"{expr}.dtype is {const(t.dtype)}",
                 f"{expr}.device == {const(t.device)}", f"{expr}.requires_grad is {t.requires_grad}"] + \
             ([f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []) + \
             [f"{expr}.is_inference() is {t.is_inference()}"]
+
+    def attribute_conditions(self, expr, t, const):
+        if not t.__dict__:              # (TensorGuards leaves them out)
+            return [f"not {expr}.__dict__"]
+        return [f"{const(_public_items)}({expr}) == {const(_public_items(t))}"]
 
     def array_check(self, tensors):
         """dynamo's C++ TensorGuards: dtype, device, requires_grad, sizes, strides and dispatch keys
@@ -590,7 +616,8 @@ class TorchBackend(Backend):
                       f"{const(_deterministic)}() is False" if determinism is None else
                       f"{const(_deterministic_mode)}() == {const(determinism)}",
                       f"{const(_function_modes)}() == {const(modes)}" if modes else
-                      f"not {const(torch._C._len_torch_function_stack)}()",
+                      f"not {const(torch._C._len_torch_function_stack)}()" + (
+                          "" if "dispatch" in covered else f" and not {const(torch._C._len_torch_dispatch_stack)}()"),
                       f"{const(_global_hooks)}() == {const(hooks)}" if hooks else
                       " or ".join(f"{const(d)}" for d in _GLOBAL_HOOKS).join(("not (", ")"))]
         if not (inference is False and "inference" in covered):
@@ -610,12 +637,12 @@ class TorchBackend(Backend):
         and autocast for the tensor's device (AutocastCPU ...) change: with tensors, the first two
         need no check of their own; with CPU tensors and a graph whose every array is on the CPU
         (another device's autocast cannot reach it), neither does autocast (about 0.35 us of a
-        cache hit)."""
+        cache hit). A torch dispatch mode changes them too (the Python key)."""
         if not tensors:
             return frozenset()
         if all(t.device.type == "cpu" for t in tensors) and _cpu_only(plan):
-            return frozenset({"transform", "inference", "autocast"})
-        return frozenset({"transform", "inference"})
+            return frozenset({"transform", "inference", "autocast", "dispatch"})
+        return frozenset({"transform", "inference", "dispatch"})
 
     def global_state(self):
         """Grad mode, then default dtype, inference mode, autocast, function modes, whether a
@@ -630,6 +657,12 @@ class TorchBackend(Backend):
 
     def state_reads(self):
         return _STATE_READS
+
+    def folds_constants(self):
+        # a function or dispatch mode of the user's sees every call eager makes: keyed by its type
+        # only, its configuration (`Mode(k)`, an attribute set later) would be baked into a folded
+        # constant, and a FlopCounterMode would count fewer calls
+        return not _other_modes() and not torch._C._len_torch_dispatch_stack()
 
     def unseen_state(self):
         """Default dtype, inference mode, autocast, the torch.func transform level and grad mode:
@@ -858,16 +891,23 @@ class TorchBackend(Backend):
         # `x.to(x.dtype)`, `.contiguous()`, `.cpu()` return self when the (keyed) metadata already
         # match; a trailing underscore marks calls that change self in place (requires_grad_ too)
         # (a dropout switched off returns its input too: kept, so the graph checks the function)
+        # (`resolve_conj()`, `resolve_neg()` return self when the conjugate or negative bit, which
+        # no key holds, is unset: kept, a conjugate view passed later gets its copy)
         info = self._infos.get(func) or self._info(func)
-        return bool(args) and result is args[0] and not mutated and not info.underscore and info.training is None
+        return bool(args) and result is args[0] and not mutated and not info.underscore and info.training is None \
+            and info.name not in _RESOLVES_BIT and not _other_modes()       # (a mode of the user's may do otherwise)
 
-    def metadata_inputs(self, func, args, kwargs) -> tuple:
+    def metadata_inputs(self, func, args, kwargs, raw_args=(), raw_kwargs=None) -> tuple:
         metadata = (self._infos.get(func) or self._info(func)).metadata
         if metadata == 1:
-            return args[:1] if args else (kwargs.get("input"),)
-        if metadata == 2:
-            return args[1:2] if len(args) > 1 else (kwargs.get("other"),)
-        return ()
+            found, raw = (args[:1], raw_args[:1]) if args else ((kwargs.get("input"),), ((raw_kwargs or {}).get("input"),))
+        elif metadata == 2:
+            found, raw = (args[1:2], raw_args[1:2]) if len(args) > 1 else \
+                ((kwargs.get("other"),), ((raw_kwargs or {}).get("other"),))
+        else:
+            return ()
+        # a quantized tensor's scale and zero point are in no key (`empty_like(q)` copies them)
+        return () if any(isinstance(t, Tensor) and t.is_quantized for t in raw) else found
 
     def snapshot_rng(self):
         """The default CPU generator's state, and the CUDA ones' where CUDA has started."""
@@ -1165,6 +1205,11 @@ def _median_ns(fn, args, calls=15):
     return sorted(samples)[calls // 2]
 
 
+def _public_items(t) -> tuple:
+    """((name, value), ...) of the Python attributes set on a tensor that are not its class's own."""
+    return tuple([(k, v) for k, v in t.__dict__.items() if not k.startswith("_")])
+
+
 class ModuleForward:
     """The module's own forward, called through its class (picklable, unlike a closure)."""
 
@@ -1180,6 +1225,33 @@ class ModuleForward:
     def __signature__(self):
         import inspect
         return inspect.signature(type(self.module).forward.__get__(self.module))
+
+    def _lazytrace_code_holder(self):
+        """What LazyGraph checks the code and defaults of at each call: the class's forward."""
+        return _ClassForward(self.module)
+
+
+class _ClassForward:
+    """The code and defaults of a module's class's forward, read at each access: a reload tool
+    (IPython's autoreload) edits the class's methods in place, `Model.forward.__defaults__ = ...`
+    changes what graphs baked (a forward rebound on the class is keyed: ModuleLiveInputs)."""
+
+    __slots__ = ("module",)
+
+    def __init__(self, module):
+        self.module = module
+
+    @property
+    def __code__(self):
+        return getattr(type(self.module).forward, "__code__", None)
+
+    @property
+    def __defaults__(self):
+        return getattr(type(self.module).forward, "__defaults__", None)
+
+    @property
+    def __kwdefaults__(self):
+        return getattr(type(self.module).forward, "__kwdefaults__", None)
 
 
 class _CopiedUntraced:
@@ -1323,9 +1395,11 @@ class ModuleLiveInputs:
         # submodule replaced after the trace (`aug._param_generator = ...`) is a new signature (their
         # ids first: a class's __eq__ may call another object equal; the key holds the modules, so
         # their ids are not reused while it is cached); the module's class, whose forward
-        # ModuleForward calls (`model.__class__ = Other` after the trace)
+        # ModuleForward calls (`model.__class__ = Other` after the trace), and that forward
+        # (`Model.forward = patched` after the trace: the graphs are the old forward's)
+        cls = own_class(module)
         key = (tuple([id(m) for m in modules]), modules, tuple([m.training for m in modules]), described, hooks,
-               own_class(module))
+               cls, cls.forward)
         return key, tensors
 
     def shareable(self):
@@ -1365,7 +1439,13 @@ class ModuleLiveInputs:
             tensors.append((name, TorchBackend.describe(t)))
         held.update(id(m) for _, m in named)
         # the code of its class's forward (edited in place by a reload tool: graphs of the old code)
-        code = getattr(getattr(type(module), "forward", None), "__code__", None)
+        # and its defaults (`Model.forward.__defaults__ = ...`: baked like arguments; by value)
+        forward = getattr(type(module), "forward", None)
+        defaults = [*(getattr(forward, "__defaults__", None) or ()), *(getattr(forward, "__kwdefaults__", None) or {}).items()]
+        defaults = tuple([_configuration(value, set()) for value in defaults])
+        if any(d is _UNSHAREABLE for d in defaults):
+            return None
+        code = (getattr(forward, "__code__", None), defaults)
         return (tuple(parts), tuple(tensors), code), tuple(m for _, m in named), frozenset(held)
 
     def held(self) -> frozenset:
@@ -1381,7 +1461,7 @@ class ModuleLiveInputs:
     def describe(self, key) -> dict[str, str]:
         """{path: description} of a key made by __call__, for explaining retraces."""
         module = self.module
-        _, _, training, tensors, _, _ = key
+        _, _, training, tensors, _, _, _ = key
         named, walked = _named_modules(module)
         out = {f"self{'.' if n else ''}{n}.training": repr(t) for (n, _), t in zip(named, training)}
         names = [n for n, _ in _named_tensors(module, named, walked)]

@@ -121,11 +121,13 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
         b.conditions.append(f"{b.const(native)}({', '.join(expr for expr, _, _ in distinct)})")
         for expr, obj, array_backend in distinct:
             b.conditions.extend(array_backend.array_check_extra(expr, obj, b.const))
+            b.conditions.extend(array_backend.attribute_conditions(expr, obj, b.const))
         covered = backend.state_covered([obj for _, obj, _ in distinct], graph._plan)
     else:
         for expr, obj, array_backend in distinct:
             b.conditions.append(f"type({expr}) is {b.const(type(obj))}")
             b.conditions.extend(array_backend.guard_conditions(expr, obj, b.const))
+            b.conditions.extend(array_backend.attribute_conditions(expr, obj, b.const))
         covered = frozenset()
     b.conditions.extend(backend.state_conditions(graph._state, b.const, covered))
     # which leaves are the same object is part of the key (signature.alias_pattern); a native check

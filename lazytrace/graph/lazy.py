@@ -141,6 +141,7 @@ class LazyGraph:
         self._stored_check = None   # (persist.memos_hold, persist.plan_data) once _preload stored data to check
         self._code_of = _code_holder(fn)    # the Python function whose code the graphs were traced from
         self._code = getattr(self._code_of, "__code__", None)
+        self._defaults = _defaults_of(self._code_of)     # (its __defaults__, __kwdefaults__) if it has any
         self._shared = None         # the SharedGraphs of the object's class (a traced library's module object)
         self.stats = Stats()
         functools.update_wrapper(self, fn, updated=())
@@ -178,7 +179,8 @@ class LazyGraph:
     def _call(self, args, kwargs):
         """The general path: the signature key, the cache, a trace on a miss."""
         code_of = self._code_of               # its __code__ replaced (autoreload): its graphs are stale
-        if code_of is not None and code_of.__code__ is not self._code:
+        if code_of is not None and (code_of.__code__ is not self._code or self._defaults is not None and (
+                code_of.__defaults__ is not self._defaults[0] or code_of.__kwdefaults__ is not self._defaults[1])):
             self._code_replaced()
         if self._disabled:
             return self._fn(*args, **kwargs)
@@ -231,10 +233,12 @@ class LazyGraph:
 
     def _code_replaced(self):
         """The function's __code__ was replaced (a reload tool such as IPython's autoreload, an
-        edit applied in place): its graphs, in memory and the on-disk cache chosen for the old
+        edit applied in place), or its default values (`f.__defaults__ = (3.0,)`, which graphs
+        bake like arguments): its graphs, in memory and the on-disk cache chosen for the old
         code, are of the old code."""
         with self._lock:
             self._code = self._code_of.__code__
+            self._defaults = _defaults_of(self._code_of)
             self._fast = None
             self._cache.clear()
             self._persist = _UNSET
@@ -279,6 +283,10 @@ class LazyGraph:
         conditions = [("{}() is None", _active.get)]
         if self._code_of is not None:
             conditions.append(("{}.__code__ is {}", self._code_of, self._code))
+        if self._defaults is not None:      # (defaults set where there were none only fill arguments
+            #                                   a call left out, which raised at the trace)
+            conditions += [(f"{{}}.{name} is {{}}", self._code_of, value) for name, value in
+                           zip(("__defaults__", "__kwdefaults__"), self._defaults) if value is not None]
         return conditions
 
     def _eager(self, reason: str, args, kwargs):
@@ -635,7 +643,8 @@ class LazyGraph:
         """Pickled (and deep-copied) as what it was made from: graphs are not carried along."""
         sig = self._signature
         return (_restore, (self._fn, self._options, (tuple(sig.static_argnums), tuple(sig.static_argnames),
-                                                     tuple(sig.stateful_argnums), tuple(sig.stateful_argnames)),
+                                                     tuple(sig.stateful_argnums), tuple(sig.stateful_argnames),
+                                                     sig.to),
                            self._name, self.max_signatures, self._extra))
 
     def __get__(self, instance, owner):
@@ -695,8 +704,20 @@ def _caller_level(backends) -> int:
     return level
 
 
+def _defaults_of(fn):
+    """(fn.__defaults__, fn.__kwdefaults__), checked by identity at each call, or None for a function
+    without defaults (one set later only fills arguments such calls gave: their keys differ)."""
+    if fn is None or fn.__defaults__ is None and fn.__kwdefaults__ is None:
+        return None
+    return fn.__defaults__, fn.__kwdefaults__
+
+
 def _code_holder(fn):
-    """The Python function a callable runs (through bound methods and functools.partial), or None."""
+    """The Python function a callable runs (through bound methods and functools.partial), what
+    stands for it (a module's forward: its class's, read at each call), or None."""
+    live = getattr(type(fn), "_lazytrace_code_holder", None)
+    if live is not None:
+        return live(fn)
     fn = getattr(fn, "__func__", fn)
     while isinstance(fn, functools.partial):
         fn = getattr(fn.func, "__func__", fn.func)

@@ -1172,15 +1172,18 @@ class PythonReads:
         if key not in self.globals:
             self.globals[key] = (namespace, name, value, self._expect(value))
 
-    def class_method(self, descriptor, cls):
-        """A classmethod or staticmethod of `cls` reached through an object the trace records
-        (`self.factor()`): it runs as the object's code, but no stack shows it where it makes no
-        framework call. Its globals are walked like those of a function called by name, and a
-        classmethod's reads of its class (`cls.scale`) are checked like `Config.scale`."""
-        fn = getattr(descriptor, "__func__", None)
+    def class_method(self, descriptor, cls, depth=1):
+        """A classmethod, staticmethod or property (its getter) of `cls` reached through an object
+        the trace records (`self.factor()`, `self.scale`): it runs as the object's code, but no
+        stack shows it where it makes no framework call. Its globals are walked like those of a
+        function called by name, and a classmethod's reads of its class (`cls.scale`) are checked
+        like `Config.scale`. `depth`: calls below the trace's function (_CALLS: the functions its
+        globals hold are not followed, as for code seen on the stack)."""
+        fn = descriptor.fget if isinstance(descriptor, property) else \
+            descriptor.func if isinstance(descriptor, functools.cached_property) else getattr(descriptor, "__func__", None)
         if not isinstance(fn, types.FunctionType):
             return
-        self._function(fn, 1)
+        self._function(fn, depth)
         if isinstance(descriptor, classmethod):
             for name in _first_argument_attributes(fn.__code__):
                 self._class_attribute(cls, name, 1)

@@ -17,7 +17,7 @@ import math
 import numbers
 from typing import Any, Callable
 
-from ..backends import backend_for_type
+from ..backends import backend_for_type, get_backend
 
 #: leaves keyed by value: immutable Python objects a graph may bake in
 _VALUE_TYPES = frozenset({int, float, bool, complex, str, bytes, type(None), type(Ellipsis), range, type})
@@ -48,7 +48,7 @@ def _signed_parts(c: complex) -> bool:
 class Signature:
     """Builds cache keys and input leaves for one function's calls."""
 
-    def __init__(self, static_argnums=(), static_argnames=(), stateful_argnums=(), stateful_argnames=()):
+    def __init__(self, static_argnums=(), static_argnames=(), stateful_argnums=(), stateful_argnames=(), to=None):
         self.static_argnums = frozenset(static_argnums)
         self.static_argnames = frozenset(static_argnames)
         self.stateful_argnums = frozenset(stateful_argnums)
@@ -57,6 +57,9 @@ class Signature:
                              or self.stateful_argnums or self.stateful_argnames)
         self._describers: dict[type, tuple] = {}     # array type -> (describe, backend)
         self._object_kinds: dict[type, str | None] = {}   # "static" / "live" / None, per type
+        # the framework of to=: a call without arrays is traced in it, under its global state
+        self.to = to
+        self._target = get_backend(to) if to is not None else None
 
     # ---- hot path ----------------------------------------------------------
     def key(self, args: tuple, kwargs: dict) -> tuple[tuple, list, list]:
@@ -93,6 +96,8 @@ class Signature:
                 if len(backends) == 1:
                     return (parts, backends[0].global_state()), leaves, backends
                 return (parts, tuple([b.global_state() for b in backends])), leaves, backends
+            if self._target is not None:       # (`jnp.arange(n)` is of another dtype under x64)
+                return (parts, self._target.global_state()), leaves, backends
             return parts, leaves, backends
         except (RuntimeError, NotImplementedError) as exc:     # a sparse CSR tensor has no strides ...
             raise Unkeyable(f"an argument cannot be described for the cache key ({exc})") from None
@@ -141,7 +146,7 @@ class Signature:
                 reason = backend.unkeyable_reason(tp)
                 if reason is not None:
                     raise Unkeyable(reason)
-                self._describers[tp] = (backend.describe, backend)
+                self._describers[tp] = (backend.describe_argument, backend)
                 return self._leaf(obj, leaves, backends)
         if isinstance(obj, enum.Enum):
             return (tp, obj)

@@ -264,10 +264,14 @@ def _recorder(obj, active):
             if name.startswith("__") or session_of() is None:
                 raise
             try:                        # what Python tries next: the class's __getattr__ (nn.Module's)
-                return cls.__getattr__(self, name) if hasattr(cls, "__getattr__") else _raise(name)
+                value = cls.__getattr__(self, name) if hasattr(cls, "__getattr__") else _raise(name)
             except AttributeError:
                 session_of().on_missing_attribute(self, name)
                 raise
+            fallback = user_getattr()
+            if fallback is not None:    # one of the user's: what its code reads is checked
+                session_of().on_attribute_code(self, fallback)
+            return value
         if name == "__dict__":          # vars(obj), obj.__dict__.get(...): what the code reads of it
             session = active()
             if session is not None and session in sessions:
@@ -283,6 +287,12 @@ def _recorder(obj, active):
                 if session is not None and session in sessions:
                     session.on_class_attribute(self, name, descriptor(name))
         return value
+
+    def user_getattr():
+        """The class's `__getattr__` if it is a Python function of the user's (not nn.Module's)."""
+        fn = getattr(cls, "__getattr__", None)
+        module = getattr(fn, "__module__", None)
+        return fn if isinstance(fn, FunctionType) and str(module).partition(".")[0] not in UNWATCHED else None
 
     def session_of():
         session = active()

@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import inspect
 import enum
+import functools
 import os
 import sys
 import types
@@ -28,7 +29,7 @@ from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .handlers import inside_except
-from .reads import MISSING, READERS, UNWATCHED, PythonReads, read_environment, signed
+from .reads import _CALLS, MISSING, READERS, UNWATCHED, PythonReads, read_environment, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
 from .stateful import (CallableStatefulProxy, SessionProxy, StatefulProxy, dict_key_read, read_attribute,
                        read_class_attribute, read_instance_dict, read_instance_item, own_class, recording_class)
@@ -346,7 +347,7 @@ class TraceSession:
                 backend.returned_its_input(func, raw_args, result, mutated):
             return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
         data = inputs
-        metadata = backend.metadata_inputs(func, args, kwargs)
+        metadata = backend.metadata_inputs(func, args, kwargs, raw_args, raw_kwargs)
         if metadata:
             data = list(inputs)
             for arg in metadata:
@@ -623,8 +624,15 @@ class TraceSession:
             args = self._lift((obj, name), inputs)
             self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_class_attribute, args, {}, inputs,
                                    [self.version(v) for v in inputs], expected=_Same(descriptor)))
-        if isinstance(descriptor, (classmethod, staticmethod)):
+        if isinstance(descriptor, (classmethod, staticmethod, property, functools.cached_property)):
             self.reads.class_method(descriptor, own_class(obj))
+
+    def on_attribute_code(self, obj, fn) -> None:
+        """A `__getattr__` of the user's class answered a read of `obj`: what its code reads (a
+        global config) is checked as a property's is."""
+        if self.untraceable is None and (id(obj), "__getattr__") not in self._checked_callables:
+            self._checked_callables.add((id(obj), "__getattr__"))
+            self.reads.class_method(staticmethod(fn), own_class(obj))
 
     def on_instance_dict(self, obj, frame) -> None:
         """The code at `frame` read the __dict__ of a stateful object (`vars(obj).get("k", 0)`,
@@ -663,6 +671,11 @@ class TraceSession:
         expected = _SameMethod(value) if isinstance(value, MethodType) else _Same(value)
         self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_attribute, args, {}, inputs,
                                [self.version(v) for v in inputs], expected=expected))
+        # its code (`self.gain()` returning CONFIG["gain"]) runs as the object's, but no stack shows
+        # it where it makes no framework call: its own globals are checked, as a frame's on the stack
+        func = value.__func__ if isinstance(value, MethodType) else value
+        if isinstance(func, types.FunctionType):
+            self.reads.class_method(staticmethod(func), own_class(obj), depth=_CALLS)
 
     def _snapshot(self, obj, record=True):
         """What a guard compares a value read from a stateful object with: literals by value,
@@ -1253,7 +1266,7 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     if state is None or backend is not backends[0]:
         state = backend.global_state()
     session = TraceSession(backend, include_generators=options.include_generators,
-                           array_caching=options.array_caching)
+                           array_caching=options.array_caching and backend.folds_constants())
     try:
         return _run(session, backend, fn, args, kwargs, key=key, signature=signature, options=options, name=name,
                     extra=extra, state=state)
