@@ -214,6 +214,13 @@ def _escape(self, *args, **kwargs):
     return self._lt_session.on_call(np.asarray, (self,), {})
 
 
+class _HostCopy(Exception):
+    """`jax.device_get(x)` hands a tracer back as it is (a jax.Array, where eager gives a NumPy
+    array): its `copy_to_host_async()` raises this, and the call runs eagerly."""
+
+    reason = "copies an array to the host (jax.device_get: a NumPy array), which a graph would not"
+
+
 class JaxTracer(ReadbackMixin, core.Tracer):
     """Stands in for a jax.Array during a trace; JAX routes every primitive on it to LazyTrace."""
 
@@ -261,6 +268,9 @@ class JaxTracer(ReadbackMixin, core.Tracer):
 
     def block_until_ready(self):
         return self
+
+    def copy_to_host_async(self):
+        raise _HostCopy(_HostCopy.reason)
 
     @property
     def device(self):
@@ -495,6 +505,8 @@ class JaxBackend(Backend):
             yield
 
     def caused_by_tracing(self, exc):
+        if type(exc) is _HostCopy:
+            return _HostCopy.reason
         return isinstance(exc, _TRACE_ERRORS) or super().caused_by_tracing(exc)
 
     def primitive_callable(self, primitive, params):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
 
-from ..backends import Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
+from ..backends import FRESH_ENTROPY, Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
@@ -1309,6 +1309,10 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
             session.fail(f"a {backend.name} RNG generator is passed in and the code calls "
                          f"{', '.join(sorted(named))}() on something: what that gives or changes in "
                          f"Python, no call shows (a graph would bake it)")
+    fresh = session.include_generators and session.reads.names_used(FRESH_ENTROPY)
+    if fresh:
+        session.fail(f"the code calls {', '.join(sorted(fresh))}, which may make a random generator seeded "
+                     f"from the operating system's entropy: its draws, no call shows, would be baked")
     if backend.tracer_class is not None or session.proxied:
         # a global or an object the function filled holds arrays, not tracers, and the objects
         # passed in, not the proxies the function was handed (escapes.release)
