@@ -58,3 +58,57 @@ def test_jax_device_get_gives_numpy_arrays_as_in_eager():
         np.testing.assert_array_equal(host, expected[0])
         np.testing.assert_array_equal(dev, expected[1])
     assert lazy.stats.eager == 3 and "device_get" in next(iter(lazy.stats.reasons))
+
+
+def _print_precision(x):
+    return np.round(x, np.get_printoptions()["precision"] - 6)
+
+
+def _raises_on_divide(x):
+    return x * (np.geterr()["divide"] == "raise")
+
+
+def _first_state_word(x):
+    return x + np.random.get_state()[1][0]
+
+
+def _buffer_size(x):
+    return x * np.getbufsize()
+
+
+@pytest.mark.parametrize("fn, change", [
+    (_print_precision, lambda: np.printoptions(precision=7)),
+    (_raises_on_divide, lambda: np.errstate(divide="raise")),
+    (_first_state_word, lambda: _seeded(5)),
+    (_buffer_size, lambda: _bufsize(16384)),
+])
+def test_numpy_state_read_by_the_code_is_checked(fn, change):
+    lazy = lazytrace.trace_graph(fn)
+    x = np.arange(4.0) / 3
+    lazy(x), lazy(x)
+    with change():
+        np.testing.assert_array_equal(lazy(x), fn(x))
+    np.testing.assert_array_equal(lazy(x), fn(x))
+
+
+class _seeded:
+    def __init__(self, seed):
+        self.seed = seed
+
+    def __enter__(self):
+        self.state = np.random.get_state()
+        np.random.seed(self.seed)
+
+    def __exit__(self, *exc):
+        np.random.set_state(self.state)
+
+
+class _bufsize:
+    def __init__(self, size):
+        self.size = size
+
+    def __enter__(self):
+        self.old = np.setbufsize(self.size)
+
+    def __exit__(self, *exc):
+        np.setbufsize(self.old)

@@ -273,6 +273,20 @@ class _LegacyLayout:
                 state[4] if state[3] or exact else 0.0)
 
 
+def _global_rng_state():
+    return pickle.dumps(np.random.get_state(legacy=False))
+
+
+#: NumPy state that Python code reads with no call a tracer sees (Backend.state_reads)
+_STATE_READS = {
+    ("numpy", "get_printoptions"): None,
+    ("numpy", "geterr"): None,
+    ("numpy", "geterrcall"): None,
+    ("numpy", "getbufsize"): None,
+    ("numpy.random", "get_state"): _global_rng_state,
+}
+
+
 class NumpyBackend(Backend):
     name = "numpy"
     sees_creation = False
@@ -388,6 +402,9 @@ class NumpyBackend(Backend):
         if isinstance(result, tuple) and hasattr(type(result), "_fields"):
             return type(result)(*(self._wrap(x, session, by_array) for x in result))
         return result
+
+    def state_reads(self):
+        return _STATE_READS
 
     def unseen_state(self):
         """`np.errstate` / `np.seterr` inside a function decide whether a division by zero raises,

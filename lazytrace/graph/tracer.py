@@ -1309,7 +1309,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
             session.fail(f"a {backend.name} RNG generator is passed in and the code calls "
                          f"{', '.join(sorted(named))}() on something: what that gives or changes in "
                          f"Python, no call shows (a graph would bake it)")
-    fresh = session.include_generators and session.reads.names_used(FRESH_ENTROPY)
+    fresh = session.include_generators and session.reads.names_used(FRESH_ENTROPY, methods=False)
     if fresh:
         session.fail(f"the code calls {', '.join(sorted(fresh))}, which may make a random generator seeded "
                      f"from the operating system's entropy: its draws, no call shows, would be baked")
