@@ -112,3 +112,25 @@ class _bufsize:
 
     def __exit__(self, *exc):
         np.setbufsize(self.old)
+
+
+def _wraps(x):
+    return x + np.int8(100) * np.int8(2)
+
+
+def _floor_divides_by_zero(x):
+    return x + np.arange(3) // 0
+
+
+@pytest.mark.parametrize("fn", [_wraps, _floor_divides_by_zero])
+def test_an_integer_constant_computed_with_an_error_raises_under_errstate_as_in_eager(fn):
+    lazy = lazytrace.trace_graph(fn)
+    with np.errstate(all="ignore"):
+        x = np.arange(3, dtype=np.int8)
+        lazy(x), lazy(x)
+        assert lazy.stats.hits == 1
+    with np.errstate(over="raise", divide="raise"):
+        with pytest.raises(FloatingPointError):
+            fn(x)
+        with pytest.raises(FloatingPointError):
+            lazy(x)

@@ -377,12 +377,14 @@ class NumpyBackend(Backend):
         constant once. A graph whose constants hold inf or nan (what those errors leave) checks
         that the error modes are the trace's (np.errstate(all="raise") around it: traced again,
         so it raises as eager does). The same for a NumPy scalar a call was given as a literal
-        (`x + np.float64(1e308) * 10`: Python code computed it, no call shows it). Underflow
+        (`x + np.float64(1e308) * 10`: Python code computed it, no call shows it). Integers
+        leave no mark (`np.int8(100) * np.int8(2)` wraps, `np.arange(3) // 0` is 0): a graph
+        with integer constants or literals checks the error modes too (~20 ns). Underflow
         leaves no such mark: not checked."""
         literals = [a for node in plan.nodes for a in _leaves((node.args, node.kwargs)) if isinstance(a, np.generic)]
         for array in [*(self.unwrap(value.obj) for value in plan.constants), *literals]:
-            if isinstance(array, (np.ndarray, np.generic)) and array.dtype.kind in "fc" and \
-                    not np.isfinite(array).all():
+            if isinstance(array, (np.ndarray, np.generic)) and (array.dtype.kind in "iu" or array.dtype.kind in "fc"
+                                                                and not np.isfinite(array).all()):
                 return _ErrorModes()
         return None
 
