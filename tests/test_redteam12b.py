@@ -134,3 +134,24 @@ def test_an_integer_constant_computed_with_an_error_raises_under_errstate_as_in_
             fn(x)
         with pytest.raises(FloatingPointError):
             lazy(x)
+
+
+def test_jax_legacy_prng_key_mode_is_part_of_the_key():
+    jax = pytest.importorskip("jax")
+
+    def noise(key, x):
+        return jax.random.normal(key, x.shape) + x
+
+    lazy = lazytrace.trace_graph(noise)
+    key, x = jax.random.PRNGKey(0), jax.numpy.ones(3)
+    lazy(key, x), lazy(key, x)
+    old = jax.config.jax_legacy_prng_key
+    jax.config.update("jax_legacy_prng_key", "error")
+    try:
+        with pytest.raises(ValueError, match="Legacy uint32 key"):
+            noise(key, x)
+        with pytest.raises(ValueError, match="Legacy uint32 key"):
+            lazy(key, x)
+        np.testing.assert_array_equal(lazy(jax.random.key(1), x), noise(jax.random.key(1), x))
+    finally:
+        jax.config.update("jax_legacy_prng_key", old)
