@@ -6,6 +6,11 @@ import pytest
 
 import lazytrace
 
+try:
+    import tensorflow as tf
+except ImportError:
+    tf = None
+
 
 def _draws(fn, make):
     lazy = lazytrace.trace_graph(fn)
@@ -155,3 +160,36 @@ def test_jax_legacy_prng_key_mode_is_part_of_the_key():
         np.testing.assert_array_equal(lazy(jax.random.key(1), x), noise(jax.random.key(1), x))
     finally:
         jax.config.update("jax_legacy_prng_key", old)
+
+
+def _tf32_scale(x):
+    return x * (2.0 if tf.config.experimental.tensor_float_32_execution_enabled() else 3.0)
+
+
+@pytest.mark.skipif(tf is None, reason="needs tensorflow")
+def test_tensorflow_settings_read_by_the_code_are_checked():
+    lazy = lazytrace.trace_graph(_tf32_scale)
+    x = tf.ones(2)
+    lazy(x), lazy(x)
+    old = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(not old)
+    try:
+        np.testing.assert_array_equal(lazy(x), _tf32_scale(x))
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(old)
+    np.testing.assert_array_equal(lazy(x), _tf32_scale(x))
+
+
+@pytest.mark.xfail(strict=True, reason="a framework module held in a closure cell (`import numpy` in an "
+                   "enclosing function) is not followed for state reads (graph/reads.py)")
+def test_state_read_through_a_module_in_a_closure_is_checked():
+    import numpy as closure_np
+
+    def precision(x):
+        return np.round(x, closure_np.get_printoptions()["precision"] - 6)
+
+    lazy = lazytrace.trace_graph(precision)
+    x = np.arange(4.0) / 3
+    lazy(x), lazy(x)
+    with np.printoptions(precision=7):
+        np.testing.assert_array_equal(lazy(x), precision(x))
