@@ -3,6 +3,7 @@ import random
 
 import numpy as np
 import pytest
+from numpy.random import get_state
 
 import lazytrace
 
@@ -193,3 +194,30 @@ def test_state_read_through_a_module_in_a_closure_is_checked():
     lazy(x), lazy(x)
     with np.printoptions(precision=7):
         np.testing.assert_array_equal(lazy(x), precision(x))
+
+
+@pytest.mark.xfail(strict=True, reason="text of an array no call shows (a constant made by np.arange, a NumPy "
+                   "scalar literal) depends on np.printoptions, which is not keyed")
+def test_text_of_a_constant_follows_the_print_options():
+    def width(x):
+        return x * len(np.array2string(np.arange(3.0) / 3))
+
+    lazy = lazytrace.trace_graph(width)
+    x = np.ones(2)
+    lazy(x), lazy(x)
+    with np.printoptions(precision=3):
+        np.testing.assert_array_equal(lazy(x), width(x))
+
+
+@pytest.mark.xfail(strict=True, reason="a state_reads entry with a reader of its own (np.random.get_state) is "
+                   "found by module and name only, not imported by name (graph/reads.py _readers)")
+def test_the_global_rng_state_read_through_an_imported_name_is_checked():
+    lazy = lazytrace.trace_graph(_first_word_by_name)
+    x = np.arange(4.0)
+    lazy(x), lazy(x)
+    with _seeded(5):
+        np.testing.assert_array_equal(lazy(x), _first_word_by_name(x))
+
+
+def _first_word_by_name(x):
+    return x + get_state()[1][0]
