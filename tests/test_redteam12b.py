@@ -221,3 +221,31 @@ def test_the_global_rng_state_read_through_an_imported_name_is_checked():
 
 def _first_word_by_name(x):
     return x + get_state()[1][0]
+
+
+def _scaled_by_a_draw(x, rng):
+    return x * rng.random()
+
+
+def _shifted_by_an_integer_draw(x, rng):
+    return x + rng.integers(0, 1000)
+
+
+def _shifted_by_the_generator_state(x, rng):
+    return x + rng.bit_generator.state["state"]["state"] % 7
+
+
+def _shifted_by_the_legacy_state(x, rng):
+    return x + rng.get_state()[1][0] % 7
+
+
+@pytest.mark.parametrize("fn, make", [
+    (_scaled_by_a_draw, np.random.default_rng),
+    (_shifted_by_an_integer_draw, np.random.default_rng),
+    (_shifted_by_the_generator_state, np.random.default_rng),
+    (_shifted_by_the_legacy_state, np.random.RandomState),
+])
+def test_python_values_from_a_generator_passed_in_are_those_of_each_call(fn, make):
+    lazy = lazytrace.trace_graph(fn)
+    for seed in (0, 0, 1, 2):
+        np.testing.assert_array_equal(lazy(np.arange(3.0), make(seed)), fn(np.arange(3.0), make(seed)))

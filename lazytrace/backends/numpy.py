@@ -297,6 +297,7 @@ class NumpyBackend(Backend):
     tracked_types = (NumpyTracer, np.ndarray)
     static_types = (np.dtype, np.generic)
     live_types = (np.random.Generator, np.random.RandomState)
+    live_unseen_methods = frozenset({"bit_generator"})    # rng.bit_generator.state: no call shows it
 
     def wrap_live(self, obj, session):
         return CallRecordingProxy(obj, session)
@@ -359,9 +360,15 @@ class NumpyBackend(Backend):
         mutated = [m for m in mutated if isinstance(m, self.tracked_types)]
         for m in mutated:
             session.before_write(m)
-        if args and type(args[0]) is CallRecordingProxy:       # a generator passed in draws
+        drawn = bool(args) and type(args[0]) is CallRecordingProxy
+        if drawn:       # a generator passed in draws
             session.before_write(args[0].__wrapped__)
         result = _invoke(func, raw_args, raw_kwargs)
+        if drawn and not isinstance(result, (np.ndarray, np.generic, type(None))):
+            # `rng.random()` is a Python float, `rs.get_state()` a tuple: no tracer carries them, so a
+            # graph would draw again and use the trace's value
+            session.fail(f"{getattr(func, '__name__', 'a method')}() of a random generator passed in gave a "
+                         f"{type(result).__name__}, which a graph would bake")
         if _holds_objects(result) or not isinstance(result, _VALUES) and _object_arrays(raw_args):
             # an item of an object array (a list, a user's object): what the function reads from it
             # or changes in it is no call lazytrace sees (the trace handed it a copy of a list before)

@@ -65,7 +65,7 @@ class TraceSession:
         self._replays = type(backend).replay_call is not Backend.replay_call
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
-        self.live_handed = False                # a live input handed to the function as itself
+        self.live_handed = False                # a live input (a generator) handed to the function
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
         self._made: list = []                   # (array, Value, its write count, writes recorded) of call outputs
@@ -130,7 +130,7 @@ class TraceSession:
                 handed = (CallableStatefulProxy if callable(obj) else StatefulProxy)(obj, self) if kind == "stateful" \
                     else self.backend.wrap_live(obj, self)
                 self.proxied = self.proxied or isinstance(handed, SessionProxy)
-                self.live_handed = self.live_handed or handed is obj
+                self.live_handed = self.live_handed or kind == "live"
             token = self.backend.rng_token(obj) if kind == "live" else None
             if token is not None:
                 self._rng[id(obj)] = (obj, token)
