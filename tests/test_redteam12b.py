@@ -249,3 +249,19 @@ def test_python_values_from_a_generator_passed_in_are_those_of_each_call(fn, mak
     lazy = lazytrace.trace_graph(fn)
     for seed in (0, 0, 1, 2):
         np.testing.assert_array_equal(lazy(np.arange(3.0), make(seed)), fn(np.arange(3.0), make(seed)))
+
+
+@pytest.mark.parametrize("repeat", [lambda x: [0] * x.argmax(), lambda x: x.argmax() * (1,),
+                                    lambda x: "ab" * x.argmax(), lambda x: [0] * x.sum().astype(int),
+                                    lambda x: [0] * x.sum()])
+def test_a_sequence_repeated_by_a_numpy_scalar_is_a_sequence_as_in_eager(repeat):
+    lazy = lazytrace.trace_graph(repeat)
+    for values in ([0.0, 2.0, 1.0], [0.0, 2.0, 1.0], [3.0, 0.0, 0.0]):
+        try:
+            expected = repeat(np.array(values))
+        except TypeError:
+            with pytest.raises(TypeError):
+                lazy(np.array(values))
+            continue
+        got = lazy(np.array(values))
+        assert type(got) is type(expected) and got == expected

@@ -67,6 +67,10 @@ _ATTRIBUTE_OF = {getter: name for name, getter in _ATTRGETTERS.items()}
 _METADATA_GETTERS = {_ATTRGETTERS[name] for name in _METADATA_ATTRIBUTES}
 
 
+_SEQUENCES = (list, tuple, str, bytes, bytearray)
+_MIXIN_MUL, _MIXIN_RMUL = np.lib.mixins.NDArrayOperatorsMixin.__mul__, np.lib.mixins.NDArrayOperatorsMixin.__rmul__
+
+
 class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
     """Stands in for an ndarray during a trace; every operation is reported."""
 
@@ -88,6 +92,18 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
 
     def __array_namespace__(self, api_version=None):
         return np          # the array API standard's way to find a namespace: calls come back here
+
+    def __mul__(self, other):
+        # a NumPy scalar leaves a list, tuple, str or bytes to Python, which repeats it by the
+        # scalar's __index__ (`[0] * x.argmax()` is a list; read back, guarded); an array multiplies
+        if isinstance(other, _SEQUENCES) and isinstance(self._lt_array, np.generic):
+            return NotImplemented
+        return _MIXIN_MUL(self, other)
+
+    def __rmul__(self, other):
+        if isinstance(other, _SEQUENCES) and isinstance(self._lt_array, np.generic):
+            return NotImplemented
+        return _MIXIN_RMUL(self, other)
 
     def __array__(self, dtype=None, copy=None):
         array = np.asarray(_unwrap(self._lt_call(asarray, (self,))), dtype=dtype)    # a NumPy scalar too
