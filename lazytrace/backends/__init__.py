@@ -67,6 +67,14 @@ def foreign_rng_tokens(backend: Backend) -> tuple:
     return tuple(tokens)
 
 
+#: names of calls that make a random generator seeded from the operating system's entropy when
+#: given no seed (`np.random.default_rng()`, `random.Random()`, `os.urandom`): a generator made
+#: inside the function is no state a trace can compare, and its draws would be baked as one value.
+#: Code naming one runs eagerly (also when it passes a seed: the call's arguments are not read)
+FRESH_ENTROPY = frozenset({"default_rng", "RandomState", "SeedSequence", "Random", "SystemRandom",
+                           "urandom", "getrandom", "randbits", "token_bytes", "token_hex", "uuid4"})
+
+
 def generator_state(backend: Backend, obj):
     """A fingerprint of the state of a random generator object that a trace of `backend` does not
     record (a `random.Random` instance, a global np.random.Generator in a torch or NumPy function),

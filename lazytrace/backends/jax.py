@@ -153,6 +153,7 @@ from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, flat_unw
 
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
 _trace_context = jax_config.trace_context
+_LEGACY_PRNG_KEY = jax_config.legacy_prng_key
 _DESCRIBED = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion",
               "jax_numpy_rank_promotion", "jax_default_device", "jax_disable_jit", "jax_threefry_partitionable")
 _NEEDS_CONCRETE = core.concrete_or_error.__code__
@@ -214,6 +215,13 @@ def _escape(self, *args, **kwargs):
     return self._lt_session.on_call(np.asarray, (self,), {})
 
 
+class _HostCopy(Exception):
+    """`jax.device_get(x)` hands a tracer back as it is (a jax.Array, where eager gives a NumPy
+    array): its `copy_to_host_async()` raises this, and the call runs eagerly."""
+
+    reason = "copies an array to the host (jax.device_get: a NumPy array), which a graph would not"
+
+
 class JaxTracer(ReadbackMixin, core.Tracer):
     """Stands in for a jax.Array during a trace; JAX routes every primitive on it to LazyTrace."""
 
@@ -261,6 +269,9 @@ class JaxTracer(ReadbackMixin, core.Tracer):
 
     def block_until_ready(self):
         return self
+
+    def copy_to_host_async(self):
+        raise _HostCopy(_HostCopy.reason)
 
     @property
     def device(self):
@@ -440,16 +451,19 @@ class JaxBackend(Backend):
         return conditions
 
     def state_conditions(self, state, const, covered=frozenset()):
-        context, prng = state
+        context, prng, legacy = state
         return [f"{const(_trace_context)}() == {const(context)}",
-                f"{const(jax.config)}.jax_default_prng_impl == {const(prng)}"]
+                f"{const(jax.config)}.jax_default_prng_impl == {const(prng)}",
+                f"{const(_LEGACY_PRNG_KEY)}.value == {const(legacy)}"]
 
     def global_state(self):
         """What `jax.jit` keys its own cache on besides the arguments (`trace_context()`: x64,
         matmul precision, dtype and rank promotion, default device, threefry mode, disable_jit,
         meshes ...), plus the default PRNG implementation: a graph records primitives as jax
-        traced them under these settings, and replays them unchanged."""
-        return (_trace_context(), jax.config.jax_default_prng_impl)
+        traced them under these settings, and replays them unchanged; and `jax_legacy_prng_key`,
+        which jax.random reads in Python before any primitive (under "error" a raw uint32 key
+        raises in eager code)."""
+        return (_trace_context(), jax.config.jax_default_prng_impl, _LEGACY_PRNG_KEY.value)
 
     def unseen_state(self):
         """The same settings, changed inside the function (`jax.config.update("jax_enable_x64", True)`,
@@ -461,7 +475,7 @@ class JaxBackend(Backend):
     @kept_per_argument(64)
     def describe_global_state(self, state):
         """The settings people change by name; the rest of trace_context() as one entry."""
-        context, prng = state
+        context, prng, legacy = state
         try:
             named = dict(zip(jax_config.trace_context_names(), context))
         except NotImplementedError:       # an older jaxlib: no names
@@ -469,6 +483,7 @@ class JaxBackend(Backend):
         shown = {f"jax.config.{n}": repr(named.pop(n)) for n in _DESCRIBED if n in named}
         rest = tuple(named.values()) if shown else context
         return {**shown, "jax.config.jax_default_prng_impl": repr(prng),
+                "jax.config.jax_legacy_prng_key": repr(legacy),
                 "jax.config (other trace settings)": f"{hash(rest) & 0xffffffff:08x}"}
 
     # ---- tracing ----------------------------------------------------------------
@@ -496,6 +511,8 @@ class JaxBackend(Backend):
             yield
 
     def caused_by_tracing(self, exc):
+        if type(exc) is _HostCopy:
+            return _HostCopy.reason
         return isinstance(exc, _TRACE_ERRORS) or super().caused_by_tracing(exc)
 
     def primitive_callable(self, primitive, params):

@@ -67,6 +67,10 @@ _ATTRIBUTE_OF = {getter: name for name, getter in _ATTRGETTERS.items()}
 _METADATA_GETTERS = {_ATTRGETTERS[name] for name in _METADATA_ATTRIBUTES}
 
 
+_SEQUENCES = (list, tuple, str, bytes, bytearray)
+_MIXIN_MUL, _MIXIN_RMUL = np.lib.mixins.NDArrayOperatorsMixin.__mul__, np.lib.mixins.NDArrayOperatorsMixin.__rmul__
+
+
 class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
     """Stands in for an ndarray during a trace; every operation is reported."""
 
@@ -88,6 +92,18 @@ class NumpyTracer(ArrayTracer, np.lib.mixins.NDArrayOperatorsMixin):
 
     def __array_namespace__(self, api_version=None):
         return np          # the array API standard's way to find a namespace: calls come back here
+
+    def __mul__(self, other):
+        # a NumPy scalar leaves a list, tuple, str or bytes to Python, which repeats it by the
+        # scalar's __index__ (`[0] * x.argmax()` is a list; read back, guarded); an array multiplies
+        if isinstance(other, _SEQUENCES) and isinstance(self._lt_array, np.generic):
+            return NotImplemented
+        return _MIXIN_MUL(self, other)
+
+    def __rmul__(self, other):
+        if isinstance(other, _SEQUENCES) and isinstance(self._lt_array, np.generic):
+            return NotImplemented
+        return _MIXIN_RMUL(self, other)
 
     def __array__(self, dtype=None, copy=None):
         array = np.asarray(_unwrap(self._lt_call(asarray, (self,))), dtype=dtype)    # a NumPy scalar too
@@ -273,6 +289,20 @@ class _LegacyLayout:
                 state[4] if state[3] or exact else 0.0)
 
 
+def _global_rng_state():
+    return pickle.dumps(np.random.get_state(legacy=False))
+
+
+#: NumPy state that Python code reads with no call a tracer sees (Backend.state_reads)
+_STATE_READS = {
+    ("numpy", "get_printoptions"): None,
+    ("numpy", "geterr"): None,
+    ("numpy", "geterrcall"): None,
+    ("numpy", "getbufsize"): None,
+    ("numpy.random", "get_state"): _global_rng_state,
+}
+
+
 class NumpyBackend(Backend):
     name = "numpy"
     sees_creation = False
@@ -283,6 +313,7 @@ class NumpyBackend(Backend):
     tracked_types = (NumpyTracer, np.ndarray)
     static_types = (np.dtype, np.generic)
     live_types = (np.random.Generator, np.random.RandomState)
+    live_unseen_methods = frozenset({"bit_generator"})    # rng.bit_generator.state: no call shows it
 
     def wrap_live(self, obj, session):
         return CallRecordingProxy(obj, session)
@@ -345,9 +376,15 @@ class NumpyBackend(Backend):
         mutated = [m for m in mutated if isinstance(m, self.tracked_types)]
         for m in mutated:
             session.before_write(m)
-        if args and type(args[0]) is CallRecordingProxy:       # a generator passed in draws
+        drawn = bool(args) and type(args[0]) is CallRecordingProxy
+        if drawn:       # a generator passed in draws
             session.before_write(args[0].__wrapped__)
         result = _invoke(func, raw_args, raw_kwargs)
+        if drawn and not isinstance(result, (np.ndarray, np.generic, type(None))):
+            # `rng.random()` is a Python float, `rs.get_state()` a tuple: no tracer carries them, so a
+            # graph would draw again and use the trace's value
+            session.fail(f"{getattr(func, '__name__', 'a method')}() of a random generator passed in gave a "
+                         f"{type(result).__name__}, which a graph would bake")
         if _holds_objects(result) or not isinstance(result, _VALUES) and _object_arrays(raw_args):
             # an item of an object array (a list, a user's object): what the function reads from it
             # or changes in it is no call lazytrace sees (the trace handed it a copy of a list before)
@@ -363,12 +400,14 @@ class NumpyBackend(Backend):
         constant once. A graph whose constants hold inf or nan (what those errors leave) checks
         that the error modes are the trace's (np.errstate(all="raise") around it: traced again,
         so it raises as eager does). The same for a NumPy scalar a call was given as a literal
-        (`x + np.float64(1e308) * 10`: Python code computed it, no call shows it). Underflow
+        (`x + np.float64(1e308) * 10`: Python code computed it, no call shows it). Integers
+        leave no mark (`np.int8(100) * np.int8(2)` wraps, `np.arange(3) // 0` is 0): a graph
+        with integer constants or literals checks the error modes too (~20 ns). Underflow
         leaves no such mark: not checked."""
         literals = [a for node in plan.nodes for a in _leaves((node.args, node.kwargs)) if isinstance(a, np.generic)]
         for array in [*(self.unwrap(value.obj) for value in plan.constants), *literals]:
-            if isinstance(array, (np.ndarray, np.generic)) and array.dtype.kind in "fc" and \
-                    not np.isfinite(array).all():
+            if isinstance(array, (np.ndarray, np.generic)) and (array.dtype.kind in "iu" or array.dtype.kind in "fc"
+                                                                and not np.isfinite(array).all()):
                 return _ErrorModes()
         return None
 
@@ -388,6 +427,9 @@ class NumpyBackend(Backend):
         if isinstance(result, tuple) and hasattr(type(result), "_fields"):
             return type(result)(*(self._wrap(x, session, by_array) for x in result))
         return result
+
+    def state_reads(self):
+        return _STATE_READS
 
     def unseen_state(self):
         """`np.errstate` / `np.seterr` inside a function decide whether a division by zero raises,

@@ -453,6 +453,15 @@ class _RandomWatch:
         return None
 
 
+#: TensorFlow settings that Python code reads with no op a tracer sees (Backend.state_reads), by
+#: the modules tf.config's public names live in
+_STATE_READS = {(f"tensorflow._api.v2.config.{module}", name): None for module, name in (
+    ("experimental", "tensor_float_32_execution_enabled"), ("threading", "get_inter_op_parallelism_threads"),
+    ("threading", "get_intra_op_parallelism_threads"))}
+_STATE_READS.update({("tensorflow._api.v2.config", name): None for name in (
+    "get_soft_device_placement", "functions_run_eagerly")})
+
+
 class TensorflowBackend(Backend):
     name = "tensorflow"
     array_types = (tf.Tensor, tf.Variable)
@@ -465,6 +474,9 @@ class TensorflowBackend(Backend):
     sees_creation = False          # tf.zeros(3): no tracer argument, not dispatched
     knows_dynamic_shapes = False   # tf.where(c), tf.boolean_mask, tf.unique: no tags to tell
     writable_arrays = False        # the tf.Tensor a conversion makes
+
+    def state_reads(self):
+        return _STATE_READS
 
     def __init__(self):
         self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}

@@ -1294,10 +1294,10 @@ class PythonReads:
                         self._framework_state(func.__globals__.get(chain[0]), chain)
 
     # ---- after the trace ---------------------------------------------------------------
-    def names_used(self, names: frozenset) -> set:
-        """Those of `names` that the watched code (the function's own, not the frameworks', and the
-        methods of the objects it reached) uses as an attribute or a global name."""
-        codes = [self._codes[i] for i in self._watched] + self._method_codes
+    def names_used(self, names: frozenset, methods: bool = True) -> set:
+        """Those of `names` that the watched code (the function's own, not the frameworks', and
+        with `methods` every method of the objects it reached) uses as an attribute or a global name."""
+        codes = [self._codes[i] for i in self._watched] + (self._method_codes if methods else [])
         return {name for code in codes for name in code.co_names if name in names}
 
     def changed(self) -> str | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
 
-from ..backends import Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
+from ..backends import FRESH_ENTROPY, Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
@@ -66,7 +66,7 @@ class TraceSession:
         self._replays = type(backend).replay_call is not Backend.replay_call
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
-        self.live_handed = False                # a live input handed to the function as itself
+        self.live_handed = False                # a live input (a generator) handed to the function
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
         self._made: list = []                   # (array, Value, its write count, writes recorded) of call outputs
@@ -131,7 +131,7 @@ class TraceSession:
                 handed = (CallableStatefulProxy if callable(obj) else StatefulProxy)(obj, self) if kind == "stateful" \
                     else self.backend.wrap_live(obj, self)
                 self.proxied = self.proxied or isinstance(handed, SessionProxy)
-                self.live_handed = self.live_handed or handed is obj
+                self.live_handed = self.live_handed or kind == "live"
             token = self.backend.rng_token(obj) if kind == "live" else None
             if token is not None:
                 self._rng[id(obj)] = (obj, token)
@@ -1322,6 +1322,10 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
             session.fail(f"a {backend.name} RNG generator is passed in and the code calls "
                          f"{', '.join(sorted(named))}() on something: what that gives or changes in "
                          f"Python, no call shows (a graph would bake it)")
+    fresh = session.include_generators and session.reads.names_used(FRESH_ENTROPY, methods=False)
+    if fresh:
+        session.fail(f"the code calls {', '.join(sorted(fresh))}, which may make a random generator seeded "
+                     f"from the operating system's entropy: its draws, no call shows, would be baked")
     if backend.tracer_class is not None or session.proxied:
         # a global or an object the function filled holds arrays, not tracers, and the objects
         # passed in, not the proxies the function was handed (escapes.release)
