@@ -740,3 +740,23 @@ def test_the_walk_of_a_functions_reads_calls_no_getattr_of_the_users():
     for _ in range(2):
         assert torch.equal(lazy(x), _reaches_asked_objects(x))
     assert _GETATTR_CALLS == [] and lazy.stats.hits == 1
+
+
+# -- text of a constant array feeding the computation follows the print options
+
+def _text_width(x):
+    return x * len(str(torch.arange(3.0) / 3))
+
+
+def test_text_of_a_constant_tensor_follows_the_print_options():
+    """str() of a tensor the trace folded (no input in it) was baked: its text depends on
+    torch.set_printoptions, which no key holds; now checked like a number read back."""
+    lazy = lazytrace.trace_graph(_text_width)
+    x = torch.ones(2)
+    lazy(x), lazy(x)
+    torch.set_printoptions(precision=2)
+    try:
+        assert torch.equal(lazy(x), _text_width(x))
+    finally:
+        torch.set_printoptions(profile="default")
+    assert torch.equal(lazy(x), _text_width(x))

@@ -329,13 +329,15 @@ class TraceSession:
                 not shown_only(sys._getframe(1), (*self.backend.internal_modules, f"{self.backend.name}.")):
             inputs: list[Value] = []
             largs, lkwargs = self._lift(args, inputs), self._lift(kwargs, inputs) if kwargs else {}
-            self._guard(func, largs, lkwargs, inputs, [self._versions.get(v.storage, 0) for v in inputs], text)
+            # (text of a constant too: it follows the framework's print options, which no key holds)
+            self._guard(func, largs, lkwargs, inputs, [self._versions.get(v.storage, 0) for v in inputs], text,
+                        constant_ok=False)
         elif isinstance(text, str) and text:
             self._displays.append(text)
         return text
 
-    def _guard(self, func, args, kwargs, inputs, versions, result):
-        if inputs and all(v.foldable and v.storage not in self._tainted for v in inputs):
+    def _guard(self, func, args, kwargs, inputs, versions, result, constant_ok=True):
+        if constant_ok and inputs and all(v.foldable and v.storage not in self._tainted for v in inputs):
             return  # a value read back from constants is itself constant
         self.nodes.append(Node(len(self.nodes), _NODE_GUARD, func, args, kwargs, inputs, versions,
                                expected=result))
