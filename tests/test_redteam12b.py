@@ -209,8 +209,6 @@ def test_text_of_a_constant_follows_the_print_options():
         np.testing.assert_array_equal(lazy(x), width(x))
 
 
-@pytest.mark.xfail(strict=True, reason="a state_reads entry with a reader of its own (np.random.get_state) is "
-                   "found by module and name only, not imported by name (graph/reads.py _readers)")
 def test_the_global_rng_state_read_through_an_imported_name_is_checked():
     lazy = lazytrace.trace_graph(_first_word_by_name)
     x = np.arange(4.0)

@@ -321,13 +321,15 @@ read_defaults.describe = lambda node: ("a default value of the function changed 
 
 
 def _readers(state_reads: dict) -> dict:
-    """{(module, attribute): the function} for the entries whose attribute is a reader itself, in
-    the modules imported so far."""
+    """{(module, attribute): (the function, what reads the state)} for the entries whose attribute
+    is a function (the reader itself, or one with a reader of its own: `np.random.get_state`), in
+    the modules imported so far: code may call it by another name (`from numpy.random import
+    get_state`)."""
     found = {}
     for (module, attribute), reader in state_reads.items():
-        fn = getattr(sys.modules.get(module), attribute, None) if reader is None else None
+        fn = getattr(sys.modules.get(module), attribute, None)
         if callable(fn):
-            found[module, attribute] = fn
+            found[module, attribute] = (fn, reader or fn)
     return found
 
 
@@ -840,7 +842,7 @@ class PythonReads:
         """id -> (reader, (module, attribute)) for the state_reads entries whose attribute is the
         reader itself, in the modules imported now: made at the first global read."""
         if self._readers is None:
-            self._readers = {id(r): (r, key) for key, r in _readers(self._state_reads).items()}
+            self._readers = {id(fn): (reader, key) for key, (fn, reader) in _readers(self._state_reads).items()}
         return self._readers
 
     def _readers_by_key(self) -> dict | None:
