@@ -1,24 +1,15 @@
 """Which framework calls of a trace an except clause of the traced code could catch, or a `with`
-block whose context manager could swallow the error, read from the code's exception table (Python
-3.11+): a graph that replays such a call after visible effects could neither undo them nor go on
-as the function does, so the tracer makes it eager. A with block's manager is read from the
-instructions that compute it (a name or an attribute chain, called or not: `contextlib.suppress(E)`,
-`torch.no_grad()`, `self.lock`), looked up in the frame when the call is made; a manager that
-cannot be found, or whose `__exit__` may return a true value, counts as swallowing."""
+block whose context manager could swallow the error (or code on the error path acts: a finally
+clause making calls), read from the code's exception table (Python 3.11+): a graph that replays
+such a call after visible effects could neither undo them nor go on as the function does, so the
+tracer makes it eager. Which manager a with block holds, and whether it may swallow: managers.py."""
 from __future__ import annotations
 
-import builtins
 import collections
-import contextlib
 import dis
-import functools
-import inspect
-import io
-import threading
-import types
-import weakref
-from typing import NamedTuple
 
+from .managers import (DECORATED_CODE, DECORATING, KEYED_ERRORS, Manager, bounded, expression, may_act,
+                       swallows_safely)
 from .reads import UNWATCHED
 
 
@@ -40,7 +31,7 @@ def inside_except(frame, root, stop) -> bool:
                 if caught is True:
                     return True
                 for manager in caught:
-                    if _swallows_safely(manager, frame):
+                    if swallows_safely(manager, frame):
                         return True
         if code is root and stop is None:
             return False
@@ -50,16 +41,6 @@ def inside_except(frame, root, stop) -> bool:
 
 #: code -> its _Handlers (False for code lazytrace does not watch, or without a try or with block)
 _TABLES: dict = {}
-#: (id(manager class or factory function), whether called) -> (a weak reference to it, whether what
-#: it makes may swallow an error): by identity (hashing a class may run its metaclass's code), not keeping it alive
-_SWALLOWS: dict = {}
-
-
-def _bounded(cache: dict, key, value):
-    if len(cache) >= 4096:
-        cache.clear()
-    cache[key] = value
-    return value
 
 
 def _frame_table(code, namespace):
@@ -67,15 +48,15 @@ def _frame_table(code, namespace):
     lazytrace (they catch their own errors), but for the with block of contextlib's
     `ContextDecorator` (a manager used as a decorator: `@suppress_errors()`), whose manager is
     the user's."""
-    if code is _DECORATED_CODE:
-        return _bounded(_TABLES, code, collections.defaultdict(lambda: ((_DECORATING,),)))
+    if code is DECORATED_CODE:
+        return bounded(_TABLES, code, collections.defaultdict(lambda: ((DECORATING,),)))
     watched = str(namespace.get("__name__", "")).partition(".")[0] not in UNWATCHED
-    return _bounded(_TABLES, code, _Handlers(code) if code.co_exceptiontable and watched else False)
+    return bounded(_TABLES, code, _Handlers(code) if code.co_exceptiontable and watched else False)
 
 
 class _Handlers(dict):
     """The try and with blocks of one code object, by instruction offset: what may take an
-    exception raised there (the `caught` of _handler_table of each block around it, none empty),
+    exception raised there (the `caught` of handler_table of each block around it, none empty),
     filled at lookup. The exception table is read at once; what its handlers do is worked out from
     the bytecode (_HandlerWalk, with blocks' managers: ~250-550 us for a kornia function, most of
     it dis.get_instructions) only when a framework call is made inside one of its blocks: most are
@@ -112,13 +93,13 @@ def _caught(walk, target) -> bool | tuple:
     return True if caught is True else tuple(walk.manager(t) for t in caught)
 
 
-def _handler_table(code, users: bool) -> tuple:
+def handler_table(code, users: bool) -> tuple:
     """(start, end, caught) for the instruction ranges of `code` whose exceptions may not reach
     its caller where a graph's call could raise at a replay and not at the trace: `caught` is True
     where an except clause may take them (a bare except, `except Exception`, `RuntimeError`, a
     warning made an error ...; not `except TypeError`, which calls raise for what the key fixes),
     also through later clauses of one try and through the with blocks and finally clauses inside
-    the try; else the managers (`_Manager`, None if unreadable) of the with blocks they pass
+    the try; else the managers (`Manager`, None if unreadable) of the with blocks they pass
     through, any of which may swallow them. `users`: the code is the user's (a library's), whose
     finally clauses making calls count as except clauses (their effects on the error path)."""
     ops = list(dis.get_instructions(code))
@@ -150,7 +131,7 @@ class _HandlerWalk:
             known = self.known[target] = self._walk(target)
         return known
 
-    def manager(self, target) -> _Manager | None:
+    def manager(self, target) -> Manager | None:
         """What the with block whose handler is at `target` holds: its body's first range starts
         right after the BEFORE_WITH taking the manager. None where the block (its `as` target
         included) stores into the name or an attribute the manager was read from (it is looked
@@ -159,7 +140,7 @@ class _HandlerWalk:
         index = self.at.get(min(ranges)[0], 0) - 1
         if index < 0 or self.ops[index].opname != "BEFORE_WITH":
             return None
-        manager = _expression(self.ops, index)
+        manager = expression(self.ops, index)
         if manager is None:
             return None
         block = self.ops[index:self.at.get(target, len(self.ops))]
@@ -200,7 +181,7 @@ class _HandlerWalk:
                     if outer is True:
                         return True
                     passed += outer
-                elif not names <= _KEYED_ERRORS:
+                elif not names <= KEYED_ERRORS:
                     return True
                 names = set()                   # the next clause starts where this one jumps
                 index = self.at.get(ops[index + 1].argval, len(ops)) if index + 1 < len(ops) else len(ops)
@@ -213,328 +194,10 @@ class _HandlerWalk:
             if ins.opname == "RAISE_VARARGS" and ins.arg:
                 return True                     # a finally clause raising another exception: as an
                                                 # except clause doing so, it changes what the caller gets
-            if self.users and _may_act(ins):
+            if self.users and may_act(ins):
                 return True                     # a finally clause making calls: a replay that raised
                                                 # would skip what it does on the error path (a write)
             if ins.opname.startswith("LOAD_") and isinstance(ins.argval, str):
                 names.add(ins.argval)
             index += 1
         return True
-
-
-#: exceptions framework calls raise for what a signature's key fixes (types, not values): an
-#: except clause naming only these cannot take an exception a replay raised where the trace did not
-_KEYED_ERRORS = frozenset({"TypeError", "AttributeError", "KeyError", "NameError", "ImportError",
-                           "ModuleNotFoundError", "NotImplementedError", "StopIteration", "builtins"})
-
-
-def _may_act(ins) -> bool:
-    """Whether instruction `ins` may make a framework call (a call, `t[i] = v`, `t.attr = v`,
-    `t += 1`): what code on the error path does that a graph could replay on the normal path only."""
-    return ins.opname in _ACTING or ins.opname == "BINARY_OP" and ins.argrepr.endswith("=")
-
-
-_ACTING = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX", "STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR",
-                     "DELETE_ATTR"})
-
-
-class _Manager(NamedTuple):
-    """A with block's manager as its code computes it: `scope` ('local', 'global' or 'name', as
-    the first name is loaded), `name`, then attributes read in turn, then called or not (with
-    `arg_names` where the arguments are global names only: `contextlib.suppress(TypeError)`)."""
-    scope: str
-    name: str
-    attrs: tuple
-    called: bool
-    arg_names: tuple | None
-
-
-_NAME_LOADS = {"LOAD_FAST": "local", "LOAD_FAST_CHECK": "local", "LOAD_DEREF": "local",
-               "LOAD_CLASSDEREF": "local", "LOAD_GLOBAL": "global", "LOAD_NAME": "name"}
-_CALL_STEPS = ("PRECALL", "KW_NAMES")
-
-
-def _expression(ops, end) -> _Manager | None:
-    """The value the instructions before `ops[end]` leave for it, where they are a name or an
-    attribute chain, called or not; None for any other expression (or one with jumps)."""
-    if ops[end].is_jump_target:
-        return None
-    need, start = 1, end
-    while need > 0:
-        start -= 1
-        ins = ops[start] if start >= 0 else None
-        if ins is None or ins.opcode in _JUMPS:
-            return None
-        need -= _effect(ins)
-        if ins.is_jump_target and need > 0:
-            return None                         # (only the expression's first instruction may be one)
-    if need:
-        return None
-    part = ops[start:end]
-    first = 1 if part[0].opname == "PUSH_NULL" else 0
-    if first >= len(part) or part[first].opname not in _NAME_LOADS:
-        return None
-    index = first + 1
-    while index < len(part) and part[index].opname in ("LOAD_ATTR", "LOAD_METHOD"):
-        index += 1
-    base, attrs = part[first], tuple(ins.argval for ins in part[first + 1:index])
-    rest = part[index:]
-    if not rest:
-        return None if first else _Manager(_NAME_LOADS[base.opname], base.argval, attrs, False, None)
-    if rest[0].opname == "PUSH_NULL" and not first:
-        rest = rest[1:]                         # (3.13: the NULL after the callable)
-    call, rest = rest[-1], rest[:-1]
-    while rest and rest[-1].opname in _CALL_STEPS:
-        rest = rest[:-1]                        # (the call's own PRECALL, KW_NAMES)
-    if call.opname not in ("CALL", "CALL_KW") or sum(map(_effect, rest)) != call.arg + (call.opname == "CALL_KW"):
-        return None
-    depth = 0
-    for ins in rest:                            # (the arguments never take the callable: `f(x)(y)`)
-        depth += _effect(ins)
-        if depth < 0:
-            return None
-    names = all(ins.opname == "LOAD_GLOBAL" and _effect(ins) == 1 for ins in rest) \
-        and not any(ins.opname == "KW_NAMES" for ins in part) and call.opname == "CALL"
-    return _Manager(_NAME_LOADS[base.opname], base.argval, attrs, True,
-                    tuple(ins.argval for ins in rest) if names else None)
-
-
-_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
-
-
-def _effect(ins) -> int:
-    try:
-        return dis.stack_effect(ins.opcode, ins.arg, jump=False)
-    except ValueError:                          # (not understood: no expression of ours)
-        return 1 << 20
-
-
-class _Scope(NamedTuple):
-    """The names a function's code reads, where no frame of it is at hand (no locals)."""
-    f_locals: None
-    f_globals: dict
-    f_builtins: dict
-
-
-_UNKNOWN = object()
-
-
-def _lookup(scope: str, name: str, frame):
-    """The value `name` of `scope` ('global', 'name', or 'local' or 'decorating': only the frame's
-    locals) has in `frame` (or a _Scope)."""
-    if scope != "global":
-        local = frame.f_locals
-        if local is not None and type(local) is not dict:
-            return _UNKNOWN                     # (a class body's namespace from __prepare__: user code)
-        if local is not None and name in local:
-            return local[name]
-        if scope != "name":
-            return _UNKNOWN
-    value = frame.f_globals.get(name, _UNKNOWN)
-    return frame.f_builtins.get(name, _UNKNOWN) if value is _UNKNOWN else value
-
-
-def _swallows_safely(manager: _Manager | None, frame) -> bool:
-    try:
-        return _swallows(manager, frame)
-    except Exception:                           # (a manager not understood counts: the trace goes on)
-        return True
-
-
-def _swallows(manager: _Manager | None, frame) -> bool:
-    """Whether the manager a with block computes as `manager` may swallow an error (True where
-    it cannot be found without running code: a property, an unknown local). `frame`: where the
-    block runs (a frame, or a `_Scope`)."""
-    if manager is None:
-        return True
-    value = _lookup(manager.scope, manager.name, frame)
-    if value is _UNKNOWN:
-        return True
-    for attr in manager.attrs:
-        value = _static_attr(value, attr)
-        if value is _UNKNOWN:
-            return True
-    if manager.scope == "decorating":         # (contextlib's with block: ContextDecorator.__call__)
-        recreate = inspect.getattr_static(type(value), "_recreate_cm", None)
-        return not any(recreate is known for known in _RECREATING) or _value_swallows(value)
-    if not manager.called:
-        return _value_swallows(value)
-    if value is contextlib.suppress and manager.arg_names is not None:
-        return not all(id(_lookup("global", name, frame)) in _KEYED_IDS for name in manager.arg_names)
-    return _made_swallows(value, called=True)
-
-
-def _static_attr(obj, name):
-    """`obj.name` where reading it runs no code of the object's (a property gives _UNKNOWN)."""
-    if type(obj) is types.ModuleType:
-        return obj.__dict__.get(name, _UNKNOWN)      # (a module's __getattr__ runs code)
-    try:
-        value = inspect.getattr_static(obj, name)
-    except AttributeError:
-        return _UNKNOWN
-    kind = type(value)                          # (not isinstance(): it may read `__class__`)
-    if kind is types.FunctionType or _is_class(value):
-        return value
-    if kind is types.MemberDescriptorType and not _is_class(obj):
-        try:                                    # (a `__slots__` entry: read from the object, in C)
-            return value.__get__(obj, type(obj))
-        except AttributeError:
-            return _UNKNOWN
-    if kind is staticmethod or kind is classmethod:
-        return value.__func__
-    return _UNKNOWN if any("__get__" in _DICT(k) for k in _MRO(kind)) else value
-
-
-_MRO = type.__dict__["__mro__"].__get__     # (a class's own, whatever its metaclass defines)
-_DICT = type.__dict__["__dict__"].__get__
-
-
-def _is_class(obj) -> bool:
-    return issubclass(type(obj), type)          # (not isinstance(): it may read `__class__`)
-
-
-def _value_swallows(obj) -> bool:
-    kind = type(obj)
-    if any(k is contextlib._GeneratorContextManager for k in _MRO(kind)) and \
-            inspect.getattr_static(kind, "__exit__", None) is contextlib._GeneratorContextManager.__exit__:
-        return _made_swallows(inspect.getattr_static(obj, "func", None))
-    return _made_swallows(kind)
-
-
-def _made_swallows(maker, called=False) -> bool:
-    """Whether the manager `maker()` makes (or a `maker` instance, for a class not `called`) may
-    swallow."""
-    if type(maker) is not types.FunctionType and not _is_class(maker):
-        return id(maker) not in _reraising_exits()  # (a callable object, a C function: not read)
-    key = (id(maker), called)
-    known = _SWALLOWS.get(key)
-    if known is not None and known[0]() is maker:
-        return known[1]
-    reference = weakref.ref(maker)
-    _SWALLOWS[key] = (reference, True)          # (a cycle counts as swallowing)
-    answer = _classify(maker) or called and _is_class(maker) and not _makes_its_own(maker)
-    return _bounded(_SWALLOWS, key, (reference, answer))[1]
-
-
-def _classify(maker) -> bool:
-    if id(maker) in _reraising_exits():
-        return False
-    if _is_class(maker):
-        exit_ = inspect.getattr_static(maker, "__exit__", None)
-        if id(exit_) in _reraising_exits():
-            return False
-        return not (type(exit_) is types.FunctionType and _returns_false(exit_))
-    if maker.__code__ is _CONTEXTMANAGER_CODE:
-        return _made_swallows(maker.__wrapped__)
-    if maker.__code__.co_flags & inspect.CO_GENERATOR:
-        return _generator_swallows(maker)       # (the generator a @contextmanager wraps)
-    return bool(maker.__code__.co_flags & _NOT_PLAIN) or _returns_swallowing(maker)
-
-
-_NOT_PLAIN = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-_CONTEXTMANAGER_CODE = contextlib.contextmanager(lambda: None).__code__
-
-
-def _returns_false(exit_) -> bool:
-    """Whether every return of function `exit_` returns None or False and, in the user's code, it
-    raises no exception of its own (an `__exit__` that never swallows nor replaces the error: as
-    an except clause raising another, that changes what the caller gets; the frameworks' and
-    Python's raise theirs for misuse: `catch_warnings` not entered)."""
-    code = exit_.__code__
-    if code.co_flags & _NOT_PLAIN:
-        return False
-    ops = list(dis.get_instructions(code))
-    users = _module_of(exit_) not in UNWATCHED
-    for index, ins in enumerate(ops):
-        if users and (ins.opname == "RAISE_VARARGS" and ins.arg or _may_act(ins)):
-            return False        # (or a call of the user's: a replay that raised would skip it)
-        if ins.opname == "RETURN_CONST":
-            value = ins.argval
-        elif ins.opname == "RETURN_VALUE":
-            before = ops[index - 1] if index else None
-            if ins.is_jump_target or before is None or before.opname != "LOAD_CONST":
-                return False
-            value = before.argval
-        else:
-            continue
-        if value is not None and value is not False:
-            return False
-    return True
-
-
-def _returns_swallowing(factory) -> bool:
-    """Whether a function that returns context managers (`return nullcontext()`, `return
-    torch.autocast(...)`) may return one that swallows, read from what each return computes."""
-    ops = list(dis.get_instructions(factory.__code__))
-    scope = _function_scope(factory)
-    returns = [index for index, ins in enumerate(ops) if ins.opname in ("RETURN_VALUE", "RETURN_CONST")]
-    return any(ops[i].opname == "RETURN_CONST" or _swallows(_expression(ops, i), scope) for i in returns)
-
-
-def _generator_swallows(func) -> bool:
-    """Whether a `@contextlib.contextmanager` generator may swallow the error thrown in at its
-    yield: an except clause (or a with block that may swallow) around the yield takes it, and the
-    generator then ends (or yields again: an error of contextlib's own); or it delegates (`yield
-    from`: the generator it reads from is not known)."""
-    code = func.__code__
-    ops = list(dis.get_instructions(code))
-    if any(ins.opname == "SEND" for ins in ops):
-        return True
-    yields = [ins.offset for ins in ops if ins.opname == "YIELD_VALUE"]
-    scope = _function_scope(func)
-    for start, end, caught in _handler_table(code, _module_of(func) not in UNWATCHED):
-        if any(start <= offset < end for offset in yields):
-            if caught is True or any(_swallows(manager, scope) for manager in caught):
-                return True
-    return False
-
-
-def _function_scope(func) -> _Scope:
-    return _Scope(None, func.__globals__, func.__builtins__)
-
-
-def _makes_its_own(cls) -> bool:
-    """Whether calling class `cls` makes an instance of it as `object.__new__` does: no `__new__`
-    or metaclass `__call__` of the user's (which may return another manager; the frameworks' and
-    Python's own are trusted)."""
-    new = inspect.getattr_static(cls, "__new__", None)
-    call = inspect.getattr_static(type(cls), "__call__", None)
-    return not any(type(f) is types.FunctionType and _module_of(f) not in UNWATCHED
-                   for f in (getattr(new, "__func__", new) if type(new) is staticmethod else new, call))
-
-
-def _module_of(func) -> str:
-    return str(func.__globals__.get("__name__", "")).partition(".")[0]
-
-
-def _reraising_exits() -> frozenset:
-    """The ids of the context manager types (and factories) known never to swallow whose
-    `__exit__` cannot be read (written in C), and of their `__exit__` methods, so that subclasses
-    keeping it count: Python's locks, and each framework in use's own (its backend's
-    `reraising_managers`); by id, as comparing objects may run their code (they are held by
-    their modules)."""
-    from ..backends import available
-    return _reraising_ids(tuple(available()))
-
-
-@functools.lru_cache(maxsize=8)
-def _reraising_ids(frameworks: tuple) -> frozenset:
-    from ..backends import get_backend
-    makers = _GENERAL_MANAGERS + tuple(m for name in frameworks for m in get_backend(name).reraising_managers)
-    exits = [inspect.getattr_static(m, "__exit__", None) for m in makers if _is_class(m)]
-    return frozenset(map(id, makers + tuple(e for e in exits if e is not None)))
-
-
-_GENERAL_MANAGERS = (type(threading.Lock()), type(threading.RLock()), threading.Condition,
-                     threading.Lock, threading.RLock, open, io.IOBase)
-
-
-#: the builtin exceptions `except` / `suppress` may name without taking what a replay could raise
-_KEYED_IDS = frozenset(id(getattr(builtins, name)) for name in _KEYED_ERRORS if name != "builtins")
-#: the code of contextlib's `ContextDecorator.__call__.<locals>.inner` (`with self._recreate_cm():
-#: return func(...)`), and the manager it holds: its `self`, recreated as it was (the same class,
-#: the same @contextmanager function)
-_DECORATED_CODE = next(c for c in contextlib.ContextDecorator.__call__.__code__.co_consts
-                       if isinstance(c, types.CodeType) and c.co_name == "inner")
-_DECORATING = _Manager("decorating", "self", (), False, None)
-_RECREATING = (contextlib.ContextDecorator._recreate_cm, contextlib._GeneratorContextManager._recreate_cm)
