@@ -1,4 +1,4 @@
-"""Review of the with-block managers (graph/handlers.py): managers that may swallow an error but
+"""Review of the with-block managers (graph/managers.py, graph/handlers.py): managers that may swallow an error but
 were read as letting it through (a graph kept whose replay raised where eager went on), and reads
 of a manager that ran user code or kept objects alive."""
 import contextlib
