@@ -17,6 +17,9 @@ from .graph.tracer import NotTraceable, TraceOptions, trace
 from .importhook.proxy import TracedLibrary
 
 
+_DEFAULT_OPTIONS = TraceOptions()
+
+
 class TraceError(RuntimeError):
     """trace_graph(..., args=...) was asked for a graph this call cannot become."""
 
@@ -84,9 +87,13 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
         get_backend(to)   # unknown names fail here, clearly
     if isinstance(return_backend_traced_fn, dict):     # options for the framework's compiler
         return_backend_traced_fn = tuple(sorted(return_backend_traced_fn.items()))
-    options = TraceOptions(include_generators=include_generators, array_caching=array_caching, to=to,
-                           return_backend_traced_fn=return_backend_traced_fn, stateful=tuple(stateful or ()),
-                           cache=cache, prewarm=prewarm)
+    if include_generators is True and array_caching is True and to is None and return_backend_traced_fn is False \
+            and not stateful and cache is None and prewarm is None:
+        options = _DEFAULT_OPTIONS      # (frozen: shared)
+    else:
+        options = TraceOptions(include_generators=include_generators, array_caching=array_caching, to=to,
+                               return_backend_traced_fn=return_backend_traced_fn, stateful=tuple(stateful or ()),
+                               cache=cache, prewarm=prewarm)
     results = [_trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
                           kwarg_stateful_idxs, args, kwargs, max_signatures) for obj in objs]
     return results[0] if len(results) == 1 else tuple(results)

@@ -7,6 +7,7 @@ import importlib
 import random
 import sys
 from functools import lru_cache
+from itertools import compress
 
 from . import mtstate
 from .base import Backend, CallKind
@@ -18,6 +19,7 @@ _FRAMEWORKS = {
     "jax": ("jax", "lazytrace.backends.jax"),
     "tensorflow": ("tensorflow", "lazytrace.backends.tensorflow"),
 }
+_NAMES, _MODULES = tuple(_FRAMEWORKS), tuple(module for module, _ in _FRAMEWORKS.values())
 _ALIASES = {"np": "numpy", "pytorch": "torch", "tf": "tensorflow", "jnp": "jax"}
 
 #: frameworks with a global random generator that code can draw from without passing arrays
@@ -42,7 +44,7 @@ def get_backend(name: str) -> Backend:
 def available() -> list[str]:
     """Frameworks already imported in this process (their backends can be used
     without importing anything new)."""
-    return [name for name, (mod, _) in _FRAMEWORKS.items() if mod in sys.modules]
+    return list(compress(_NAMES, map(sys.modules.__contains__, _MODULES)))    # (no Python loop)
 
 
 @lru_cache(maxsize=1024)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import operator
 import sys
 import threading
 import warnings
@@ -39,6 +40,8 @@ _WARN_AT = {5, 10, 20, 50, 100, 200, 500, 1000}
 _HISTORY = 256
 
 _registry: "weakref.WeakSet[LazyGraph]" = weakref.WeakSet()
+_WRAPPER_NAMES = functools.WRAPPER_ASSIGNMENTS
+_wrapper_values = operator.attrgetter(*_WRAPPER_NAMES)
 _UNSET = object()
 
 
@@ -46,27 +49,32 @@ class RetraceWarning(UserWarning):
     """A LazyGraph keeps tracing new signatures."""
 
 
-def _counter() -> Counter:
-    """An empty Counter, made without Counter.__init__ (a Python-level update(): each LazyGraph
-    of a module made per call makes four)."""
-    return Counter.__new__(Counter)
+#: an empty Counter, made without Counter.__init__ (a Python-level update()) nor any Python code
+_counter = functools.partial(Counter.__new__, Counter)
+
+
+def _zero():
+    """A count starting at 0, not set by Stats.__init__: the class attribute is read until the
+    first `+= 1` sets the object's own (a LazyGraph made per call of a traced library's module
+    object makes one Stats per call)."""
+    return field(default=0, init=False)
 
 
 @dataclass
 class Stats:
-    calls: int = 0
-    hits: int = 0
-    traces: int = 0
-    eager: int = 0
-    guard_failures: int = 0
-    reasons: Counter = field(default_factory=_counter)
-    loaded: int = 0              # graphs read from the persistent cache (preloaded or at a call)
-    stored: int = 0              # graphs written to it
-    not_stored: Counter = field(default_factory=_counter)   # why a traced graph was not written
-    prewarmed: int = 0           # preloaded graphs run once on constant-filled inputs (prewarm=True)
-    shared: int = 0              # graphs another object of the class traced, taken at a first call (graph/shared.py)
-    not_prewarmed: Counter = field(default_factory=_counter)   # why a preloaded graph was not run
-    not_preloaded: Counter = field(default_factory=_counter)   # why a stored signature was left to its first call
+    calls: int = _zero()
+    hits: int = _zero()
+    traces: int = _zero()
+    eager: int = _zero()
+    guard_failures: int = _zero()
+    reasons: Counter = field(default_factory=_counter, init=False)
+    loaded: int = _zero()        # graphs read from the persistent cache (preloaded or at a call)
+    stored: int = _zero()        # graphs written to it
+    not_stored: Counter = field(default_factory=_counter, init=False)   # why a traced graph was not written
+    prewarmed: int = _zero()     # preloaded graphs run once on constant-filled inputs (prewarm=True)
+    shared: int = _zero()        # graphs another object of the class traced, taken at a first call (graph/shared.py)
+    not_prewarmed: Counter = field(default_factory=_counter, init=False)   # why a preloaded graph was not run
+    not_preloaded: Counter = field(default_factory=_counter, init=False)   # why a stored signature was left to its first call
 
     def as_dict(self) -> dict:
         return {"calls": self.calls, "hits": self.hits, "traces": self.traces, "eager": self.eager,
@@ -113,6 +121,8 @@ def _disabled_by_env() -> bool:
 class LazyGraph:
     """A function that traces itself per input signature on first call."""
 
+    _undescribed = None     # the first trace while its description waits to be read (_explain)
+
     def __init__(self, fn, *, options: TraceOptions | None = None, signature: Signature | None = None,
                  name: str | None = None, max_signatures: int = 64, extra=None):
         if type(max_signatures) is not int or max_signatures < 1:
@@ -144,7 +154,10 @@ class LazyGraph:
         self._defaults = _defaults_of(self._code_of)     # (its __defaults__, __kwdefaults__) if it has any
         self._shared = None         # the SharedGraphs of the object's class (a traced library's module object)
         self.stats = Stats()
-        functools.update_wrapper(self, fn, updated=())
+        try:        # functools.update_wrapper(self, fn, updated=()), in one C call where fn has them all
+            self.__dict__.update(zip(_WRAPPER_NAMES, _wrapper_values(fn)), __wrapped__=fn)
+        except AttributeError:
+            functools.update_wrapper(self, fn, updated=())
         _registry.add(self)
 
     @functools.cached_property
@@ -368,10 +381,11 @@ class LazyGraph:
             refused = backend.trace_refused()
             if refused is not None:
                 return self._eager(refused, args, kwargs)
+        state = self._key_state(key, backends)
         try:
             graph, result = trace(self._fn, args, kwargs, key=key, backends=backends,
                                   signature=self._signature, options=self._options, name=self._name,
-                                  extra=self._extra, state=self._key_state(key, backends))
+                                  extra=self._extra, state=state)
         except NotTraceable as exc:    # decided before running: run eagerly, remember
             self._store(key, entry, exc)
             self._explain(key, backends, args, kwargs, failed)
@@ -386,11 +400,12 @@ class LazyGraph:
             stats.eager += 1
             stats.reasons[graph.reason] += 1
             log.info("lazytrace: %s runs eagerly for this signature: %s", self._name, graph.reason)
+            graph = None
         else:
             self._save(key, backends, args, kwargs)
             if shared is not None:
                 self._shared.publish(shared, key, graph, self._shared.describe_held(self._extra))
-        self._explain(key, backends, args, kwargs, failed)
+        self._explain(key, backends, args, kwargs, failed, graph, state)
         return result
 
     # ---- persistent cache (lazytrace.persist) -----------------------------------------
@@ -541,13 +556,30 @@ class LazyGraph:
             while len(self._cache) > self.max_signatures:
                 self._cache.popitem(last=False)
 
-    def _explain(self, key, backends, args, kwargs, failed):
+    def _explain(self, key, backends, args, kwargs, failed, graph=None, state=_UNSET):
         """Record this trace's signature and what changed from the nearest earlier one; warn
-        when the trace count reaches one of _WARN_AT."""
+        when the trace count reaches one of _WARN_AT. The first trace of a call of arrays alone
+        that made `graph` is described when first read (explain.PendingTrace). `state`: _key_state's."""
+        if state is _UNSET:
+            state = self._key_state(key, backends)
+        if graph is not None and failed is None and not self._history and self._extra is None:
+            with self._lock:
+                pending = not self._history and explain.PendingTrace.of(
+                    self._trace_count + 1, args, kwargs, self._signature, backends, graph._plan.inputs, state)
+                if pending:
+                    self._trace_count += 1
+                    self._traced_keys[key] = None
+                    self._history.append(pending)
+                    self._undescribed = pending
+                    current = self._cache.get(key)
+                    if current is not None:
+                        current.described = pending
+                    return
         described = explain.describe_call(args, kwargs, self._signature, backends, self._extra,
-                                          key[1] if self._extra is not None else None,
-                                          self._key_state(key, backends))
+                                          key[1] if self._extra is not None else None, state)
         with self._lock:
+            if self._undescribed is not None:
+                self._describe_pending()
             if failed is not None:
                 reason = self._guard_text(*failed)
             elif key in self._traced_keys:
@@ -571,6 +603,16 @@ class LazyGraph:
                           f"trace: {rec.cause}. Calls with changing shapes or Python values each "
                           f"trace a new graph; LazyGraph.explain() lists why each trace happened.", RetraceWarning,
                           stacklevel=_caller_level(backends))
+
+    def _describe_pending(self):
+        """Describe the trace _explain left pending, where it is held (under self._lock)."""
+        pending, self._undescribed = self._undescribed, None
+        history = self._history
+        if history and history[0] is pending:
+            history[0] = pending.record()
+        for entry in self._cache.values():
+            if entry.described is pending:
+                entry.described = pending.signature()
 
     def _key_state(self, key, backends):
         """The global state this call's key holds (Signature.key_state), read once per trace."""
@@ -603,6 +645,8 @@ class LazyGraph:
     def signatures(self) -> list[SignatureInfo]:
         """The cached signatures (least recently used first), described argument by argument."""
         with self._lock:
+            if self._undescribed is not None:
+                self._describe_pending()
             entries = list(self._cache.values())
         return [SignatureInfo(e.described if e.described_extra is None else
                               {**e.described, **explain.describe_extra(*e.described_extra)},
@@ -613,6 +657,8 @@ class LazyGraph:
         """Every trace so far (the last 256), each a TraceRecord: its signature and, for a
         retrace, what changed from the nearest earlier signature (`changes`, `cause`)."""
         with self._lock:
+            if self._undescribed is not None:
+                self._describe_pending()
             return list(self._history)
 
     def explain(self) -> str:

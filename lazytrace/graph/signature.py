@@ -26,6 +26,12 @@ _STATEFUL = "stateful"
 _LIVE = "live"
 
 
+#: array type -> (its backend's describe_argument, the backend), for the array types a key has met: a
+#: fact of the type alone (as backend_for_type is), taken once per process, not once per LazyGraph
+_DESCRIBERS: dict[type, tuple] = {}
+_DESCRIBERS_MAX = 1024
+
+
 class Unkeyable(TypeError):
     """An argument the signature cannot describe: the call runs eagerly."""
 
@@ -55,7 +61,7 @@ class Signature:
         self.stateful_argnames = frozenset(stateful_argnames)
         self._special = bool(self.static_argnums or self.static_argnames
                              or self.stateful_argnums or self.stateful_argnames)
-        self._describers: dict[type, tuple] = {}     # array type -> (describe, backend)
+        self._describers = _DESCRIBERS     # array type -> (describe, backend), shared by all signatures
         self._object_kinds: dict[type, str | None] = {}   # "static" / "live" / None, per type
         # the framework of to=: a call without arrays is traced in it, under its global state
         self.to = to
@@ -146,7 +152,9 @@ class Signature:
                 reason = backend.unkeyable_reason(tp)
                 if reason is not None:
                     raise Unkeyable(reason)
-                self._describers[tp] = (backend.describe_argument, backend)
+                if len(_DESCRIBERS) >= _DESCRIBERS_MAX:
+                    _DESCRIBERS.clear()
+                _DESCRIBERS[tp] = (backend.describe_argument, backend)
                 return self._leaf(obj, leaves, backends)
         if isinstance(obj, enum.Enum):
             return (tp, obj)
