@@ -972,7 +972,6 @@ class PythonReads:
 
     def _code(self, code, namespace, depth):
         self._codes[id(code)] = code
-        seen = self._seen
         module_name = self._item(namespace, "__name__")
         package = str("" if module_name is MISSING else module_name).partition(".")[0]
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
@@ -982,11 +981,22 @@ class PythonReads:
         self.packages.add(package)
         if type(module_name) is str:
             self.modules.add(module_name)
+        if reads:
+            self._reads(reads, namespace, depth)
+        for level, module, *attributes in imports:      # `import config` inside the function
+            if not self._import(level, module, attributes, namespace, depth):
+                self._imports.append((level, module, attributes, namespace, depth))
+        for const in nested:                # comprehensions, lambdas and inner functions
+            if id(const) not in self._codes:
+                self._code(const, namespace, depth)
+
+    def _reads(self, reads, namespace, depth):
+        """_code's walk of the globals its code reads (code_info: name chains, `np.random.rand`)."""
         done, where = self._done, id(namespace)
         state_reads, module_type = self._state_reads, types.ModuleType
-        readers = self._state_readers if reads and state_reads else {}
+        readers = self._state_readers if state_reads else {}
         checks = self._checks
-        if reads and self._facts is None:
+        if self._facts is None:
             self._facts = _process_facts()
         facts = self._facts
         framework_state, framework_function = self._framework_state, self._framework_function
@@ -1027,12 +1037,6 @@ class PythonReads:
                 self._global(namespace, name, depth)
             elif not framework:
                 self._chain(namespace, name, list(chain[1:]), depth, origin=namespace)
-        for level, module, *attributes in imports:      # `import config` inside the function
-            if not self._import(level, module, attributes, namespace, depth):
-                self._imports.append((level, module, attributes, namespace, depth))
-        for const in nested:                # comprehensions, lambdas and inner functions
-            if id(const) not in self._codes:
-                self._code(const, namespace, depth)
 
     def note_framework_state(self, module, attribute):
         """Framework state the framework's own code reads around a model the function reached

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
+from itertools import compress, repeat
 from typing import Any, Callable
 
 from ..backends import backend_for_type, get_backend
@@ -280,19 +281,25 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
     return new_args, new_kwargs
 
 
-def container_snapshot(obj, out: list | None = None) -> list:
+def container_snapshot(obj) -> list:
     """(container, its items) for every list and dict inside `obj`: what a function could change
     in its arguments that a graph cannot replay (see `containers_changed`)."""
-    out = [] if out is None else out
-    if isinstance(obj, (list, dict)):
-        out.append((obj, _items(obj)))
-    for x in obj if isinstance(obj, (list, tuple)) else obj.values() if isinstance(obj, dict) else ():
-        if isinstance(x, _CONTAINERS):      # (arrays and scalars, most items: no call)
-            container_snapshot(x, out)
-    return out
+    out: list = []
+    stack = [obj]
+    for obj in stack:       # (the stack grows while it is walked: a loop, not a call per container)
+        if isinstance(obj, dict):
+            out.append((obj, _items(obj)))
+            obj = obj.values()
+        elif isinstance(obj, list):
+            out.append((obj, _items(obj)))
+        elif not isinstance(obj, tuple):
+            continue
+        stack.extend(compress(obj, map(isinstance, obj, _ARE_CONTAINERS)))     # (in C: most items are
+    return out                                                                 # arrays and scalars)
 
 
 _CONTAINERS = (list, tuple, dict)
+_ARE_CONTAINERS = repeat(_CONTAINERS)
 
 
 def containers_changed(snapshot: list) -> bool:

@@ -42,8 +42,9 @@ _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
 _OP, _GENERATOR, _STATE, _METADATA, _HISTORY, _DISPLAY, _READBACK, _ESCAPE, _UNKNOWN, _DYNAMIC_SHAPE = (
     CallKind.OP, CallKind.GENERATOR, CallKind.STATE, CallKind.METADATA, CallKind.HISTORY, CallKind.DISPLAY,
     CallKind.READBACK, CallKind.ESCAPE, CallKind.UNKNOWN, CallKind.DYNAMIC_SHAPE)
-_EXTERNAL, _FROM_NODE = Source.EXTERNAL, Source.NODE
-_NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD = Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD
+_EXTERNAL, _FROM_NODE, _INPUT = Source.EXTERNAL, Source.NODE, Source.INPUT
+_NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD, _NODE_SETATTR = (Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD,
+                                                                      Kind.SETATTR)
 
 
 class TraceSession:
@@ -100,9 +101,12 @@ class TraceSession:
         """Let go of the arrays the trace saw (a graph keeps what it needs: its constants, in their
         Values). A session lives on in reference cycles until the next collection of the cyclic
         garbage collector, and would keep every intermediate array of the function alive with it."""
-        for held in (self._values, self._made, self._written, self._checked_arrays, self._input_writes,
-                     self._undo):
-            held.clear()
+        self._values.clear()
+        self._made.clear()
+        self._written.clear()
+        self._checked_arrays.clear()
+        self._input_writes.clear()
+        self._undo.clear()
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
@@ -110,7 +114,7 @@ class TraceSession:
         kind: "array", "live" (an object used as is, e.g. an RNG generator) or "stateful"."""
         if kind == "array":
             handed = self.backend.wrap_input(obj, self)
-            value = Value(Source.INPUT, meta=self.backend.brief(obj), storage=self.backend.storage_key(obj))
+            value = Value(_INPUT, meta=self.backend.brief(obj), storage=self.backend.storage_key(obj))
             self._input_writes.append((obj, value, self.backend.write_count(obj)))
         else:
             if kind == "stateful" and isinstance(obj, (list, tuple, dict, set, frozenset)):
@@ -136,7 +140,7 @@ class TraceSession:
             if token is not None:
                 self._rng[id(obj)] = (obj, token)
             self._objects = True
-            value = Value(Source.INPUT, meta=type(obj).__name__, storage=id(obj))
+            value = Value(_INPUT, meta=type(obj).__name__, storage=id(obj))
         value.path = path
         self.inputs.append(value)
         self._values[id(obj)] = (obj, value)
@@ -985,7 +989,7 @@ class TraceSession:
         backend = self.backend
         shared = set()
         for node in self.nodes:
-            if node.kind is Kind.SETATTR:
+            if node.kind is _NODE_SETATTR:
                 stack = list(node.args[2:])     # (a `del` has no value)
                 while stack:
                     item = stack.pop()
