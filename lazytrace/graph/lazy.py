@@ -542,8 +542,7 @@ class LazyGraph:
         with self._lock:
             self._fast = None
             if entry is None:
-                entry = self._cache.get(key) or _Entry()
-                self._cache[key] = entry
+                entry = self._cache.setdefault(key, _Entry())      # (one hash of the key: a JAX key's costs ~0.5 us)
             if described is not None:
                 entry.described, entry.described_extra = described
             if isinstance(graph, NotTraceable) and graph.transient and not entry.unsettled:

@@ -241,6 +241,12 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
     replaced by `visit(path, leaf, kind)`, kind being "array", "live" or
     "stateful"; other values are kept. `reuse`: a list, tuple or dict whose items all come back
     as themselves is passed on as itself, not rebuilt."""
+    known = signature._describers       # (a call of arrays alone, most calls: no walk below)
+    if not signature._special and None not in map(known.get, map(type, args)) and \
+            (not kwargs or None not in map(known.get, map(type, kwargs.values()))):
+        return (tuple([visit(f"args[{i}]", a, "array") for i, a in enumerate(args)]),
+                {k: visit(f"kwargs[{k!r}]", v, "array") for k, v in kwargs.items()})
+
     def same(obj, items):
         return len(items) == len(obj) and all(a is b for a, b in zip(items, obj))
 
