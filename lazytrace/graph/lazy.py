@@ -425,12 +425,17 @@ class LazyGraph:
         signatures, most recently used first), code generated and compiled, so that their first
         calls are graph hits (after a check that the data globals of the modules their traces ran
         are still as at this load: _confirm); with prewarm, run each graph free of visible effects once on
-        a rebuilt call of its signature (lazytrace.persist.prewarm). Returns the graphs loaded."""
+        a rebuilt call of its signature (lazytrace.persist.prewarm). Returns the graphs loaded.
+        Without a persistent cache now (no cache=, $LAZYTRACE_CACHE not set), the LazyGraph has
+        none (as one made by Recipe.make): its first call does not look again."""
         if self._disabled:
             return 0
         from ..persist.store import store_for
         store = store_for(self._options.cache)
-        if store is None or not store.has_files(self._fn):
+        if store is None:
+            self._persist = None
+            return 0
+        if not store.has_files(self._fn):
             return 0
         from ..persist import memos_hold, plan_data, prewarm
         persist = self._persistent()
