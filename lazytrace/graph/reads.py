@@ -691,10 +691,17 @@ class PythonReads:
     marker for arrays and objects) or `nothing` when the value holds something it cannot check.
     """
 
+    # (immutable values set by some traces: read from the class until then, not set by __init__)
+    _readers = None         # id -> (reader, its key) of the state_reads functions imported now (_state_readers)
+    environment = False     # its code reads the process environment (a guard compares it; not stored)
+    machine = False         # its code reads another fact of the process or machine (not stored on disk)
+    _facts = None           # _process_facts(), taken at the first plain global read
+    late_write = None       # a global set in a module the function imported for the first time
+    remembered = False      # start() took a remembered walk
+
     def __init__(self, snapshot, nothing, same, known, record, generator_state=lambda obj: None, state_reads=None):
         self._snapshot = snapshot
         self._state_reads = state_reads or {}   # (module, attribute) -> reader: see Backend.state_reads
-        self._readers = None        # id -> (reader, its key) of the state_reads functions imported now (_state_readers)
         self._generator_state = generator_state     # the state of a random generator it does not record
         self._known = known
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
@@ -714,9 +721,6 @@ class PythonReads:
         self._state_classes: set = set()   # classes whose methods' framework state reads are noted
         self._method_codes: list = []      # code of those methods (no stack shows them: names_used)
         self.modules: set = set()   # names of the modules of that code
-        self.environment = False    # its code reads the process environment (a guard compares it; not stored)
-        self.machine = False        # its code reads another fact of the process or machine (not stored on disk)
-        self._facts = None          # _process_facts(), taken at the first plain global read
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
@@ -728,10 +732,8 @@ class PythonReads:
         self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
         self.states: dict = {}      # id(reader) -> (reader, what it reads, expected): framework state read
         self.contexts: dict = {}    # id(ContextVar) -> (the variable, expected read_context)
-        self.late_write = None      # a global set in a module the function imported for the first time
         self._checks = None         # while start() walks a function to remember: (reader, id, name) -> read
         self._leaves = None         # ... and the leaves it did (_leaf)
-        self.remembered = False     # start() took a remembered walk
 
     @property
     def stop(self):

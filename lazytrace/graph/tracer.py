@@ -48,6 +48,13 @@ _NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD, _NODE_SETATTR = (Kind.OP, K
 
 
 class TraceSession:
+    # (immutable values set by a few traces: read from the class until then, not set by __init__)
+    untraceable_transient = False       # the reason it failed may not hold at the next call
+    live_handed = False                 # a live input (a generator) handed to the function
+    stateful_stack: ExitStack | None = None     # where recorded objects' class swaps are undone (_run)
+    proxied = False                     # objects passed in were handed as SessionProxy
+    changed_reads: str | None = None    # Python state the function read and changed (add_reads)
+
     def __init__(self, backend, *, include_generators=True, array_caching=True):
         self.backend = backend
         self.include_generators = include_generators
@@ -55,19 +62,16 @@ class TraceSession:
         self.nodes: list[Node] = []
         self.inputs: list[Value] = []
         self.untraceable: str | None = None
-        self.untraceable_transient = False
         self.closed = False         # the function returned: its tracers now compute as their arrays
         self._values: dict[int, tuple[Any, Value]] = {}
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
         self._tainted: set = set()              # storages written by non-foldable calls
         self._tracked = backend.tracked_types
-        self._literals = _PLAIN | frozenset(backend.static_types)  # arguments kept as they are (dtypes ...)
-        # whether the backend replays some calls with other arguments, or another callable
-        self._specializes = type(backend).specialize_args is not Backend.specialize_args
-        self._replays = type(backend).replay_call is not Backend.replay_call
+        # arguments kept as they are (dtypes ...); whether the backend replays some calls with other
+        # arguments, or another callable: facts of its class (_backend_facts)
+        self._literals, self._specializes, self._replays = _FACTS.get(type(backend)) or _backend_facts(backend)
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
-        self.live_handed = False                # a live input (a generator) handed to the function
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
         self._made: list = []                   # (array, Value, its write count, writes recorded) of call outputs
@@ -78,8 +82,6 @@ class TraceSession:
         self._shows_warnings = _warning_display()
         self._displays: list = []               # text made from arrays (on_display)
         self._copied_unseen: list = []          # Values of arrays made unseen, set as attributes (copied)
-        self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
-        self.proxied = False                    # objects passed in were handed as SessionProxy
         self._written: dict = {}                # (id(stateful object), attribute) -> (real, value, object, layout)
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
         self._checked_arrays: dict = {}         # (id(stateful object), attribute) -> array whose metadata is guarded
@@ -91,7 +93,6 @@ class TraceSession:
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
         self.recorded: list = []                # objects whose attribute use is recorded (stateful)
         self._unrecorded_rngs: dict = {}        # id -> (generator whose draws no call shows, its state, what)
-        self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
                                  known=lambda obj: self.value_of(obj) is not None, record=self._record_reached,
                                  generator_state=lambda obj: generator_state(backend, obj),
@@ -1037,6 +1038,18 @@ class TraceSession:
                 self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
                           f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, nested tensors, "
                           f"work of another thread ...) or held where it does not look: a graph would bake it")
+
+
+#: backend class -> (arguments kept as they are, whether it specializes arguments, whether it replays
+#: some calls with another callable): TraceSession's facts of its backend, taken once per class
+_FACTS: dict = {}
+
+
+def _backend_facts(backend) -> tuple:
+    facts = _FACTS[type(backend)] = (_PLAIN | frozenset(backend.static_types),
+                                     type(backend).specialize_args is not Backend.specialize_args,
+                                     type(backend).replay_call is not Backend.replay_call)
+    return facts
 
 
 def _in_constant_memory(value: Value) -> bool:
