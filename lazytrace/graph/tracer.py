@@ -1364,12 +1364,13 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     session.add_reads(session.reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
-    plan.packages = tuple(sorted(session.reads.packages))
-    plan.code_globals = tuple(sorted(session.reads.code_globals, key=str))
-    plan.framework_functions = tuple((m, n, f) for (m, n), f in session.reads.framework_functions.items())
-    plan.reads_environment = session.reads.environment or session.reads.machine
+    reads = session.reads
+    plan.packages = tuple(sorted(reads.packages))
+    plan.code_globals = tuple(sorted(reads.code_globals, key=str)) if reads.code_globals else ()
+    plan.framework_functions = tuple([(m, n, f) for (m, n), f in reads.framework_functions.items()])
+    plan.reads_environment = reads.environment or reads.machine
     plan.constant_state = backend.constant_state(plan)
-    plan.modules = tuple(sorted(session.reads.modules))
+    plan.modules = tuple(sorted(reads.modules))
     if plan.untraceable:
         return NotTraceable(plan.untraceable, transient=session.untraceable_transient and
                             plan.untraceable == session.untraceable), real
