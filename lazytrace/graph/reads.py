@@ -1345,6 +1345,8 @@ class PythonReads:
 
     def reached(self) -> set:
         """ids of the objects guarded by identity (arrays held by globals, closures, containers)."""
+        if not (self.globals or self.cells or self.objects or self.defaults or self.contexts):
+            return set()            # (a function that read no data: most small ones)
         snapshots = [e[-1] for e in self.globals.values()] + [e[-1] for e in self.cells] + \
             [e[-1] for e in self.objects.values()] + [e[-1] for e in self.defaults] + \
             [e[-1] for e in self.contexts.values()]
