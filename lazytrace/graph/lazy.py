@@ -411,8 +411,7 @@ class LazyGraph:
     # ---- persistent cache (lazytrace.persist) -----------------------------------------
     def _persistent(self):
         if self._persist is _UNSET:
-            from ..persist.store import store_for      # (a module: no package import machinery run)
-            store = store_for(self._options.cache)
+            store = _store_module().store_for(self._options.cache)
             if store is None:
                 self._persist = None
             else:
@@ -430,8 +429,7 @@ class LazyGraph:
         none (as one made by Recipe.make): its first call does not look again."""
         if self._disabled:
             return 0
-        from ..persist.store import store_for
-        store = store_for(self._options.cache)
+        store = _store_module().store_for(self._options.cache)
         if store is None:
             self._persist = None
             return 0
@@ -716,15 +714,22 @@ class Recipe:
 
     def make(self, fn, extra, stateful: tuple) -> LazyGraph:
         """A LazyGraph of `fn` with these settings, `stateful` added to its options' (on first use)."""
-        from ..persist.store import store_for
         lazy = LazyGraph.__new__(LazyGraph)
         lazy._own_state = (self.options, stateful)
         lazy._setup(fn, self.signature, self.name, self.max_signatures, extra)
-        if store_for(self.options.cache) is None:
+        if _store_module().store_for(self.options.cache) is None:
             lazy._persist = None        # no persistent cache now: nothing to preload, nor to load at its first call
         else:
             lazy.preload()
         return lazy
+
+
+@functools.cache
+def _store_module():
+    """lazytrace.persist.store, imported at its first use (import lazytrace does not import it): a
+    call in C where a relative import in a function runs importlib's Python (ModuleSpec.parent)."""
+    from ..persist import store
+    return store
 
 
 def _restore(fn, options, signature_args, name, max_signatures, extra):
@@ -765,6 +770,8 @@ def _defaults_of(fn):
 def _code_holder(fn):
     """The Python function a callable runs (through bound methods and functools.partial), what
     stands for it (a module's forward: its class's, read at each call), or None."""
+    if type(fn) is FunctionType:        # (most: `function` takes no attribute of lazytrace's)
+        return fn
     live = getattr(type(fn), "_lazytrace_code_holder", None)
     if live is not None:
         return live(fn)
