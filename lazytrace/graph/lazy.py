@@ -121,7 +121,12 @@ def _disabled_by_env() -> bool:
 class LazyGraph:
     """A function that traces itself per input signature on first call."""
 
+    # (immutable values set later, if at all: read from the class until then, not set by _setup)
     _undescribed = None     # the first trace while its description waits to be read (_explain)
+    _persist = _UNSET       # the PersistentCache, made on the first miss (or None)
+    _trace_count = 0
+    _stored_check = None    # (persist.memos_hold, persist.plan_data) once _preload stored data to check
+    _shared = None          # the SharedGraphs of the object's class (a traced library's module object)
 
     def __init__(self, fn, *, options: TraceOptions | None = None, signature: Signature | None = None,
                  name: str | None = None, max_signatures: int = 64, extra=None):
@@ -138,21 +143,17 @@ class LazyGraph:
         self._key = signature.key
         self._name = name
         self._extra = extra
-        self._persist = _UNSET      # the PersistentCache, made on the first miss (or None)
         self.max_signatures = max_signatures
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
         self._pending: dict = {}
         self._history: deque = deque(maxlen=_HISTORY)     # TraceRecords, oldest first
         self._traced_keys: dict = {}                       # keys traced so far (the last _HISTORY)
-        self._trace_count = 0
         self._disabled = _disabled_by_env()
         self._fast = None           # (check_and_call, graph) of the most recently hit entry
-        self._stored_check = None   # (persist.memos_hold, persist.plan_data) once _preload stored data to check
         self._code_of = _code_holder(fn)    # the Python function whose code the graphs were traced from
         self._code = getattr(self._code_of, "__code__", None)
         self._defaults = _defaults_of(self._code_of)     # (its __defaults__, __kwdefaults__) if it has any
-        self._shared = None         # the SharedGraphs of the object's class (a traced library's module object)
         self.stats = Stats()
         try:        # functools.update_wrapper(self, fn, updated=()), in one C call where fn has them all
             self.__dict__.update(zip(_WRAPPER_NAMES, _wrapper_values(fn)), __wrapped__=fn)
