@@ -25,6 +25,7 @@ from typing import Any, Callable
 from types import MethodType
 
 from ..backends import FRESH_ENTROPY, Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
+from ..backends.base import ASK_EVERY_CALL
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
@@ -64,6 +65,7 @@ class TraceSession:
         # whether the backend replays some calls with other arguments, or another callable
         self._specializes = type(backend).specialize_args is not Backend.specialize_args
         self._replays = type(backend).replay_call is not Backend.replay_call
+        self._run_takes_caller = backend.run_takes_caller
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self.live_handed = False                # a live input (a generator) handed to the function
@@ -237,10 +239,11 @@ class TraceSession:
         return self._versions.get(value.storage, 0)
 
     # ---- calls -----------------------------------------------------------------
-    def on_call(self, func, args, kwargs, caller=None):
+    def on_call(self, func, args, kwargs, caller=None, facts=None):
         """Called by the backend's interceptor for every framework call (the hot path of a
         trace: one frame, enum members and attributes read once). `caller`: the frame making the
-        call, where the backend knows it (else the frame below the interceptor's)."""
+        call, where the backend knows it (else the frame below the interceptor's); `facts`:
+        backend.call_facts(func), where the interceptor has it."""
         if self.closed:
             # a tracer used after the trace (by a generator the function returned, a closure, an
             # object it left behind): computed as eager would, on the arrays, and not recorded
@@ -252,7 +255,9 @@ class TraceSession:
                 caller = sys._getframe(2)
             self.reads.on_call(caller)
             backend = self.backend
-            kind = backend.classify(func, args, kwargs)
+            if facts is None:
+                facts = backend.call_facts(func)
+            kind = facts.kind if facts.fixed else backend.classify(func, args, kwargs)
             if kind is _METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
                 return backend.run(func, args, kwargs)[0]     # covered by the signature key
             # (a change before a metadata read is seen here, at the next call that is recorded)
@@ -278,7 +283,7 @@ class TraceSession:
                 self.fail(f"{_name(func)} was passed an array lazytrace cannot describe ({type(exc).__name__}: "
                           f"{detail})", transient=True)
                 return backend.run(func, args, kwargs)[0]
-            if kind is _OP and inputs and backend.stores_arguments(func):
+            if kind is _OP and inputs and facts.stores_arguments and backend.stores_arguments(func):
                 largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
             written = self._versions        # (empty until a recorded call writes into an array)
             versions = [written.get(v.storage, 0) for v in inputs] if written else [0] * len(inputs)
@@ -289,9 +294,12 @@ class TraceSession:
                         self.fail(_UNSEEN_RNG)
                     if id(rng) not in self._rng:
                         self._new_rngs[id(rng)] = rng       # not passed in: a global, or made inside (add_reads)
-                result, mutated = backend.run(func, args, kwargs)
+                result, mutated = backend.run(func, args, kwargs, caller) if self._run_takes_caller else \
+                    backend.run(func, args, kwargs)
                 for rng in rngs:
                     self._rng[id(rng)] = (rng, backend.rng_token(rng))
+            elif self._run_takes_caller:
+                result, mutated = backend.run(func, args, kwargs, caller)
             else:
                 result, mutated = backend.run(func, args, kwargs)
             if kind is _UNKNOWN:
@@ -310,7 +318,7 @@ class TraceSession:
             if kind is _READBACK:
                 self._guard(func, largs, lkwargs, inputs, versions, result)
                 return result
-            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs, caller)
+            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs, caller, facts)
             if kind is _STATE:
                 self._unseen = backend.unseen_state()       # a change this call shows, recorded
             return result
@@ -343,13 +351,13 @@ class TraceSession:
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=(),
-                raw_kwargs=None, caller=None):
+                raw_kwargs=None, caller=None, facts=ASK_EVERY_CALL):
         backend = self.backend
         if kind is _OP and raw_args and result is raw_args[0] and \
                 backend.returned_its_input(func, raw_args, result, mutated):
             return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
         data = inputs
-        metadata = backend.metadata_inputs(func, args, kwargs, raw_args, raw_kwargs)
+        metadata = facts.metadata and backend.metadata_inputs(func, args, kwargs, raw_args, raw_kwargs)
         if metadata:
             data = list(inputs)
             for arg in metadata:
@@ -375,9 +383,9 @@ class TraceSession:
             foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
         called = func
         if not foldable:
-            if self._specializes:
+            if self._specializes and facts.specializes:
                 args = backend.specialize_args(func, raw_args, kwargs, args)
-            if self._replays:
+            if self._replays and facts.replays:
                 func, args, kwargs = backend.replay_call(func, raw_args, raw_kwargs or {}, args, kwargs)
         node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable,
                     guarded_by_except=caller is not None and inside_except(caller, self.reads.root, self.reads.stop))
@@ -397,14 +405,16 @@ class TraceSession:
         # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
         dynamic = (kind is _DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
                    or self._unkeyed_metadata and any(v.dynamic for v in inputs))
-        self._register_outputs(node, result, foldable, dynamic)
+        self._register_outputs(node, result, foldable, dynamic, facts.caller_owned or func is not called)
         self.nodes.append(node)
 
     def _requires_grad(self, result) -> bool:
         items = result if isinstance(result, (tuple, list)) else (result,)
         return any(isinstance(x, self._tracked) and self.backend.requires_grad(self.backend.unwrap(x)) for x in items)
 
-    def _register_outputs(self, node: Node, result, foldable: bool, dynamic: bool):
+    def _register_outputs(self, node: Node, result, foldable: bool, dynamic: bool, caller_owned=True):
+        """Values for the arrays `result` holds; `caller_owned`: False where the call is known to
+        hand out none the caller holds (CallFacts), else backend.caller_owned is asked."""
         tracked = self._tracked
         if isinstance(result, tracked):
             node.result_structure = "single"
@@ -419,7 +429,7 @@ class TraceSession:
             items = []
         backend = self.backend
         unwraps = backend.tracer_class is not None
-        caller_owned = backend.caller_owned(node.target) if items else False
+        caller_owned = caller_owned and items and backend.caller_owned(node.target)
         outputs, values, made, versions = node.outputs, self._values, self._made, self._versions
         if dynamic:
             self._unkeyed_metadata = True
