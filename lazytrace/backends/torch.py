@@ -310,7 +310,7 @@ class _Info(CallFacts):
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
     __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "specializes",
-                 "writes", "stores_arguments", "inplace", "training", "fixed", "foreign", "reads_metadata", "replays")
+                 "writes", "stores_arguments", "inplace", "may_write", "training", "fixed", "foreign", "reads_metadata", "replays")
 
     def __init__(self, func, kind, replays: bool):
         name = self.name = _func_name(func)
@@ -326,6 +326,7 @@ class _Info(CallFacts):
         self.specializes = name in _SCALAR_OPERAND_OPS     # a number operand: specialize_args
         self.replays = replays                      # a wrapper torch_lowering replays as its C call
         self.inplace = _inplace_position(func)      # F.dropout(x, inplace=True) writes x
+        self.may_write = self.writes or self.inplace is not None        # (writes_first may be True)
         self.training = _training_switch(func) if kind is CallKind.GENERATOR else None
         self.fixed = not self.shape_check and self.training is None    # its kind, whatever the arguments
         # Python code that is not torch's, handed to the mode by torch's dispatch (see _dispatcher)
@@ -367,6 +368,7 @@ def _inplace_position(func) -> int | None:
 _C_CALLABLES = (BuiltinFunctionType, MethodDescriptorType, WrapperDescriptorType, MethodWrapperType,
                 GetSetDescriptorType, MemberDescriptorType, ClassMethodDescriptorType)
 _HANDLE_TORCH_FUNCTION = torch.overrides.handle_torch_function.__code__
+_GENERATOR = torch.Generator
 _OP_KIND, _DYNAMIC_SHAPE_KIND = CallKind.OP, CallKind.DYNAMIC_SHAPE     # (an enum class attribute costs ~0.2 us)
 
 
@@ -422,16 +424,15 @@ class _Mode(TorchFunctionMode):
                 raise ReplacedTorchFunction(reason)
             if original is not None:
                 func, info = original, backend._infos.get(original) or backend._info(original)
-        generator = target = None
         if kwargs:
             target, generator = kwargs.get("out"), kwargs.get("generator")
         else:
-            kwargs = {}
-        if target is None and args and (info.writes or info.inplace is not None and info.writes_first(args, kwargs)):
+            kwargs, target, generator = {}, None, None
+        if target is None and args and info.may_write and info.writes_first(args, kwargs):
             target = args[0]
-        if target is not None and isinstance(target, torch.Tensor):
+        if target is not None and isinstance(target, Tensor):
             session.before_write(target)       # put back if the function must run again
-        if type(generator) is torch.Generator:
+        if generator is not None and type(generator) is _GENERATOR:
             session.before_write(generator)    # its draws too
         return session.on_call(func, args, kwargs, None, info)
 

@@ -302,22 +302,23 @@ class TraceSession:
                 result, mutated = backend.run(func, args, kwargs, caller)
             else:
                 result, mutated = backend.run(func, args, kwargs)
-            if kind is _UNKNOWN:
-                if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked):
-                    kind = _OP
-                else:
-                    kind = _READBACK if inputs else _METADATA
-            if kind is _METADATA or kind is _HISTORY:
-                # not in the key: the shape of a data-dependent result or of an array not passed in,
-                # and what happened before to memory the trace did not make (the version counter of
-                # an input, of a view of one, of one the function wrote)
-                if any(v.dynamic or v.source is _EXTERNAL for v in inputs) or \
-                        kind is _HISTORY and not all(self._made_here(v) for v in inputs):
+            if kind is not _OP:
+                if kind is _UNKNOWN:
+                    if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked):
+                        kind = _OP
+                    else:
+                        kind = _READBACK if inputs else _METADATA
+                if kind is _METADATA or kind is _HISTORY:
+                    # not in the key: the shape of a data-dependent result or of an array not passed in,
+                    # and what happened before to memory the trace did not make (the version counter of
+                    # an input, of a view of one, of one the function wrote)
+                    if any(v.dynamic or v.source is _EXTERNAL for v in inputs) or \
+                            kind is _HISTORY and not all(self._made_here(v) for v in inputs):
+                        self._guard(func, largs, lkwargs, inputs, versions, result)
+                    return result
+                if kind is _READBACK:
                     self._guard(func, largs, lkwargs, inputs, versions, result)
-                return result
-            if kind is _READBACK:
-                self._guard(func, largs, lkwargs, inputs, versions, result)
-                return result
+                    return result
             self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs, caller, facts)
             if kind is _STATE:
                 self._unseen = backend.unseen_state()       # a change this call shows, recorded
@@ -421,21 +422,21 @@ class TraceSession:
             items = ((None, result),)
         elif isinstance(result, (tuple, list)):
             node.result_structure = len(result)
-            items = list(enumerate(result))
-            if any(not isinstance(x, tracked) and _contains(x, tracked) for x in result):
+            items = [(index, x) for index, x in enumerate(result) if isinstance(x, tracked)]
+            if len(items) < len(result) and any(not isinstance(x, tracked) and _contains(x, tracked) for x in result):
                 self.fail(f"{_name(node.target)} returns nested containers of arrays")
         else:
             node.result_structure = "single"
-            items = []
-        backend = self.backend
-        unwraps = backend.tracer_class is not None
-        caller_owned = caller_owned and items and backend.caller_owned(node.target)
-        outputs, values, made, versions = node.outputs, self._values, self._made, self._versions
+            items = ()
         if dynamic:
             self._unkeyed_metadata = True
+        if not items:
+            return
+        backend = self.backend
+        unwrap = backend.unwrap if backend.tracer_class is not None else None
+        caller_owned = caller_owned and backend.caller_owned(node.target)
+        outputs, values, made, versions = node.outputs, self._values, self._made, self._versions
         for index, obj in items:
-            if not isinstance(obj, tracked):
-                continue
             meta, storage, grad = backend.output_facts(obj)
             kept = foldable and not grad
             value = Value(_FROM_NODE, node, index, meta, storage, kept, obj if kept else None)
@@ -445,7 +446,7 @@ class TraceSession:
                 value.caller_owned = True
             outputs.append(value)
             values[id(obj)] = (obj, value)
-            made.append((obj, value, backend.write_count(backend.unwrap(obj) if unwraps else obj),
+            made.append((obj, value, backend.write_count(unwrap(obj) if unwrap else obj),
                          versions.get(storage, 0) if versions else 0))
 
     # ---- stateful objects --------------------------------------------------------
