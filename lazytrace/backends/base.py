@@ -363,6 +363,10 @@ class Backend:
         interceptor missed (torch's `set_`), which a graph could not replay."""
         return None
 
+    def write_counts(self, arrays: list) -> list:
+        """write_count of each array, in one call (a trace's check of the arrays its calls made)."""
+        return [self.write_count(a) for a in arrays]
+
     def clone(self, array):
         raise NotImplementedError
 

@@ -793,19 +793,21 @@ class TorchBackend(Backend):
         return result, [t for t, v in zip(tensors, before) if t._version != v or returned_self and t is result]
 
     def specialize_args(self, func, args, kwargs, recorded):
-        if kwargs or len(args) != 2 or type(args[1]) not in (int, float):
+        if kwargs or len(args) != 2:
             return recorded
         x, number = args
-        if type(number) is int and abs(number) > 2 ** 53:
-            return recorded     # eager rounds the int to the dtype once; torch.tensor() through a double first
-        if not (self._infos.get(func) or self._info(func)).specializes or not isinstance(x, torch.Tensor) \
-                or x.dtype not in _SCALAR_DTYPES or not x.is_cpu:
+        kind = type(number)
+        # (an int beyond 2 ** 53: eager rounds it to the dtype once; torch.tensor() through a double first)
+        if kind is not float and (kind is not int or abs(number) > 2 ** 53) or not isinstance(x, Tensor):
+            return recorded
+        dtype = x.dtype
+        if dtype not in _SCALAR_DTYPES or not x.is_cpu or not (self._infos.get(func) or self._info(func)).specializes:
             return recorded
         # by value, but 0.0 == -0.0 (and a NaN is unequal to itself): those by their text
-        key = (type(number), number, x.dtype) if number and number == number else (type(number), repr(number), x.dtype)
+        key = (kind, number, dtype) if number and number == number else (kind, repr(number), dtype)
         constant = self._scalars.get(key)
         if constant is None:
-            constant = self._scalars[key] = torch.tensor(number, dtype=x.dtype)
+            constant = self._scalars[key] = torch.tensor(number, dtype=dtype)
         return (recorded[0], constant)
 
     def replay_call(self, func, args, kwargs, recorded, recorded_kwargs):
@@ -843,6 +845,12 @@ class TorchBackend(Backend):
 
     def write_count(self, t) -> int | None:
         return None if t.is_inference() else t._version      # inference tensors count nothing
+
+    def write_counts(self, tensors: list) -> list:
+        try:
+            return list(map(_VERSION, tensors))
+        except RuntimeError:            # an inference tensor
+            return [self.write_count(t) for t in tensors]
 
     def snapshot(self, t):
         """Not for a tensor autograd follows: copying its old data back would not undo its history.

@@ -71,7 +71,12 @@ class TraceSession:
         self.live_handed = False                # a live input (a generator) handed to the function
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
-        self._made: list = []                   # (array, Value, its write count, writes recorded) of call outputs
+        # call outputs whose framework counts writes (Backend.write_count): their arrays, write counts
+        # then, and (Value, writes recorded then): check_input_writes compares the counts at the end
+        self._counts_writes = type(backend).write_count is not Backend.write_count
+        self._made_arrays: list = []
+        self._made_counts: list = []
+        self._made: list = []
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
         self._filters = self._filters_seen = warnings.filters   # the warning filters (see _filters_changed)
@@ -102,7 +107,7 @@ class TraceSession:
         """Let go of the arrays the trace saw (a graph keeps what it needs: its constants, in their
         Values). A session lives on in reference cycles until the next collection of the cyclic
         garbage collector, and would keep every intermediate array of the function alive with it."""
-        for held in (self._values, self._made, self._written, self._checked_arrays, self._input_writes,
+        for held in (self._values, self._made_arrays, self._made, self._written, self._checked_arrays, self._input_writes,
                      self._undo):
             held.clear()
 
@@ -435,7 +440,8 @@ class TraceSession:
         backend = self.backend
         unwrap = backend.unwrap if backend.tracer_class is not None else None
         caller_owned = caller_owned and backend.caller_owned(node.target)
-        outputs, values, made, versions = node.outputs, self._values, self._made, self._versions
+        outputs, values, versions = node.outputs, self._values, self._versions
+        counts_writes = self._counts_writes
         for index, obj in items:
             meta, storage, grad = backend.output_facts(obj)
             kept = foldable and not grad
@@ -446,8 +452,11 @@ class TraceSession:
                 value.caller_owned = True
             outputs.append(value)
             values[id(obj)] = (obj, value)
-            made.append((obj, value, backend.write_count(unwrap(obj) if unwrap else obj),
-                         versions.get(storage, 0) if versions else 0))
+            if counts_writes:
+                raw = unwrap(obj) if unwrap else obj
+                self._made_arrays.append(raw)
+                self._made_counts.append(backend.write_count(raw))
+                self._made.append((value, versions.get(storage, 0) if versions else 0))
 
     # ---- stateful objects --------------------------------------------------------
     def on_setattr(self, obj, name: str, value):
@@ -878,11 +887,12 @@ class TraceSession:
             if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
                 self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
         # an array a call made, written since with no recorded write (a call may write several times)
-        backend, versions = self.backend, self._versions
-        write_count, unwrap = backend.write_count, backend.unwrap if backend.tracer_class is not None else None
-        for obj, value, before, recorded in self._made:
-            if before is not None and versions.get(value.storage, 0) == recorded and \
-                    write_count(unwrap(obj) if unwrap else obj) != before:
+        now = self.backend.write_counts(self._made_arrays)
+        if now == self._made_counts:
+            return
+        versions = self._versions
+        for count, before, (value, recorded) in zip(now, self._made_counts, self._made):
+            if count != before and before is not None and versions.get(value.storage, 0) == recorded:
                 self.fail("an array made inside was written by a call lazytrace does not see (e.g. set_)")
                 return
 
