@@ -120,3 +120,31 @@ def test_a_tensor_made_and_written_with_set_among_inference_outputs_is_seen():
         got, _ = lazy(x, i)
         assert torch.equal(got, x * 2 + 1)
     assert lazy.stats.hits == 0
+
+
+def test_a_lowered_wrappers_arguments_bind_as_signature_bind_binds_them():
+    # Lowering binds a call by a plan kept per call shape (number of positional arguments, keyword
+    # names): for every wrapper and shape, what signature.bind + apply_defaults give, or no binding
+    import inspect
+    import itertools
+    from lazytrace.backends import torch_lowering
+
+    checked = 0
+    for wrapper, (bound_by, _) in torch_lowering._TABLE.items():
+        signature = inspect.signature(bound_by)
+        names = [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        for count, k in itertools.product(range(9), range(3)):
+            for chosen in itertools.combinations(names, k):
+                args, kwargs = tuple(object() for _ in range(count)), {name: object() for name in chosen}
+                try:
+                    bound = signature.bind(*args, **kwargs)
+                    bound.apply_defaults()
+                    expected = dict(bound.arguments)
+                except TypeError:
+                    expected = None
+                binding = torch_lowering._binding(signature, count, tuple(kwargs))
+                got = None if binding is None else torch_lowering._bind(binding, args, kwargs)
+                assert got == expected, (wrapper, count, chosen)
+                assert got is None or all(got[n] is v or type(v) is tuple and got[n] == v for n, v in expected.items())
+                checked += 1
+    assert checked > 1000

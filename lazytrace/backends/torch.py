@@ -369,6 +369,7 @@ _C_CALLABLES = (BuiltinFunctionType, MethodDescriptorType, WrapperDescriptorType
                 GetSetDescriptorType, MemberDescriptorType, ClassMethodDescriptorType)
 _HANDLE_TORCH_FUNCTION = torch.overrides.handle_torch_function.__code__
 _GENERATOR = torch.Generator
+_NUMBERS = (int, float, bool, type(None))
 _OP_KIND, _DYNAMIC_SHAPE_KIND = CallKind.OP, CallKind.DYNAMIC_SHAPE     # (an enum class attribute costs ~0.2 us)
 
 
@@ -1622,7 +1623,11 @@ def _keyed(obj) -> bool:
     not for a value of data-dependent shape, nor for an array the code reached by itself."""
     if isinstance(obj, Value):
         return not obj.dynamic and obj.source is not Source.EXTERNAL
-    return all(_keyed(x) for x in obj) if type(obj) in (list, tuple) else True
+    if type(obj) in (list, tuple):
+        for x in obj:
+            if type(x) not in _NUMBERS and not _keyed(x):
+                return False
+    return True
 
 
 def _tensors_in(args, kwargs) -> list:

@@ -288,7 +288,7 @@ class TraceSession:
                 self.fail(f"{_name(func)} was passed an array lazytrace cannot describe ({type(exc).__name__}: "
                           f"{detail})", transient=True)
                 return backend.run(func, args, kwargs)[0]
-            if kind is _OP and inputs and facts.stores_arguments and backend.stores_arguments(func):
+            if facts.stores_arguments and kind is _OP and inputs and backend.stores_arguments(func):
                 largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
             written = self._versions        # (empty until a recorded call writes into an array)
             versions = [written.get(v.storage, 0) for v in inputs] if written else [0] * len(inputs)
@@ -438,7 +438,6 @@ class TraceSession:
         if not items:
             return
         backend = self.backend
-        unwrap = backend.unwrap if backend.tracer_class is not None else None
         caller_owned = caller_owned and backend.caller_owned(node.target)
         outputs, values, versions = node.outputs, self._values, self._versions
         counts_writes = self._counts_writes
@@ -453,7 +452,7 @@ class TraceSession:
             outputs.append(value)
             values[id(obj)] = (obj, value)
             if counts_writes:
-                raw = unwrap(obj) if unwrap else obj
+                raw = backend.unwrap(obj) if backend.tracer_class is not None else obj
                 self._made_arrays.append(raw)
                 self._made_counts.append(backend.write_count(raw))
                 self._made.append((value, versions.get(storage, 0) if versions else 0))
