@@ -309,8 +309,8 @@ class _Info(CallFacts):
     """What the backend needs to know of one callable, worked out on its first call (the tracer
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
-    __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "specializes",
-                 "writes", "stores_arguments", "inplace", "may_write", "training", "fixed", "foreign", "reads_metadata", "replays")
+    __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "specializes", "writes",
+                 "stores_arguments", "inplace", "may_write", "training", "fixed", "foreign", "reads_metadata", "replays")
 
     def __init__(self, func, kind, replays: bool):
         name = self.name = _func_name(func)

@@ -915,7 +915,6 @@ class PythonReads:
         if walked.get(id(frame)) is frame or frame is None or frame is stop:
             return          # (most calls: the code calling made an earlier call from this frame)
         codes, root, watched = self._codes, self.root, self._watched
-        seen = []
         while True:         # (the caller's own code, at `stop`, is not the function's)
             code = frame.f_code
             if code is root:
@@ -923,14 +922,14 @@ class PythonReads:
             if id(code) not in codes:
                 self._code(code, frame.f_globals, depth=_CALLS)
             # the function's own frames (a generator's frame is resumed by other callers; the
-            # interceptor's and the framework's frames are new at every call)
+            # interceptor's and the framework's frames are new at every call), held until the
+            # trace ends (the id stays the frame's own); marked before the frames below it are
+            # walked: a call made meanwhile (by what _code reads) comes from above this walk
             if id(code) in watched and not code.co_flags & _RESUMABLE:
-                seen.append(frame)
+                walked[id(frame)] = frame
             frame = frame.f_back
             if frame is None or frame is stop or walked.get(id(frame)) is frame:
                 break       # (walked from here down by an earlier call, while this frame ran)
-        for frame in seen:          # held until the trace ends: the id stays the frame's own
-            walked[id(frame)] = frame
 
     def _function(self, fn, depth):
         checks = self._checks

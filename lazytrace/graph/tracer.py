@@ -107,8 +107,8 @@ class TraceSession:
         """Let go of the arrays the trace saw (a graph keeps what it needs: its constants, in their
         Values). A session lives on in reference cycles until the next collection of the cyclic
         garbage collector, and would keep every intermediate array of the function alive with it."""
-        for held in (self._values, self._made_arrays, self._made, self._written, self._checked_arrays, self._input_writes,
-                     self._undo):
+        for held in (self._values, self._made_arrays, self._made, self._written, self._checked_arrays,
+                     self._input_writes, self._undo):
             held.clear()
 
     # ---- values --------------------------------------------------------------
