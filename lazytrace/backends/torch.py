@@ -1662,8 +1662,13 @@ def _wrote_inference(name, args, t, result) -> bool:
 
 
 def _has_mask_index(index) -> bool:
-    items = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in items)
+    for i in index if isinstance(index, tuple) else (index,):
+        if isinstance(i, Tensor) and i.dtype in _MASK_DTYPES:
+            return True
+    return False
+
+
+_MASK_DTYPES = (torch.bool, torch.uint8)
 
 
 
