@@ -102,7 +102,6 @@ import json
 import operator
 import re
 import sys
-from contextlib import contextmanager
 
 import numpy as np
 import tensorflow as tf
@@ -452,6 +451,13 @@ class _RandomWatch:
         self.depth = 0          # > 0 while a recorded call runs
         self.raw = None         # (func, args, _raw_call's answer) of the last call run as a raw op (see run)
 
+    def __enter__(self):
+        context.context().add_op_callback(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        context.context().remove_op_callback(self)
+
     def __call__(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
         if self.depth == 0:
             if op_type in _RANDOM_OPS:
@@ -534,15 +540,9 @@ class TensorflowBackend(Backend):
     def wrap_live(self, obj, session):
         return CallRecordingProxy(obj, session)
 
-    @contextmanager
     def intercept(self, session):
         watch = session.backend_state = _RandomWatch(session)
-        ctx = context.context()
-        ctx.add_op_callback(watch)
-        try:
-            yield
-        finally:
-            ctx.remove_op_callback(watch)
+        return watch            # (its own context manager: the op callback from __enter__ to __exit__)
 
     def caused_by_tracing(self, exc):
         """Also: TensorFlow code that takes no dispatch (`GradientTape.gradient` inside the
