@@ -114,6 +114,15 @@ numbers take the one-pass path: a jitted call ~2090 bytecodes (jnp.sum with keyw
 thread CPU of a first call, interleaved A/B: 3-8% less (swish after a collection 663 -> 608 us,
 min of 4 processes). Left per jitted call: JAX's ~630, the framework-free tracer's ~830, this
 backend's ~550; an identity trace's ~6840 (150-170 us warm, ~300 after a collection).
+Session 13 (results/first_call_jaxtf_s13.txt): trims here (a jitted call's frame looked at where
+it is before walking, its arguments checked in one pass, its jaxpr's effects kept with its cached
+PjitParams, intercept without a generator): 1-2% of a first call's bytecodes. The larger cost is
+not Python: each call a trace runs takes 55-90 us of wall clock against 8-11 us back to back in
+eager's loop, of which ~15 us is this thread's CPU. After a gap of >~25 us of Python work, JAX's
+CPU dispatch wakes an XLA Eigen worker that preempts this thread (0.7-0.9 involuntary context
+switches per call on the 2-core CI kind; none back to back; the same with async dispatch off and
+single-threaded Eigen): swish's three calls cost ~200 us of its ~500 us trace. Only running fewer
+calls during a trace (deferring them to run back to back) would remove that.
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that asks JAX's core for a concrete value to decide a

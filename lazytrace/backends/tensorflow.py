@@ -85,6 +85,11 @@ op keeps that decision for its recording (`_raw_run`). Python bytecodes per call
 11912, chain16 40445 -> 36351; thread CPU of a first call, interleaved A/B: 3-13% less (swish
 after a collection 827 -> 760 us, softmax 734 -> 703, min of 4 processes). Softmax (one API call,
 one operator) is now ~4900 bytecodes over an identity trace's ~7000.
+Session 13 (results/first_call_jaxtf_s13.txt): classify's answer kept per API, output_facts in one
+call, binary-operator work skipped for other calls, intercept without a generator: a first call of
+swish 12656 -> 12248 bytecodes, normalize 24063 -> 23373, chain16 36220 -> 35062. A TensorFlow op
+costs the same after a gap of Python work as back to back (~34 us, run on the calling thread),
+unlike JAX's (see backends/jax.py).
 
 Session 6: a TensorFlow function held in a closure (`sig = tf.sigmoid`) was
 walked into by graph.reads, which put ten guards on TensorFlow's own dispatch
