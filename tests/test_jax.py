@@ -490,3 +490,21 @@ def test_a_jax_function_replaced_after_the_trace_is_called_as_eager_calls_it(rep
     x = jax.numpy.asarray(np.random.rand(3))
     assert np.array_equal(lazy(x), _through_jax_api(x))
     assert lazy.stats.traces == 2 and lazy.stats.hits == 3
+
+
+def test_a_trace_that_raises_leaves_jax_tracing_as_it_found_it():
+    """intercept hands the session JAX's own set_current_trace object: the trace current before is
+    current again after a trace that raised, and a later eager call gives an array, not a tracer."""
+    from jax._src import core
+
+    def bad(x):
+        y = jnp.sin(x) * 2.0
+        raise ValueError("the function's own error")
+
+    before = core.unsafe_get_current_trace()
+    x = jnp.arange(4.0)
+    with pytest.raises(ValueError, match="own error"):
+        lazytrace.trace_graph(bad)(x)
+    assert core.unsafe_get_current_trace() is before
+    out = jnp.sin(x) * 2.0
+    assert isinstance(out, jax.Array) and not isinstance(out, core.Tracer)

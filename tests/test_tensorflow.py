@@ -375,3 +375,21 @@ def test_tf_print_of_a_traced_tensor_prints_what_eager_prints(tmp_path):
         y = tf.random.stateless_uniform([5], seed=(seed, 0))
         assert tf.reduce_all(lazy(y, lazy_out) == y * 2)
     assert lazy.stats.traces == 1 and lazy.stats.hits == 3
+
+
+def test_a_trace_that_raises_removes_its_op_callback():
+    """The op callback watching a trace (backends/tensorflow.py _RandomWatch) is added for the trace
+    only: removed after a trace that raised too, so that eager ops are not watched afterwards."""
+    from tensorflow.python.eager import context
+
+    def bad(x):
+        y = tf.exp(x) * 2.0
+        raise ValueError("the function's own error")
+
+    before = list(context.context().op_callbacks)
+    with pytest.raises(ValueError, match="own error"):
+        lazytrace.trace_graph(bad)(tf.ones(3))
+    assert list(context.context().op_callbacks) == before
+    lazy = lazytrace.trace_graph(lambda x: tf.exp(x) * 2.0)
+    lazy(tf.ones(3))
+    assert list(context.context().op_callbacks) == before

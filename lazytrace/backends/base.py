@@ -32,6 +32,23 @@ class CallKind(enum.Enum):
     UNKNOWN = "unknown"        # decide from the result: arrays -> OP, Python values -> READBACK
 
 
+class CallFacts:
+    """What a backend knows of one callable whatever its arguments (Backend.call_facts), asked
+    once per call: the tracer calls the per-call methods below only where their answer may be
+    other than the plain one. A flag False: that method's answer is known (`metadata_inputs`: none,
+    `specialize_args` and `replay_call`: the call as recorded, `caller_owned`, `stores_arguments`:
+    False); True: ask it. `fixed`: `kind` is what classify answers for any arguments."""
+
+    __slots__ = ()
+    fixed = False
+    kind = None
+    metadata = specializes = replays = caller_owned = stores_arguments = True
+
+
+#: the facts of a callable a backend says nothing of: every method is asked
+ASK_EVERY_CALL = CallFacts()
+
+
 def kept_per_argument(limit: int):
     """A backend method of one hashable argument whose result is kept per argument (at most
     `limit` of them; results are read, never changed): the texts a trace describes the global
@@ -254,9 +271,17 @@ class Backend:
     def classify(self, func, args, kwargs) -> CallKind:
         raise NotImplementedError
 
+    def call_facts(self, func) -> CallFacts:
+        """What holds for every call of `func` (CallFacts), kept per callable by the backend."""
+        return ASK_EVERY_CALL
+
     def run(self, func, args, kwargs) -> tuple[Any, list]:
         """Call `func`; return its result and the arguments whose memory it wrote."""
         raise NotImplementedError
+
+    #: run() takes a fourth argument, the frame making the call (TraceSession.on_call's `caller`;
+    #: the frames between it and run's are lazytrace's): where call_as_caller starts its walk
+    run_takes_caller = False
 
     def run_detached(self, func, args, kwargs):
         """Call `func` on the arrays of tracers whose trace has ended: its plain result, as eager."""
@@ -337,6 +362,10 @@ class Backend:
         counts them: an input written more often than the trace saw was written by a call the
         interceptor missed (torch's `set_`), which a graph could not replay."""
         return None
+
+    def write_counts(self, arrays: list) -> list:
+        """write_count of each array, in one call (a trace's check of the arrays its calls made)."""
+        return [self.write_count(a) for a in arrays]
 
     def clone(self, array):
         raise NotImplementedError
@@ -728,14 +757,16 @@ _CALLERS_SIZE = 1024
 _INTERNAL: dict = {}        # internal prefixes -> {id(code): code} of the codes of those modules seen
 
 
-def call_as_caller(func, args, kwargs, internal: tuple):
+def call_as_caller(func, args, kwargs, internal: tuple, frame=None):
     """func(*args, **kwargs) made from a frame that warnings take for the code calling the
     framework (the first frame outside the `internal` module prefixes): a warning the call
     issues (NumPy's divide by zero, a deprecation with its stacklevel) is attributed to that
     code's module, file and line, as in eager code, so a filter naming its module
-    (`error::RuntimeWarning:mymodule`) applies to it as it does eagerly."""
+    (`error::RuntimeWarning:mymodule`) applies to it as it does eagerly. `frame`: where the walk
+    outwards starts (default: the frame calling this), when the frames below it are `internal`."""
     codes = _INTERNAL.get(internal)
-    frame = sys._getframe(1)
+    if frame is None:
+        frame = sys._getframe(1)
     if codes is not None:       # (the frames of codes known to be internal, then the caller's placed call)
         code = frame.f_code
         while codes.get(id(code)) is code:

@@ -114,6 +114,15 @@ numbers take the one-pass path: a jitted call ~2090 bytecodes (jnp.sum with keyw
 thread CPU of a first call, interleaved A/B: 3-8% less (swish after a collection 663 -> 608 us,
 min of 4 processes). Left per jitted call: JAX's ~630, the framework-free tracer's ~830, this
 backend's ~550; an identity trace's ~6840 (150-170 us warm, ~300 after a collection).
+Session 13 (results/first_call_jaxtf_s13.txt): trims here (a jitted call's frame looked at where
+it is before walking, its arguments checked in one pass, its jaxpr's effects kept with its cached
+PjitParams, intercept without a generator): 1-2% of a first call's bytecodes. The larger cost is
+not Python: each call a trace runs takes 55-90 us of wall clock against 8-11 us back to back in
+eager's loop, of which ~15 us is this thread's CPU. After a gap of >~25 us of Python work, JAX's
+CPU dispatch wakes an XLA Eigen worker that preempts this thread (0.7-0.9 involuntary context
+switches per call on the 2-core CI kind; none back to back; the same with async dispatch off and
+single-threaded Eigen): swish's three calls cost ~200 us of its ~500 us trace. Only running fewer
+calls during a trace (deferring them to run back to back) would remove that.
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that asks JAX's core for a concrete value to decide a
@@ -135,7 +144,6 @@ import inspect
 import json
 import re
 import sys
-from contextlib import contextmanager
 from functools import lru_cache, partial
 
 import jax
@@ -154,6 +162,7 @@ from .base import (READBACK_BUILTINS, Backend, CallKind, ReadbackMixin, flat_unw
 _ARRAYS = (ArrayImpl, PRNGKeyArray)     # concrete arrays; typed random keys are arrays too
 _trace_context = jax_config.trace_context
 _LEGACY_PRNG_KEY = jax_config.legacy_prng_key
+_DEFAULT_PRNG = jax_config.default_prng_impl      # (jax.config.jax_default_prng_impl is a property reading it)
 _DESCRIBED = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion",
               "jax_numpy_rank_promotion", "jax_default_device", "jax_disable_jit", "jax_threefry_partitionable")
 _NEEDS_CONCRETE = core.concrete_or_error.__code__
@@ -341,12 +350,6 @@ class LazyTrace(core.Trace):
         self.backend = session.backend
 
     def process_primitive(self, primitive, tracers, params):
-        if _has_effects(primitive, params):
-            # jax.debug.callback / print, io_callback: a Python callback run for its effect (a call
-            # with no array argument would be folded into a constant, one whose result is unused
-            # pruned), as jax.jit runs it at every call
-            self.session.fail(f"{primitive.name} runs a Python callback for its effects (jax.debug.callback, "
-                              f"jax.debug.print, io_callback): a graph would not run it at every call")
         if primitive is pjit.jit_p:
             if any(params["donated_invars"]):
                 # a constant of the graph given to a jit that donates it would be deleted by the first
@@ -356,13 +359,24 @@ class LazyTrace(core.Trace):
             else:
                 call = _jitted_call(params, sys._getframe(1), self.backend._jitted)
                 if call is not None:
-                    fn, args, kwargs, frame = call
+                    fn, args, kwargs, frame, effects = call
+                    if effects:
+                        self._effects(primitive)
                     if id(fn) not in self.backend._names:
                         self.backend.name_callable(fn, f"jit.{params['name']}")
                     result = self.session.on_call(fn, args, kwargs, _outside_jax(frame))
                     return list(result) if type(result) in (list, tuple) else [result]
+        if _has_effects(primitive, params):
+            self._effects(primitive)
         return self.session.on_call(self.backend.primitive_callable(primitive, params), tuple(tracers), {},
                                     _outside_jax(sys._getframe(1)))
+
+    def _effects(self, primitive):
+        # jax.debug.callback / print, io_callback: a Python callback run for its effect (a call
+        # with no array argument would be folded into a constant, one whose result is unused
+        # pruned), as jax.jit runs it at every call
+        self.session.fail(f"{primitive.name} runs a Python callback for its effects (jax.debug.callback, "
+                          f"jax.debug.print, io_callback): a graph would not run it at every call")
 
     def _varies(self, tracer) -> bool:
         value = self.session.value_of(tracer) if type(tracer) is JaxTracer else None
@@ -433,7 +447,7 @@ class JaxBackend(Backend):
         self._names: dict = {}         # id(callable) -> (callable, display name)
         self._jit_callables: dict = {}
         self._impl_callables: dict = {}
-        self._jitted: dict = {}        # id(JAX's PjitParams) -> (them, the jitted function or None)
+        self._jitted: dict = {}        # id(JAX's PjitParams) -> (them, the jitted function or None, effects)
         self._primitives: dict = {}    # id(primitive callable) -> (it, primitive, params): stored calls
         self._primitive_refs: dict = {}
         self._distribution = None
@@ -463,7 +477,7 @@ class JaxBackend(Backend):
         traced them under these settings, and replays them unchanged; and `jax_legacy_prng_key`,
         which jax.random reads in Python before any primitive (under "error" a raw uint32 key
         raises in eager code)."""
-        return (_trace_context(), jax.config.jax_default_prng_impl, _LEGACY_PRNG_KEY.value)
+        return (_trace_context(), _DEFAULT_PRNG.value, _LEGACY_PRNG_KEY.value)
 
     def unseen_state(self):
         """The same settings, changed inside the function (`jax.config.update("jax_enable_x64", True)`,
@@ -499,16 +513,14 @@ class JaxBackend(Backend):
     def unwrap(self, obj):
         return obj._lt_array if type(obj) is JaxTracer else obj
 
-    @contextmanager
     def intercept(self, session):
         if jax.config.jax_debug_key_reuse:
             from ..graph.tracer import NotTraceable
             raise NotTraceable("jax_debug_key_reuse is on: JAX checks keys in its eager dispatch, which a "
                                "trace and a graph bypass")
-        trace = self._trace(session)
-        # not invalidated at the end: a tracer used later computes as its array (full_lower)
-        with core.set_current_trace(trace):
-            yield
+        # JAX's own context manager object (no generator around it: ~75 bytecodes a trace); the
+        # trace is not invalidated at the end: a tracer used later computes as its array (full_lower)
+        return core.set_current_trace(self._trace(session))
 
     def caused_by_tracing(self, exc):
         if type(exc) is _HostCopy:
@@ -882,6 +894,17 @@ def _plain(obj) -> bool:
     return not any(isinstance(leaf, core.Tracer) for leaf in tree_util.tree_leaves(obj))
 
 
+def _plain_call(args, kwargs) -> bool:
+    """_plain of a call's arguments and keywords (one pass over both; tracers and Python
+    scalars, what most calls take, looked at in place)."""
+    for items in (args, kwargs.values()) if kwargs else (args,):
+        for x in items:
+            tx = type(x)
+            if tx is not JaxTracer and tx not in _SCALARS and not _plain(x):
+                return False
+    return True
+
+
 _SCALARS = frozenset({int, float, bool, complex, str, type(None)})
 _RUN_PYTHON_PJIT = getattr(getattr(pjit, "_run_python_pjit", None), "__code__", None)
 
@@ -897,7 +920,8 @@ def _caller_frame(frame, codes, depth):
 
 
 def _jitted_call(params, frame, cache: dict):
-    """(jitted function, args, kwargs, JAX's frame running it) of the `jax.jit` function whose call under the trace bound
+    """(jitted function, args, kwargs, JAX's frame running it, whether its jaxpr has effects) of
+    the `jax.jit` function whose call under the trace bound
     this `jit` primitive, or None. jax.numpy's functions are jitted: eager calls them through
     JAX's C++ dispatch, whose cache (shared by every jit of the same function and options) the
     eager calls before the trace already filled. Recording that call, rather than the primitive
@@ -906,7 +930,9 @@ def _jitted_call(params, frame, cache: dict):
     Found on the stack (JAX's `_run_python_pjit`, checked by the identity of its jaxpr); None
     where the call closes over tracers, returns anything but arrays or a flat tuple or list of
     them, or takes tracers inside other pytree nodes: the primitive is recorded then."""
-    frame = _caller_frame(frame, (_RUN_PYTHON_PJIT,), 4)
+    up = frame.f_back       # (bind_with_trace, bind, then JAX's _run_python_pjit: looked at first)
+    up = up.f_back if up is not None else None
+    frame = up if up is not None and up.f_code is _RUN_PYTHON_PJIT else _caller_frame(frame, (_RUN_PYTHON_PJIT,), 4)
     if frame is None:
         return None
     local = frame.f_locals
@@ -917,11 +943,11 @@ def _jitted_call(params, frame, cache: dict):
     if entry is None or entry[0] is not p:
         if len(cache) > 4096:     # jitted closures made anew at every call: bounded
             cache.clear()
-        entry = cache[id(p)] = (p, _jitted_function(p, local["fun"], frame.f_back))
+        entry = cache[id(p)] = (p, _jitted_function(p, local["fun"], frame.f_back), _has_effects(pjit.jit_p, p.params))
     args, kwargs = local["args"], local["kwargs"]
-    if entry[1] is None or not _plain(args) or not _plain(kwargs):
+    if entry[1] is None or not _plain_call(args, kwargs):
         return None
-    return entry[1], args, kwargs, frame
+    return entry[1], args, kwargs, frame, entry[2]
 
 
 def _outside_jax(frame):

@@ -85,6 +85,11 @@ op keeps that decision for its recording (`_raw_run`). Python bytecodes per call
 11912, chain16 40445 -> 36351; thread CPU of a first call, interleaved A/B: 3-13% less (swish
 after a collection 827 -> 760 us, softmax 734 -> 703, min of 4 processes). Softmax (one API call,
 one operator) is now ~4900 bytecodes over an identity trace's ~7000.
+Session 13 (results/first_call_jaxtf_s13.txt): classify's answer kept per API, output_facts in one
+call, binary-operator work skipped for other calls, intercept without a generator: a first call of
+swish 12656 -> 12248 bytecodes, normalize 24063 -> 23373, chain16 36220 -> 35062. A TensorFlow op
+costs the same after a gap of Python work as back to back (~34 us, run on the calling thread),
+unlike JAX's (see backends/jax.py).
 
 Session 6: a TensorFlow function held in a closure (`sig = tf.sigmoid`) was
 walked into by graph.reads, which put ten guards on TensorFlow's own dispatch
@@ -102,7 +107,6 @@ import json
 import operator
 import re
 import sys
-from contextlib import contextmanager
 
 import numpy as np
 import tensorflow as tf
@@ -147,6 +151,8 @@ _VARIABLE_WRITE_PREFIXES = ("ResourceScatter", "ResourceApply", "ResourceSparseA
 #: Tensor operators whose whole work, on two tensors of one float dtype, is one raw op
 _RAW_BINARY = {"__add__": gen_math_ops.add_v2, "__sub__": gen_math_ops.sub, "__mul__": gen_math_ops.mul,
                "__truediv__": gen_math_ops.real_div}
+#: the same for the reflected operators too (`__rmul__`: the same op, operands swapped by the caller)
+_RAW_BINARY_OPS = {**_RAW_BINARY, **{name.replace("__", "__r", 1): op for name, op in _RAW_BINARY.items()}}
 _RAW_NAMES = {gen_math_ops.add_v2: "raw_ops.AddV2", gen_math_ops.sub: "raw_ops.Sub", gen_math_ops.mul: "raw_ops.Mul",
               gen_math_ops.real_div: "raw_ops.RealDiv"}
 _FLOATS = {tf.float16, tf.bfloat16, tf.float32, tf.float64}
@@ -289,7 +295,7 @@ def _raw_binary(name, operands):
     """The raw op (Mul ...) an arithmetic operator `name` on these two tensors comes down to,
     where they are eager tensors of one float dtype and the operator's code was read for this
     TensorFlow version (RAW_OPERATORS_CHECKED), else None."""
-    op = _RAW_BINARY.get(name.replace("__r", "__", 1)) if name is not None else None
+    op = _RAW_BINARY_OPS.get(name)
     if op is None or not _RAW_OK:
         return None
     a, b = operands
@@ -322,9 +328,13 @@ def _first_tracer(obj, kwargs=None):
         return obj
     if tp is tuple or tp is list:
         for x in obj:
-            found = _first_tracer(x)
-            if found is not None:
-                return found
+            tx = type(x)
+            if tx is TfTracer:
+                return x
+            if tx is tuple or tx is list or tx is dict:
+                found = _first_tracer(x)
+                if found is not None:
+                    return found
     elif tp is dict:
         return _first_tracer(list(obj.values()))
     return None
@@ -333,10 +343,16 @@ def _first_tracer(obj, kwargs=None):
 def _takes_code(args, kwargs) -> bool:
     """Whether call arguments (one level of lists/tuples/dicts deep) hold a Python function."""
     for a in (*args, *kwargs.values()) if kwargs else args:
-        items = a.values() if type(a) is dict else a if type(a) in (list, tuple) else (a,)
-        if any(callable(x) and not isinstance(x, (type, TfTracer, tf.Tensor, tf.Variable)) for x in items):
-            return True
+        tp = type(a)
+        if tp is TfTracer or tp is EagerTensor or tp in _NUMBERS:
+            continue
+        for x in a.values() if tp is dict else a if tp is list or tp is tuple else (a,):
+            if callable(x) and not isinstance(x, (type, TfTracer, tf.Tensor, tf.Variable)):
+                return True
     return False
+
+
+_NUMBERS = frozenset({int, float, bool, complex, str, type(None)})
 
 
 def _refuse_conversion(value, dtype=None, name=None, as_ref=False):
@@ -440,6 +456,13 @@ class _RandomWatch:
         self.depth = 0          # > 0 while a recorded call runs
         self.raw = None         # (func, args, _raw_call's answer) of the last call run as a raw op (see run)
 
+    def __enter__(self):
+        context.context().add_op_callback(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        context.context().remove_op_callback(self)
+
     def __call__(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
         if self.depth == 0:
             if op_type in _RANDOM_OPS:
@@ -480,6 +503,7 @@ class TensorflowBackend(Backend):
 
     def __init__(self):
         self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}
+        self._kinds: dict = {}          # id(API) -> (API, CallKind): classify's answer for it
         self._scalars: dict = {}
         self._distribution = None
         # asked first (it declines every call that holds no tracer at once): a dispatcher asked
@@ -521,15 +545,9 @@ class TensorflowBackend(Backend):
     def wrap_live(self, obj, session):
         return CallRecordingProxy(obj, session)
 
-    @contextmanager
     def intercept(self, session):
         watch = session.backend_state = _RandomWatch(session)
-        ctx = context.context()
-        ctx.add_op_callback(watch)
-        try:
-            yield
-        finally:
-            ctx.remove_op_callback(watch)
+        return watch            # (its own context manager: the op callback from __enter__ to __exit__)
 
     def caused_by_tracing(self, exc):
         """Also: TensorFlow code that takes no dispatch (`GradientTape.gradient` inside the
@@ -557,11 +575,13 @@ class TensorflowBackend(Backend):
             return CallKind.UNKNOWN
         if kind is not None:
             return kind
-        name = self._public_name(func)
-        if (name.startswith(("random.", "image.random_", "nn.dropout", "Generator."))
-                and "stateless" not in name):
-            return CallKind.GENERATOR
-        return CallKind.UNKNOWN
+        entry = self._kinds.get(id(func))       # (decided by the function's public name: once per function)
+        if entry is None or entry[0] is not func:
+            name = self._public_name(func)
+            kind = CallKind.GENERATOR if name.startswith(("random.", "image.random_", "nn.dropout", "Generator.")) \
+                and "stateless" not in name else CallKind.UNKNOWN
+            entry = self._kinds[id(func)] = (func, kind)
+        return entry[1]
 
     def run(self, func, args, kwargs):
         tracer, raw_args = flat_unwrap(args, TfTracer)
@@ -583,7 +603,8 @@ class TensorflowBackend(Backend):
             if session is not None and (mutated or live is not None):
                 session.before_write(mutated[0] if mutated else live.__wrapped__)
             raw = self._raw_call(func, raw_args) if len(raw_args) == 2 and not kwargs else None
-            result = raw[0](*raw[1]) if raw is not None else func(*raw_args, **unwrap_tree(kwargs, TfTracer))
+            result = raw[0](*raw[1]) if raw is not None else \
+                func(*raw_args, **unwrap_tree(kwargs, TfTracer)) if kwargs else func(*raw_args)
         finally:
             if watch is not None:
                 watch.depth -= 1
@@ -620,9 +641,17 @@ class TensorflowBackend(Backend):
     def _number_tensor(self, x, number):
         """The tensor an arithmetic operator of `x` converts a Python number into (cached per
         number, dtype and device), or None where it is not one of x's number dtypes."""
-        if not isinstance(x, tf.Tensor) or not (x.dtype.is_floating or x.dtype.is_integer):
+        if type(x) is EagerTensor:      # (its dtype's number, C: the `dtype` property is Python code)
+            key = (type(number), repr(number), x._datatype_enum(), x.device)
+            constant = self._scalars.get(key)
+            if constant is not None:
+                return constant
+        elif isinstance(x, tf.Tensor):
+            key = (type(number), repr(number), x.dtype.as_datatype_enum, x.device)
+        else:
             return None
-        key = (type(number), repr(number), x.dtype, x.device)
+        if not (x.dtype.is_floating or x.dtype.is_integer):
+            return None
         constant = self._scalars.get(key)
         if constant is None:
             try:
@@ -637,13 +666,17 @@ class TensorflowBackend(Backend):
         which is a no-op for one dtype, and the bool, sparse and string cases, which do not
         apply): ~20-30 us less per operator. The key fixes input types and dtypes, so the
         condition checked here holds at every replay."""
-        raw = _raw_run(func, args) if len(args) == 2 else None
-        if raw is not None and not kwargs and (raw[2] is None or recorded[1] is raw[2]):
+        if len(args) != 2 or kwargs:
+            return func, recorded, recorded_kwargs
+        raw = _raw_run(func, args)
+        if raw is not None and (raw[2] is None or recorded[1] is raw[2]):
             # the trace ran this call as that raw op, on these operands: what is decided below
             return raw[0], (recorded[::-1] if raw[3] else recorded), recorded_kwargs
         try:
-            name = _METHOD_OPS.get(func) if len(args) == 2 and not kwargs else None
+            name = _METHOD_OPS.get(func)
         except TypeError:           # unhashable callable
+            return func, recorded, recorded_kwargs
+        if name is None:
             return func, recorded, recorded_kwargs
         operands = [r if isinstance(r, tf.Tensor) else self.unwrap(a) for a, r in zip(args, recorded)]
         op = _raw_binary(name, operands)
@@ -718,6 +751,13 @@ class TensorflowBackend(Backend):
     def brief(self, t) -> tuple:
         # an EagerTensor's shape tuple, not its TensorShape (built on first use of .shape)
         return (t._shape_tuple() if type(t) is EagerTensor else tuple(t.shape), t.dtype)
+
+    def output_facts(self, obj) -> tuple:
+        # (brief, storage_key, requires_grad) in one call, for every output a trace records
+        t = obj._lt_array if type(obj) is TfTracer else obj
+        if type(t) is EagerTensor:
+            return (t._shape_tuple(), t.dtype), id(t), False
+        return self.brief(t), self.storage_key(t), self.requires_grad(t)
 
     @kept_per_argument(1024)
     def format_brief(self, brief) -> str:

@@ -24,6 +24,7 @@ import enum
 import functools
 import gc
 import json
+import operator
 import sys
 from contextlib import contextmanager
 from types import (BuiltinFunctionType, ClassMethodDescriptorType, FunctionType, GetSetDescriptorType,
@@ -41,7 +42,7 @@ from torch.overrides import TorchFunctionMode
 from ..graph.ir import Source, Value
 from ..graph.signature import Unkeyable, _value_key
 from ..graph.stateful import own_class
-from .base import Backend, CallKind, call_as_caller, kept_per_argument, operator_syntax
+from .base import Backend, CallFacts, CallKind, call_as_caller, kept_per_argument, operator_syntax
 from .torch_lowering import TARGETS as _LOWERED_TARGETS, Lowering, _other_modes, torchs_own
 
 _DISPLAY = {"__repr__", "__str__", "__format__"}
@@ -143,6 +144,7 @@ _MIN_NORMAL = sys.float_info.min
 #: frames between the code calling torch and a traced call (torch's Python wrappers, its
 #: function-mode dispatch, lazytrace): the code whose warnings a call's are (base.call_as_caller)
 _CALLERS_OF_TORCH = ("lazytrace.", "torch.")
+_VERSION = operator.attrgetter("_version")      # a tensor's write count (TorchBackend.run)
 
 
 def _denormals_flushed() -> bool:
@@ -303,14 +305,14 @@ _WRITING_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__",
                               "__irshift__", "__imatmul__"})
 
 
-class _Info:
+class _Info(CallFacts):
     """What the backend needs to know of one callable, worked out on its first call (the tracer
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
-    __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "scalar_operand",
-                 "writes", "setter", "inplace", "training", "fixed", "foreign", "reads_metadata")
+    __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "specializes", "writes",
+                 "stores_arguments", "inplace", "may_write", "training", "fixed", "foreign", "reads_metadata", "replays")
 
-    def __init__(self, func, kind):
+    def __init__(self, func, kind, replays: bool):
         name = self.name = _func_name(func)
         self.kind = kind
         self.reads_metadata = kind is CallKind.METADATA or kind is CallKind.HISTORY    # (no write to look for)
@@ -318,11 +320,13 @@ class _Info:
         self.shape_check = kind is CallKind.OP and name in ("__getitem__", "where", "one_hot") or name == "type"
         self.metadata = 1 if name in _METADATA_FIRST else 2 if name in _METADATA_SECOND else 0
         self.caller_owned = name == "grad"          # the property x.grad
-        self.setter = name in _SETTERS              # x.grad = g, x.data = d: a change of its first argument
+        self.stores_arguments = name in _SETTERS    # x.grad = g, x.data = d: a change of its first argument
         self.underscore = name.endswith("_")        # in place, or changes self (requires_grad_)
         self.writes = self.underscore and not name.startswith("__") or name in _WRITING_DUNDERS
-        self.scalar_operand = name in _SCALAR_OPERAND_OPS
+        self.specializes = name in _SCALAR_OPERAND_OPS     # a number operand: specialize_args
+        self.replays = replays                      # a wrapper torch_lowering replays as its C call
         self.inplace = _inplace_position(func)      # F.dropout(x, inplace=True) writes x
+        self.may_write = self.writes or self.inplace is not None        # (writes_first may be True)
         self.training = _training_switch(func) if kind is CallKind.GENERATOR else None
         self.fixed = not self.shape_check and self.training is None    # its kind, whatever the arguments
         # Python code that is not torch's, handed to the mode by torch's dispatch (see _dispatcher)
@@ -364,6 +368,8 @@ def _inplace_position(func) -> int | None:
 _C_CALLABLES = (BuiltinFunctionType, MethodDescriptorType, WrapperDescriptorType, MethodWrapperType,
                 GetSetDescriptorType, MemberDescriptorType, ClassMethodDescriptorType)
 _HANDLE_TORCH_FUNCTION = torch.overrides.handle_torch_function.__code__
+_GENERATOR = torch.Generator
+_NUMBERS = (int, float, bool, type(None))
 _OP_KIND, _DYNAMIC_SHAPE_KIND = CallKind.OP, CallKind.DYNAMIC_SHAPE     # (an enum class attribute costs ~0.2 us)
 
 
@@ -419,18 +425,17 @@ class _Mode(TorchFunctionMode):
                 raise ReplacedTorchFunction(reason)
             if original is not None:
                 func, info = original, backend._infos.get(original) or backend._info(original)
-        generator = target = None
         if kwargs:
             target, generator = kwargs.get("out"), kwargs.get("generator")
         else:
-            kwargs = {}
-        if target is None and args and (info.writes or info.inplace is not None and info.writes_first(args, kwargs)):
+            kwargs, target, generator = {}, None, None
+        if target is None and args and info.may_write and info.writes_first(args, kwargs):
             target = args[0]
-        if target is not None and isinstance(target, torch.Tensor):
+        if target is not None and isinstance(target, Tensor):
             session.before_write(target)       # put back if the function must run again
-        if type(generator) is torch.Generator:
+        if generator is not None and type(generator) is _GENERATOR:
             session.before_write(generator)    # its draws too
-        return session.on_call(func, args, kwargs)
+        return session.on_call(func, args, kwargs, None, info)
 
 
 class TorchBackend(Backend):
@@ -700,8 +705,11 @@ class TorchBackend(Backend):
     def _info(self, func) -> _Info:
         info = self._infos.get(func)
         if info is None:
-            info = self._infos[func] = _Info(func, self._classify(func))
+            info = self._infos[func] = _Info(func, self._classify(func), func in self._lowering)
         return info
+
+    def call_facts(self, func) -> _Info:
+        return self._infos.get(func) or self._info(func)
 
     def classify(self, func, args, kwargs) -> CallKind:
         info = self._infos.get(func) or self._info(func)
@@ -755,7 +763,9 @@ class TorchBackend(Backend):
             self._aten_tags[name] = tags
         return tags
 
-    def run(self, func, args, kwargs):
+    run_takes_caller = True
+
+    def run(self, func, args, kwargs, caller=None):
         info = self._infos.get(func) or self._info(func)
         if info.reads_metadata:
             return func(*args, **kwargs), ()
@@ -764,39 +774,41 @@ class TorchBackend(Backend):
             return func(*args, **kwargs), ()
         # an in-place call that changed `self` without a data write (`requires_grad_()`) is an
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
-        if info.setter:
-            return call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH), tensors[:1]
-        if len(tensors) == 1:           # the common case, without the lists
-            t = tensors[0]
+        if info.stores_arguments:
+            return call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH, caller), tensors[:1]
+        for t in tensors:
             if type(t) is not Tensor and isinstance(t, _Uninitialized):
                 return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
-            if not t.is_inference():
-                before = t._version
-                result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH)      # (its warnings: the caller's)
-                return result, (tensors if t._version != before or info.underscore and args and result is args[0]
-                                else ())
-        elif any(type(t) is not Tensor and isinstance(t, _Uninitialized) for t in tensors):
-            return func(*args, **kwargs), ()
-        before = [None if t.is_inference() else t._version for t in tensors]     # inference: no counter
-        result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH)
-        return result, [t for t, v in zip(tensors, before)
-                        if (_wrote_inference(info.name, args, t, result) if v is None else t._version != v)
-                        or t is result and info.underscore and args and result is args[0]]
+        try:
+            before = list(map(_VERSION, tensors))   # (the counters, read without a Python loop)
+        except RuntimeError:                        # an inference tensor: it keeps no counter
+            before = [None if t.is_inference() else t._version for t in tensors]
+            result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH, caller)
+            return result, [t for t, v in zip(tensors, before)
+                            if (_wrote_inference(info.name, args, t, result) if v is None else t._version != v)
+                            or t is result and info.underscore and args and result is args[0]]
+        result = call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH, caller)      # (its warnings: the caller's)
+        returned_self = info.underscore and args and result is args[0]     # (changed self: requires_grad_)
+        if list(map(_VERSION, tensors)) == before:
+            return result, [t for t in tensors if t is result] if returned_self else ()
+        return result, [t for t, v in zip(tensors, before) if t._version != v or returned_self and t is result]
 
     def specialize_args(self, func, args, kwargs, recorded):
-        if kwargs or len(args) != 2 or type(args[1]) not in (int, float):
+        if kwargs or len(args) != 2:
             return recorded
         x, number = args
-        if type(number) is int and abs(number) > 2 ** 53:
-            return recorded     # eager rounds the int to the dtype once; torch.tensor() through a double first
-        if not (self._infos.get(func) or self._info(func)).scalar_operand or not isinstance(x, torch.Tensor) \
-                or x.dtype not in _SCALAR_DTYPES or not x.is_cpu:
+        kind = type(number)
+        # (an int beyond 2 ** 53: eager rounds it to the dtype once; torch.tensor() through a double first)
+        if kind is not float and (kind is not int or abs(number) > 2 ** 53) or not isinstance(x, Tensor):
+            return recorded
+        dtype = x.dtype
+        if dtype not in _SCALAR_DTYPES or not x.is_cpu or not (self._infos.get(func) or self._info(func)).specializes:
             return recorded
         # by value, but 0.0 == -0.0 (and a NaN is unequal to itself): those by their text
-        key = (type(number), number, x.dtype) if number and number == number else (type(number), repr(number), x.dtype)
+        key = (kind, number, dtype) if number and number == number else (kind, repr(number), dtype)
         constant = self._scalars.get(key)
         if constant is None:
-            constant = self._scalars[key] = torch.tensor(number, dtype=x.dtype)
+            constant = self._scalars[key] = torch.tensor(number, dtype=dtype)
         return (recorded[0], constant)
 
     def replay_call(self, func, args, kwargs, recorded, recorded_kwargs):
@@ -830,10 +842,16 @@ class TorchBackend(Backend):
         return (self._infos.get(func) or self._info(func)).caller_owned
 
     def stores_arguments(self, func) -> bool:
-        return (self._infos.get(func) or self._info(func)).setter
+        return (self._infos.get(func) or self._info(func)).stores_arguments
 
     def write_count(self, t) -> int | None:
         return None if t.is_inference() else t._version      # inference tensors count nothing
+
+    def write_counts(self, tensors: list) -> list:
+        try:
+            return list(map(_VERSION, tensors))
+        except RuntimeError:            # an inference tensor
+            return [self.write_count(t) for t in tensors]
 
     def snapshot(self, t):
         """Not for a tensor autograd follows: copying its old data back would not undo its history.
@@ -1605,7 +1623,11 @@ def _keyed(obj) -> bool:
     not for a value of data-dependent shape, nor for an array the code reached by itself."""
     if isinstance(obj, Value):
         return not obj.dynamic and obj.source is not Source.EXTERNAL
-    return all(_keyed(x) for x in obj) if type(obj) in (list, tuple) else True
+    if type(obj) in (list, tuple):
+        for x in obj:
+            if type(x) not in _NUMBERS and not _keyed(x):
+                return False
+    return True
 
 
 def _tensors_in(args, kwargs) -> list:
@@ -1640,8 +1662,13 @@ def _wrote_inference(name, args, t, result) -> bool:
 
 
 def _has_mask_index(index) -> bool:
-    items = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in items)
+    for i in index if isinstance(index, tuple) else (index,):
+        if isinstance(i, Tensor) and i.dtype in _MASK_DTYPES:
+            return True
+    return False
+
+
+_MASK_DTYPES = (torch.bool, torch.uint8)
 
 
 

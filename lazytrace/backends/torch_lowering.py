@@ -225,12 +225,17 @@ def torchs_own(func) -> bool:
     return code is not None and os.path.abspath(code.co_filename).startswith(_TORCH_DIR)
 
 
-def _tensors(obj):
-    if isinstance(obj, Tensor):
-        yield obj
-    elif type(obj) in (list, tuple):
+def _plain_tensors(obj) -> bool:
+    """Whether every tensor in `obj`, or in the lists and tuples it nests, is a plain one."""
+    if type(obj) in (list, tuple):
         for x in obj:
-            yield from _tensors(x)
+            if type(x) not in _NUMBERS and not _plain_tensors(x):
+                return False
+        return True
+    return type(obj) in _PLAIN_TENSORS or not isinstance(obj, Tensor)
+
+
+_NUMBERS = (int, float, bool, type(None))
 
 
 class Lowering:
@@ -240,6 +245,7 @@ class Lowering:
         release = ".".join(torch.__version__.split("+")[0].split(".")[:2])
         self._table = {w: (inspect.signature(s), lower) for w, (s, lower) in _TABLE.items() if torchs_own(w)} \
             if enabled and release == REVIEWED else {}
+        self._bindings: dict = {}       # (wrapper, number of positional arguments, keyword names) -> _binding
 
     def __contains__(self, func) -> bool:
         try:
@@ -251,14 +257,65 @@ class Lowering:
         """(C function, its recorded arguments) for a call of a wrapper, or None. `keyed(obj)`:
         whether the graph fixes the metadata of the arrays in a recorded argument."""
         signature, lower = self._table[func]
-        try:
-            real, rec = signature.bind(*args, **kwargs), signature.bind(*recorded, **recorded_kwargs)
-        except TypeError:
-            return None
-        real.apply_defaults()
-        rec.apply_defaults()
-        if any(type(t) not in _PLAIN_TENSORS for v in real.arguments.values() for t in _tensors(v)):
+        shape = (func, len(args), tuple(kwargs))
+        binding = self._bindings.get(shape, _UNBOUND)
+        if binding is _UNBOUND:
+            if len(self._bindings) >= 1024:
+                self._bindings.clear()
+            binding = self._bindings[shape] = _binding(signature, len(args), tuple(kwargs))
+        if binding is None or len(recorded) != len(args) or recorded_kwargs.keys() != kwargs.keys():
+            return None         # (arguments the wrapper does not take: it raised in eager)
+        real, rec = _bind(binding, args, kwargs), _bind(binding, recorded, recorded_kwargs)
+        if not _plain_tensors(tuple(real.values())):
             return None         # a subclass's __torch_function__ runs in eager
-        if not all(keyed(v) for v in rec.arguments.values()) or _other_modes():
+        if not all(keyed(v) for v in rec.values()) or _other_modes():
             return None
-        return lower(real.arguments, rec.arguments)
+        return lower(real, rec)
+
+
+class _Position(int):
+    """A placeholder for the positional argument at this index (_binding)."""
+
+
+_UNBOUND = object()
+
+
+def _binding(signature, count: int, names: tuple) -> tuple | None:
+    """How a call with `count` positional arguments and keyword arguments `names` binds, as
+    `signature.bind(...)` and `apply_defaults()` place it (which depends on nothing else, and runs
+    ~1000 bytecodes of inspect): (the defaults of the parameters it does not pass, the names of
+    the parameters its positional arguments go to, (name, first index) of a `*args` parameter
+    taking the rest or None); None where it does not bind, or passes keyword arguments to a
+    `**kwargs` parameter (not lowered)."""
+    try:
+        bound = signature.bind(*map(_Position, range(count)), **dict.fromkeys(names))
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    defaults, positional, variadic = {}, [], None
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            variadic = (name, value[0]) if value else None
+            if not value:
+                defaults[name] = ()
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            if value:
+                return None
+            defaults[name] = {}
+        elif type(value) is _Position:
+            positional.append(name)
+        elif name not in names:
+            defaults[name] = value
+    return defaults, tuple(positional), variadic
+
+
+def _bind(binding, args, kwargs) -> dict:
+    """The call's arguments by parameter name, defaults applied (what BoundArguments.arguments holds)."""
+    defaults, positional, variadic = binding
+    found = dict(defaults)
+    found.update(zip(positional, args))
+    found.update(kwargs)
+    if variadic is not None:
+        found[variadic[0]] = tuple(args[variadic[1]:])
+    return found

@@ -712,7 +712,7 @@ class PythonReads:
         self._watched: set = set()  # ids of the codes in _codes whose globals are checked
         self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth, namespace) handled
         self.root = None            # the traced function's code: stack walks stop there
-        self._stop = None
+        self.stop = None            # the trace's own frame (set by start): walks of the stack end there at the latest
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
         #: (module name, attribute) -> function, for framework functions the code reads through a
@@ -734,11 +734,6 @@ class PythonReads:
         self.contexts: dict = {}    # id(ContextVar) -> (the variable, expected read_context)
         self._checks = None         # while start() walks a function to remember: (reader, id, name) -> read
         self._leaves = None         # ... and the leaves it did (_leaf)
-
-    @property
-    def stop(self):
-        """The trace's own frame (set by start): walks of the stack end there at the latest."""
-        return self._stop
 
     def holders(self):
         """(container, key) of each place the function's code can leave a value in besides its
@@ -776,7 +771,7 @@ class PythonReads:
         globals, closure variables, framework state, objects' attributes) is read again then,
         in the walk's order: the guards are those a walk would give."""
         fn = getattr(fn, "__func__", fn)
-        self._stop = sys._getframe(1)       # the trace's own frame: stack walks end there at the latest
+        self.stop = sys._getframe(1)       # the trace's own frame: stack walks end there at the latest
         # (a partial: walked each time; a function reading fewer globals than _REMEMBER_FROM walks
         # about as fast as a remembered walk is checked)
         key = fn if type(fn) is types.FunctionType and len(code_info(fn.__code__)[1]) >= _REMEMBER_FROM else None
@@ -918,26 +913,25 @@ class PythonReads:
     def on_call(self, frame):
         """A framework call is being made from `frame`: note the code of every function on the
         stack down to the traced one (methods and other code the start could not see)."""
-        walked = self._walked
-        if walked.get(id(frame)) is frame:
+        walked, stop = self._walked, self.stop
+        if walked.get(id(frame)) is frame or frame is None or frame is stop:
             return          # (most calls: the code calling made an earlier call from this frame)
-        codes, stop, root, watched = self._codes, self._stop, self.root, self._watched
-        seen = []
-        while frame is not None and frame is not stop:     # (the caller's own code is not the function's)
-            if walked.get(id(frame)) is frame:
-                break       # walked from here down by an earlier call, while this frame ran
+        codes, root, watched = self._codes, self.root, self._watched
+        while True:         # (the caller's own code, at `stop`, is not the function's)
             code = frame.f_code
             if code is root:
                 break
             if id(code) not in codes:
                 self._code(code, frame.f_globals, depth=_CALLS)
             # the function's own frames (a generator's frame is resumed by other callers; the
-            # interceptor's and the framework's frames are new at every call)
+            # interceptor's and the framework's frames are new at every call), held until the
+            # trace ends (the id stays the frame's own); marked before the frames below it are
+            # walked: a call made meanwhile (by what _code reads) comes from above this walk
             if id(code) in watched and not code.co_flags & _RESUMABLE:
-                seen.append(frame)
+                walked[id(frame)] = frame
             frame = frame.f_back
-        for frame in seen:          # held until the trace ends: the id stays the frame's own
-            walked[id(frame)] = frame
+            if frame is None or frame is stop or walked.get(id(frame)) is frame:
+                break       # (walked from here down by an earlier call, while this frame ran)
 
     def _function(self, fn, depth):
         checks = self._checks

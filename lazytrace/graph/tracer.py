@@ -25,6 +25,7 @@ from typing import Any, Callable
 from types import MethodType
 
 from ..backends import FRESH_ENTROPY, Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
+from ..backends.base import ASK_EVERY_CALL
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
@@ -70,11 +71,17 @@ class TraceSession:
         # arguments kept as they are (dtypes ...); whether the backend replays some calls with other
         # arguments, or another callable: facts of its class (_backend_facts)
         self._literals, self._specializes, self._replays = _FACTS.get(type(backend)) or _backend_facts(backend)
+        self._run_takes_caller = backend.run_takes_caller
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
-        self._made: list = []                   # (array, Value, its write count, writes recorded) of call outputs
+        # call outputs whose framework counts writes (Backend.write_count): their arrays, write counts
+        # then, and (Value, writes recorded then): check_input_writes compares the counts at the end
+        self._counts_writes = type(backend).write_count is not Backend.write_count
+        self._made_arrays: list = []
+        self._made_counts: list = []
+        self._made: list = []
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
         self._filters = self._filters_seen = warnings.filters   # the warning filters (see _filters_changed)
@@ -103,6 +110,7 @@ class TraceSession:
         Values). A session lives on in reference cycles until the next collection of the cyclic
         garbage collector, and would keep every intermediate array of the function alive with it."""
         self._values.clear()
+        self._made_arrays.clear()
         self._made.clear()
         self._written.clear()
         self._checked_arrays.clear()
@@ -242,10 +250,11 @@ class TraceSession:
         return self._versions.get(value.storage, 0)
 
     # ---- calls -----------------------------------------------------------------
-    def on_call(self, func, args, kwargs, caller=None):
+    def on_call(self, func, args, kwargs, caller=None, facts=None):
         """Called by the backend's interceptor for every framework call (the hot path of a
         trace: one frame, enum members and attributes read once). `caller`: the frame making the
-        call, where the backend knows it (else the frame below the interceptor's)."""
+        call, where the backend knows it (else the frame below the interceptor's); `facts`:
+        backend.call_facts(func), where the interceptor has it."""
         if self.closed:
             # a tracer used after the trace (by a generator the function returned, a closure, an
             # object it left behind): computed as eager would, on the arrays, and not recorded
@@ -257,7 +266,9 @@ class TraceSession:
                 caller = sys._getframe(2)
             self.reads.on_call(caller)
             backend = self.backend
-            kind = backend.classify(func, args, kwargs)
+            if facts is None:
+                facts = backend.call_facts(func)
+            kind = facts.kind if facts.fixed else backend.classify(func, args, kwargs)
             if kind is _METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
                 return backend.run(func, args, kwargs)[0]     # covered by the signature key
             # (a change before a metadata read is seen here, at the next call that is recorded)
@@ -283,7 +294,7 @@ class TraceSession:
                 self.fail(f"{_name(func)} was passed an array lazytrace cannot describe ({type(exc).__name__}: "
                           f"{detail})", transient=True)
                 return backend.run(func, args, kwargs)[0]
-            if kind is _OP and inputs and backend.stores_arguments(func):
+            if facts.stores_arguments and kind is _OP and inputs and backend.stores_arguments(func):
                 largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
             written = self._versions        # (empty until a recorded call writes into an array)
             versions = [written.get(v.storage, 0) for v in inputs] if written else [0] * len(inputs)
@@ -294,28 +305,32 @@ class TraceSession:
                         self.fail(_UNSEEN_RNG)
                     if id(rng) not in self._rng:
                         self._new_rngs[id(rng)] = rng       # not passed in: a global, or made inside (add_reads)
-                result, mutated = backend.run(func, args, kwargs)
+                result, mutated = backend.run(func, args, kwargs, caller) if self._run_takes_caller else \
+                    backend.run(func, args, kwargs)
                 for rng in rngs:
                     self._rng[id(rng)] = (rng, backend.rng_token(rng))
+            elif self._run_takes_caller:
+                result, mutated = backend.run(func, args, kwargs, caller)
             else:
                 result, mutated = backend.run(func, args, kwargs)
-            if kind is _UNKNOWN:
-                if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked):
-                    kind = _OP
-                else:
-                    kind = _READBACK if inputs else _METADATA
-            if kind is _METADATA or kind is _HISTORY:
-                # not in the key: the shape of a data-dependent result or of an array not passed in,
-                # and what happened before to memory the trace did not make (the version counter of
-                # an input, of a view of one, of one the function wrote)
-                if any(v.dynamic or v.source is _EXTERNAL for v in inputs) or \
-                        kind is _HISTORY and not all(self._made_here(v) for v in inputs):
+            if kind is not _OP:
+                if kind is _UNKNOWN:
+                    if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked):
+                        kind = _OP
+                    else:
+                        kind = _READBACK if inputs else _METADATA
+                if kind is _METADATA or kind is _HISTORY:
+                    # not in the key: the shape of a data-dependent result or of an array not passed in,
+                    # and what happened before to memory the trace did not make (the version counter of
+                    # an input, of a view of one, of one the function wrote)
+                    if any(v.dynamic or v.source is _EXTERNAL for v in inputs) or \
+                            kind is _HISTORY and not all(self._made_here(v) for v in inputs):
+                        self._guard(func, largs, lkwargs, inputs, versions, result)
+                    return result
+                if kind is _READBACK:
                     self._guard(func, largs, lkwargs, inputs, versions, result)
-                return result
-            if kind is _READBACK:
-                self._guard(func, largs, lkwargs, inputs, versions, result)
-                return result
-            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs, caller)
+                    return result
+            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs, caller, facts)
             if kind is _STATE:
                 self._unseen = backend.unseen_state()       # a change this call shows, recorded
             return result
@@ -348,13 +363,13 @@ class TraceSession:
                                expected=result))
 
     def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=(),
-                raw_kwargs=None, caller=None):
+                raw_kwargs=None, caller=None, facts=ASK_EVERY_CALL):
         backend = self.backend
         if kind is _OP and raw_args and result is raw_args[0] and \
                 backend.returned_its_input(func, raw_args, result, mutated):
             return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
         data = inputs
-        metadata = backend.metadata_inputs(func, args, kwargs, raw_args, raw_kwargs)
+        metadata = facts.metadata and backend.metadata_inputs(func, args, kwargs, raw_args, raw_kwargs)
         if metadata:
             data = list(inputs)
             for arg in metadata:
@@ -380,9 +395,9 @@ class TraceSession:
             foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
         called = func
         if not foldable:
-            if self._specializes:
+            if self._specializes and facts.specializes:
                 args = backend.specialize_args(func, raw_args, kwargs, args)
-            if self._replays:
+            if self._replays and facts.replays:
                 func, args, kwargs = backend.replay_call(func, raw_args, raw_kwargs or {}, args, kwargs)
         node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable,
                     guarded_by_except=caller is not None and inside_except(caller, self.reads.root, self.reads.stop))
@@ -402,35 +417,37 @@ class TraceSession:
         # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
         dynamic = (kind is _DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
                    or self._unkeyed_metadata and any(v.dynamic for v in inputs))
-        self._register_outputs(node, result, foldable, dynamic)
+        self._register_outputs(node, result, foldable, dynamic, facts.caller_owned or func is not called)
         self.nodes.append(node)
 
     def _requires_grad(self, result) -> bool:
         items = result if isinstance(result, (tuple, list)) else (result,)
         return any(isinstance(x, self._tracked) and self.backend.requires_grad(self.backend.unwrap(x)) for x in items)
 
-    def _register_outputs(self, node: Node, result, foldable: bool, dynamic: bool):
+    def _register_outputs(self, node: Node, result, foldable: bool, dynamic: bool, caller_owned=True):
+        """Values for the arrays `result` holds; `caller_owned`: False where the call is known to
+        hand out none the caller holds (CallFacts), else backend.caller_owned is asked."""
         tracked = self._tracked
         if isinstance(result, tracked):
             node.result_structure = "single"
             items = ((None, result),)
         elif isinstance(result, (tuple, list)):
             node.result_structure = len(result)
-            items = list(enumerate(result))
-            if any(not isinstance(x, tracked) and _contains(x, tracked) for x in result):
+            items = [(index, x) for index, x in enumerate(result) if isinstance(x, tracked)]
+            if len(items) < len(result) and any(not isinstance(x, tracked) and _contains(x, tracked) for x in result):
                 self.fail(f"{_name(node.target)} returns nested containers of arrays")
         else:
             node.result_structure = "single"
-            items = []
-        backend = self.backend
-        unwraps = backend.tracer_class is not None
-        caller_owned = backend.caller_owned(node.target) if items else False
-        outputs, values, made, versions = node.outputs, self._values, self._made, self._versions
+            items = ()
         if dynamic:
             self._unkeyed_metadata = True
+        if not items:
+            return
+        backend = self.backend
+        caller_owned = caller_owned and backend.caller_owned(node.target)
+        outputs, values, versions = node.outputs, self._values, self._versions
+        counts_writes = self._counts_writes
         for index, obj in items:
-            if not isinstance(obj, tracked):
-                continue
             meta, storage, grad = backend.output_facts(obj)
             kept = foldable and not grad
             value = Value(_FROM_NODE, node, index, meta, storage, kept, obj if kept else None)
@@ -440,8 +457,11 @@ class TraceSession:
                 value.caller_owned = True
             outputs.append(value)
             values[id(obj)] = (obj, value)
-            made.append((obj, value, backend.write_count(backend.unwrap(obj) if unwraps else obj),
-                         versions.get(storage, 0) if versions else 0))
+            if counts_writes:
+                raw = backend.unwrap(obj) if backend.tracer_class is not None else obj
+                self._made_arrays.append(raw)
+                self._made_counts.append(backend.write_count(raw))
+                self._made.append((value, versions.get(storage, 0) if versions else 0))
 
     # ---- stateful objects --------------------------------------------------------
     def on_setattr(self, obj, name: str, value):
@@ -872,11 +892,12 @@ class TraceSession:
             if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
                 self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
         # an array a call made, written since with no recorded write (a call may write several times)
-        backend, versions = self.backend, self._versions
-        write_count, unwrap = backend.write_count, backend.unwrap if backend.tracer_class is not None else None
-        for obj, value, before, recorded in self._made:
-            if before is not None and versions.get(value.storage, 0) == recorded and \
-                    write_count(unwrap(obj) if unwrap else obj) != before:
+        now = self.backend.write_counts(self._made_arrays)
+        if now == self._made_counts:
+            return
+        versions = self._versions
+        for count, before, (value, recorded) in zip(now, self._made_counts, self._made):
+            if count != before and before is not None and versions.get(value.storage, 0) == recorded:
                 self.fail("an array made inside was written by a call lazytrace does not see (e.g. set_)")
                 return
 
