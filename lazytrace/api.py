@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from types import MethodType, ModuleType
+from types import FunctionType, MethodType, ModuleType
 from typing import Any
 
 from .backends import available, get_backend
@@ -15,6 +15,9 @@ from .graph.lazy import LazyGraph, Recipe
 from .graph.signature import Signature
 from .graph.tracer import NotTraceable, TraceOptions, trace
 from .importhook.proxy import TracedLibrary
+
+
+_DEFAULT_OPTIONS = TraceOptions()
 
 
 class TraceError(RuntimeError):
@@ -84,23 +87,36 @@ def trace_graph(*objs, stateful=None, arg_stateful_idxs=None, kwarg_stateful_idx
         get_backend(to)   # unknown names fail here, clearly
     if isinstance(return_backend_traced_fn, dict):     # options for the framework's compiler
         return_backend_traced_fn = tuple(sorted(return_backend_traced_fn.items()))
-    options = TraceOptions(include_generators=include_generators, array_caching=array_caching, to=to,
-                           return_backend_traced_fn=return_backend_traced_fn, stateful=tuple(stateful or ()),
-                           cache=cache, prewarm=prewarm)
-    results = [_trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
-                          kwarg_stateful_idxs, args, kwargs, max_signatures) for obj in objs]
-    return results[0] if len(results) == 1 else tuple(results)
+    if include_generators is True and array_caching is True and to is None and return_backend_traced_fn is False \
+            and not stateful and cache is None and prewarm is None:
+        options = _DEFAULT_OPTIONS      # (frozen: shared)
+    else:
+        options = TraceOptions(include_generators=include_generators, array_caching=array_caching, to=to,
+                               return_backend_traced_fn=return_backend_traced_fn, stateful=tuple(stateful or ()),
+                               cache=cache, prewarm=prewarm)
+    if len(objs) == 1:
+        return _trace_one(objs[0], options, static_argnums, static_argnames, arg_stateful_idxs,
+                          kwarg_stateful_idxs, args, kwargs, max_signatures)
+    return tuple([_trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs,
+                             kwarg_stateful_idxs, args, kwargs, max_signatures) for obj in objs])
 
 
 def _trace_one(obj, options, static_argnums, static_argnames, arg_stateful_idxs, kwarg_stateful_idxs,
                args, kwargs, max_signatures):
-    static = _by_position_and_name(obj, _as_tuple(static_argnums), _as_tuple(static_argnames), "static_argnums")
-    stateful = _by_position_and_name(obj, _stateful_indices(arg_stateful_idxs), _as_tuple(kwarg_stateful_idxs),
-                                     "arg_stateful_idxs")
-    signature = Signature(static_argnums=static[0], static_argnames=static[1],
-                          stateful_argnums=stateful[0], stateful_argnames=stateful[1], to=options.to)
-    binding = _bind(obj)
-    fn, extra, install, state_objects = binding if binding else (obj, *_bound_state(obj))
+    if static_argnums is None and static_argnames is None and arg_stateful_idxs is None and \
+            kwarg_stateful_idxs is None:
+        signature = Signature(to=options.to)
+    else:
+        static = _by_position_and_name(obj, _as_tuple(static_argnums), _as_tuple(static_argnames), "static_argnums")
+        stateful = _by_position_and_name(obj, _stateful_indices(arg_stateful_idxs), _as_tuple(kwarg_stateful_idxs),
+                                         "arg_stateful_idxs")
+        signature = Signature(static_argnums=static[0], static_argnames=static[1],
+                              stateful_argnums=stateful[0], stateful_argnames=stateful[1], to=options.to)
+    if type(obj) is FunctionType:       # (a plain function: no backend binds one, nor holds state of its own)
+        fn, extra, install, state_objects = obj, None, None, ()
+    else:
+        binding = _bind(obj)
+        fn, extra, install, state_objects = binding if binding else (obj, *_bound_state(obj))
     if state_objects:
         options = dataclasses.replace(options, stateful=options.stateful + tuple(state_objects))
     if not callable(fn):

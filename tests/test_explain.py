@@ -120,3 +120,38 @@ def test_signature_describes_the_global_state_of_the_key_not_the_one_the_call_le
     lazy(torch.zeros(3))                    # the same key (grad on): a hit
     torch.set_grad_enabled(True)
     assert lazy.stats.traces == 1 and lazy.stats.hits == 1
+
+
+def test_first_trace_of_arrays_alone_is_described_when_read_as_when_traced(fw):
+    """The first trace of a call of arrays alone is described when first read (PendingTrace):
+    what traces, signatures and a retrace's changes show is describe_call's of the call."""
+    from lazytrace.graph import explain
+
+    def f(x, y, *, z):
+        return x * y + z
+
+    args, kwargs = (fw.rand(3), fw.rand(3)), {"z": fw.rand(3)}
+    lazy = lazytrace.trace_graph(f)
+    lazy(*args, **kwargs)
+    assert lazy._undescribed is not None        # (nothing described yet)
+    key, _, backends = lazy._signature.key(args, kwargs)
+    expected = explain.describe_call(args, kwargs, lazy._signature, backends)
+    assert list(expected) == ["args[0]", "args[1]", "kwargs['z']", *list(expected)[3:]]
+    (first,) = lazy.traces
+    assert first == explain.TraceRecord(1, expected, None, ())
+    assert lazy.signatures[0].signature == expected and lazy._undescribed is None
+    lazy(fw.rand(2, 3), args[1], z=kwargs["z"])
+    assert lazy.traces[1].nearest == 1
+    assert lazy.traces[1].changes == (explain.Change("args[0]", expected["args[0]"], "2x3 float32"),)
+
+
+def test_retrace_before_reading_describes_the_pending_first_trace(fw):
+    lazy = lazytrace.trace_graph(lambda x: x + 1)
+    lazy(fw.rand(3))
+    lazy(fw.rand(2, 3))                       # compared with the first trace, left pending until now
+    assert lazy.traces[1].changes == (Change("args[0]", "3 float32", "2x3 float32"),)
+    assert "trace 1: first call with args[0]=3 float32" in lazy.explain()
+    same = lazytrace.trace_graph(lambda x, y: x + y)
+    x = fw.rand(3)
+    same(x, x)                                # the same array twice: described at once, as before
+    assert same._undescribed is None and same.traces[0].signature["args[1]"] == "3 float32 (the same object as args[0])"

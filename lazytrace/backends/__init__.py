@@ -7,6 +7,7 @@ import importlib
 import random
 import sys
 from functools import lru_cache
+from itertools import compress
 
 from . import mtstate
 from .base import Backend, CallKind
@@ -18,10 +19,12 @@ _FRAMEWORKS = {
     "jax": ("jax", "lazytrace.backends.jax"),
     "tensorflow": ("tensorflow", "lazytrace.backends.tensorflow"),
 }
+_NAMES, _MODULES = tuple(_FRAMEWORKS), tuple(module for module, _ in _FRAMEWORKS.values())
 _ALIASES = {"np": "numpy", "pytorch": "torch", "tf": "tensorflow", "jnp": "jax"}
 
 #: frameworks with a global random generator that code can draw from without passing arrays
 _GLOBAL_RNGS = ("torch", "numpy")
+_GLOBAL_RNG_MODULES = tuple((name, _FRAMEWORKS[name][0]) for name in _GLOBAL_RNGS)
 
 __all__ = ["Backend", "CallKind", "get_backend", "backend_for_type", "available", "foreign_rng_tokens",
            "generator_state"]
@@ -42,7 +45,7 @@ def get_backend(name: str) -> Backend:
 def available() -> list[str]:
     """Frameworks already imported in this process (their backends can be used
     without importing anything new)."""
-    return [name for name, (mod, _) in _FRAMEWORKS.items() if mod in sys.modules]
+    return list(compress(_NAMES, map(sys.modules.__contains__, _MODULES)))    # (no Python loop)
 
 
 @lru_cache(maxsize=1024)
@@ -59,10 +62,11 @@ def foreign_rng_tokens(backend: Backend) -> tuple:
     """Fingerprints of the global random generators a trace of `backend` does not record: Python's
     `random` module, and those of the other frameworks in use (np.random.rand() in a torch
     function). A draw from one of them would be baked into a graph as one value."""
-    tokens = [_python_rng_token(getattr(random.getstate, "__self__", None))]
-    modules = sys.modules
-    for name in _GLOBAL_RNGS:
-        if name != backend.name and _FRAMEWORKS[name][0] in modules:     # (available(), for one name)
+    rng = getattr(random.getstate, "__self__", None)     # (_python_rng_token, inlined: twice a trace)
+    tokens = [_python_layout().token(rng) if isinstance(rng, random.Random) else random.getstate()]
+    modules, own = sys.modules, backend.name
+    for name, module in _GLOBAL_RNG_MODULES:
+        if name != own and module in modules:     # (available(), for one name)
             tokens.append(get_backend(name).rng_token(None))
     return tuple(tokens)
 

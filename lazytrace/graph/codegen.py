@@ -299,20 +299,24 @@ def function_homes(backend, plan: Plan) -> tuple:
     the graph is made (code generation waits for the first replay; a function replaced
     meanwhile must be seen too)."""
     homes, called, seen = [], {}, set()
+    names_of = _HOME_NAMES.get(backend.name)
+    if names_of is None or len(names_of) > _HOME_NAMES_MAX:
+        names_of = _HOME_NAMES[backend.name] = {}
+    modules = sys.modules
     for node in plan.nodes:       # (a guard's call too: `torch._assert_async(cond)` replaced must be seen)
         # a lowered call (F.pad replayed as torch._C._nn.pad): the wrapper the code called is checked too
         for func in (node.target, node.wrapper) if node.wrapper is not None else (node.target,):
             if id(func) in seen:
                 continue
             seen.add(id(func))           # (the plan holds its targets: their ids stay their own)
-            style, qualname = backend.call_syntax(func)
-            if style != "function":
+            known = names_of.get(id(func))
+            if known is None or known[0] is not func:
+                known = names_of[id(func)] = (func, _home_names(backend, func))
+            if known[1] is None:
                 continue
             called[id(func)] = func
-            for name in dict.fromkeys((qualname, *backend.other_homes(func))):
-                module_name, _, attribute = name.rpartition(".")
-                module = sys.modules.get(module_name) if not module_name.startswith("lazytrace.") else None
-                namespace = getattr(module, "__dict__", None)
+            for module_name, attribute in known[1]:
+                namespace = getattr(modules.get(module_name), "__dict__", None)
                 if type(namespace) is dict and namespace.get(attribute) is func:
                     homes.append((module_name, namespace, attribute, func))
     api_below = backend.api_below       # (none for torch: _package is not asked for each global)
@@ -324,6 +328,26 @@ def function_homes(backend, plan: Plan) -> tuple:
                 not any(home[1] is namespace and home[2] == attribute for home in homes):
             homes.append((module_name, namespace, attribute, func))
     return tuple(homes)
+
+
+#: backend name -> {id(function): (the function, _home_names)}: what function_homes looks up for a
+#: function, fixed by the function (its names); whether each place holds it is read at every graph
+_HOME_NAMES: dict = {}
+_HOME_NAMES_MAX = 4096
+
+
+def _home_names(backend, func) -> tuple | None:
+    """(module name, attribute) of each place a call of `func` may name it from, or None for a
+    call not generated as a function call (a method, an operator)."""
+    style, qualname = backend.call_syntax(func)
+    if style != "function":
+        return None
+    names = []
+    for name in dict.fromkeys((qualname, *backend.other_homes(func))):
+        module_name, _, attribute = name.rpartition(".")
+        if not module_name.startswith("lazytrace."):
+            names.append((module_name, attribute))
+    return tuple(names)
 
 
 def _package(func) -> str | None:

@@ -6,6 +6,7 @@ cache-miss explanations. The retrace warning, `LazyGraph.explain()` and
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from .signature import describe_paths
@@ -50,6 +51,45 @@ class TraceRecord:
         if self.nearest is None:
             return f"trace {self.number}: first call with {format_signature(self.signature)}"
         return f"trace {self.number} (nearest earlier: trace {self.nearest}): {self.cause}"
+
+
+_PATH_AND_BRIEF = operator.attrgetter("path", "meta")     # of an input array's Value (tracer.add_input)
+
+
+class PendingTrace:
+    """The first trace of a LazyGraph called with arrays alone, described when first read
+    (LazyGraph.traces, .signatures, a retrace): its TraceRecord and describe_call's result,
+    made from the arrays' briefs the trace took as the call came (what its key holds of them)
+    and the global state its key holds. Most functions trace once and are never explained."""
+
+    __slots__ = ("number", "_briefs", "_backend", "_state", "_signature")
+
+    def __init__(self, number: int, briefs: tuple, backend, state):
+        self.number, self._briefs, self._backend, self._state = number, briefs, backend, state
+        self._signature = None
+
+    @classmethod
+    def of(cls, number, args, kwargs, signature, backends, inputs, state) -> "PendingTrace | None":
+        """For a call whose arguments are each an array of the one backend, distinct objects, the
+        trace's input Values (one per argument, in order, with their paths); else None."""
+        values = (*args, *kwargs.values()) if kwargs else args
+        if signature._special or len(backends) != 1 or len(inputs) != len(values) or \
+                None in map(signature._describers.get, map(type, values)) or \
+                len(values) > 1 and len(set(map(id, values))) != len(values):  # (describe_paths tells the same
+            return None                                                          # array passed twice)
+        return cls(number, tuple(map(_PATH_AND_BRIEF, inputs)), backends[0], state)
+
+    def signature(self) -> dict:
+        """describe_call(args, kwargs, signature, [backend], state=state) of the call."""
+        if self._signature is None:
+            backend = self._backend
+            out = {path: backend.format_brief(brief) for path, brief in self._briefs}
+            out.update(backend.describe_global_state(self._state))
+            self._signature = out
+        return self._signature
+
+    def record(self) -> TraceRecord:
+        return TraceRecord(self.number, self.signature(), None, ())
 
 
 def format_signature(signature: dict, hide=()) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import operator
 import sys
 import threading
 import warnings
@@ -39,6 +40,8 @@ _WARN_AT = {5, 10, 20, 50, 100, 200, 500, 1000}
 _HISTORY = 256
 
 _registry: "weakref.WeakSet[LazyGraph]" = weakref.WeakSet()
+_WRAPPER_NAMES = functools.WRAPPER_ASSIGNMENTS
+_wrapper_values = operator.attrgetter(*_WRAPPER_NAMES)
 _UNSET = object()
 
 
@@ -46,27 +49,32 @@ class RetraceWarning(UserWarning):
     """A LazyGraph keeps tracing new signatures."""
 
 
-def _counter() -> Counter:
-    """An empty Counter, made without Counter.__init__ (a Python-level update(): each LazyGraph
-    of a module made per call makes four)."""
-    return Counter.__new__(Counter)
+#: an empty Counter, made without Counter.__init__ (a Python-level update()) nor any Python code
+_counter = functools.partial(Counter.__new__, Counter)
+
+
+def _zero():
+    """A count starting at 0, not set by Stats.__init__: the class attribute is read until the
+    first `+= 1` sets the object's own (a LazyGraph made per call of a traced library's module
+    object makes one Stats per call)."""
+    return field(default=0, init=False)
 
 
 @dataclass
 class Stats:
-    calls: int = 0
-    hits: int = 0
-    traces: int = 0
-    eager: int = 0
-    guard_failures: int = 0
-    reasons: Counter = field(default_factory=_counter)
-    loaded: int = 0              # graphs read from the persistent cache (preloaded or at a call)
-    stored: int = 0              # graphs written to it
-    not_stored: Counter = field(default_factory=_counter)   # why a traced graph was not written
-    prewarmed: int = 0           # preloaded graphs run once on constant-filled inputs (prewarm=True)
-    shared: int = 0              # graphs another object of the class traced, taken at a first call (graph/shared.py)
-    not_prewarmed: Counter = field(default_factory=_counter)   # why a preloaded graph was not run
-    not_preloaded: Counter = field(default_factory=_counter)   # why a stored signature was left to its first call
+    calls: int = _zero()
+    hits: int = _zero()
+    traces: int = _zero()
+    eager: int = _zero()
+    guard_failures: int = _zero()
+    reasons: Counter = field(default_factory=_counter, init=False)
+    loaded: int = _zero()        # graphs read from the persistent cache (preloaded or at a call)
+    stored: int = _zero()        # graphs written to it
+    not_stored: Counter = field(default_factory=_counter, init=False)   # why a traced graph was not written
+    prewarmed: int = _zero()     # preloaded graphs run once on constant-filled inputs (prewarm=True)
+    shared: int = _zero()        # graphs another object of the class traced, taken at a first call (graph/shared.py)
+    not_prewarmed: Counter = field(default_factory=_counter, init=False)   # why a preloaded graph was not run
+    not_preloaded: Counter = field(default_factory=_counter, init=False)   # why a stored signature was left to its first call
 
     def as_dict(self) -> dict:
         return {"calls": self.calls, "hits": self.hits, "traces": self.traces, "eager": self.eager,
@@ -113,6 +121,13 @@ def _disabled_by_env() -> bool:
 class LazyGraph:
     """A function that traces itself per input signature on first call."""
 
+    # (immutable values set later, if at all: read from the class until then, not set by _setup)
+    _undescribed = None     # the first trace while its description waits to be read (_explain)
+    _persist = _UNSET       # the PersistentCache, made on the first miss (or None)
+    _trace_count = 0
+    _stored_check = None    # (persist.memos_hold, persist.plan_data) once _preload stored data to check
+    _shared = None          # the SharedGraphs of the object's class (a traced library's module object)
+
     def __init__(self, fn, *, options: TraceOptions | None = None, signature: Signature | None = None,
                  name: str | None = None, max_signatures: int = 64, extra=None):
         if type(max_signatures) is not int or max_signatures < 1:
@@ -128,23 +143,22 @@ class LazyGraph:
         self._key = signature.key
         self._name = name
         self._extra = extra
-        self._persist = _UNSET      # the PersistentCache, made on the first miss (or None)
         self.max_signatures = max_signatures
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
         self._pending: dict = {}
         self._history: deque = deque(maxlen=_HISTORY)     # TraceRecords, oldest first
         self._traced_keys: dict = {}                       # keys traced so far (the last _HISTORY)
-        self._trace_count = 0
         self._disabled = _disabled_by_env()
         self._fast = None           # (check_and_call, graph) of the most recently hit entry
-        self._stored_check = None   # (persist.memos_hold, persist.plan_data) once _preload stored data to check
         self._code_of = _code_holder(fn)    # the Python function whose code the graphs were traced from
         self._code = getattr(self._code_of, "__code__", None)
         self._defaults = _defaults_of(self._code_of)     # (its __defaults__, __kwdefaults__) if it has any
-        self._shared = None         # the SharedGraphs of the object's class (a traced library's module object)
         self.stats = Stats()
-        functools.update_wrapper(self, fn, updated=())
+        try:        # functools.update_wrapper(self, fn, updated=()), in one C call where fn has them all
+            self.__dict__.update(zip(_WRAPPER_NAMES, _wrapper_values(fn)), __wrapped__=fn)
+        except AttributeError:
+            functools.update_wrapper(self, fn, updated=())
         _registry.add(self)
 
     @functools.cached_property
@@ -368,10 +382,11 @@ class LazyGraph:
             refused = backend.trace_refused()
             if refused is not None:
                 return self._eager(refused, args, kwargs)
+        state = self._key_state(key, backends)
         try:
             graph, result = trace(self._fn, args, kwargs, key=key, backends=backends,
                                   signature=self._signature, options=self._options, name=self._name,
-                                  extra=self._extra, state=self._key_state(key, backends))
+                                  extra=self._extra, state=state)
         except NotTraceable as exc:    # decided before running: run eagerly, remember
             self._store(key, entry, exc)
             self._explain(key, backends, args, kwargs, failed)
@@ -386,18 +401,18 @@ class LazyGraph:
             stats.eager += 1
             stats.reasons[graph.reason] += 1
             log.info("lazytrace: %s runs eagerly for this signature: %s", self._name, graph.reason)
+            graph = None
         else:
             self._save(key, backends, args, kwargs)
             if shared is not None:
                 self._shared.publish(shared, key, graph, self._shared.describe_held(self._extra))
-        self._explain(key, backends, args, kwargs, failed)
+        self._explain(key, backends, args, kwargs, failed, graph, state)
         return result
 
     # ---- persistent cache (lazytrace.persist) -----------------------------------------
     def _persistent(self):
         if self._persist is _UNSET:
-            from ..persist.store import store_for      # (a module: no package import machinery run)
-            store = store_for(self._options.cache)
+            store = _store_module().store_for(self._options.cache)
             if store is None:
                 self._persist = None
             else:
@@ -410,12 +425,16 @@ class LazyGraph:
         signatures, most recently used first), code generated and compiled, so that their first
         calls are graph hits (after a check that the data globals of the modules their traces ran
         are still as at this load: _confirm); with prewarm, run each graph free of visible effects once on
-        a rebuilt call of its signature (lazytrace.persist.prewarm). Returns the graphs loaded."""
+        a rebuilt call of its signature (lazytrace.persist.prewarm). Returns the graphs loaded.
+        Without a persistent cache now (no cache=, $LAZYTRACE_CACHE not set), the LazyGraph has
+        none (as one made by Recipe.make): its first call does not look again."""
         if self._disabled:
             return 0
-        from ..persist.store import store_for
-        store = store_for(self._options.cache)
-        if store is None or not store.has_files(self._fn):
+        store = _store_module().store_for(self._options.cache)
+        if store is None:
+            self._persist = None
+            return 0
+        if not store.has_files(self._fn):
             return 0
         from ..persist import memos_hold, plan_data, prewarm
         persist = self._persistent()
@@ -527,8 +546,7 @@ class LazyGraph:
         with self._lock:
             self._fast = None
             if entry is None:
-                entry = self._cache.get(key) or _Entry()
-                self._cache[key] = entry
+                entry = self._cache.setdefault(key, _Entry())      # (one hash of the key: a JAX key's costs ~0.5 us)
             if described is not None:
                 entry.described, entry.described_extra = described
             if isinstance(graph, NotTraceable) and graph.transient and not entry.unsettled:
@@ -541,13 +559,30 @@ class LazyGraph:
             while len(self._cache) > self.max_signatures:
                 self._cache.popitem(last=False)
 
-    def _explain(self, key, backends, args, kwargs, failed):
+    def _explain(self, key, backends, args, kwargs, failed, graph=None, state=_UNSET):
         """Record this trace's signature and what changed from the nearest earlier one; warn
-        when the trace count reaches one of _WARN_AT."""
+        when the trace count reaches one of _WARN_AT. The first trace of a call of arrays alone
+        that made `graph` is described when first read (explain.PendingTrace). `state`: _key_state's."""
+        if state is _UNSET:
+            state = self._key_state(key, backends)
+        if graph is not None and failed is None and not self._history and self._extra is None:
+            with self._lock:
+                pending = not self._history and explain.PendingTrace.of(
+                    self._trace_count + 1, args, kwargs, self._signature, backends, graph._plan.inputs, state)
+                if pending:
+                    self._trace_count += 1
+                    self._traced_keys[key] = None
+                    self._history.append(pending)
+                    self._undescribed = pending
+                    current = self._cache.get(key)
+                    if current is not None:
+                        current.described = pending
+                    return
         described = explain.describe_call(args, kwargs, self._signature, backends, self._extra,
-                                          key[1] if self._extra is not None else None,
-                                          self._key_state(key, backends))
+                                          key[1] if self._extra is not None else None, state)
         with self._lock:
+            if self._undescribed is not None:
+                self._describe_pending()
             if failed is not None:
                 reason = self._guard_text(*failed)
             elif key in self._traced_keys:
@@ -571,6 +606,16 @@ class LazyGraph:
                           f"trace: {rec.cause}. Calls with changing shapes or Python values each "
                           f"trace a new graph; LazyGraph.explain() lists why each trace happened.", RetraceWarning,
                           stacklevel=_caller_level(backends))
+
+    def _describe_pending(self):
+        """Describe the trace _explain left pending, where it is held (under self._lock)."""
+        pending, self._undescribed = self._undescribed, None
+        history = self._history
+        if history and history[0] is pending:
+            history[0] = pending.record()
+        for entry in self._cache.values():
+            if entry.described is pending:
+                entry.described = pending.signature()
 
     def _key_state(self, key, backends):
         """The global state this call's key holds (Signature.key_state), read once per trace."""
@@ -603,6 +648,8 @@ class LazyGraph:
     def signatures(self) -> list[SignatureInfo]:
         """The cached signatures (least recently used first), described argument by argument."""
         with self._lock:
+            if self._undescribed is not None:
+                self._describe_pending()
             entries = list(self._cache.values())
         return [SignatureInfo(e.described if e.described_extra is None else
                               {**e.described, **explain.describe_extra(*e.described_extra)},
@@ -613,6 +660,8 @@ class LazyGraph:
         """Every trace so far (the last 256), each a TraceRecord: its signature and, for a
         retrace, what changed from the nearest earlier signature (`changes`, `cause`)."""
         with self._lock:
+            if self._undescribed is not None:
+                self._describe_pending()
             return list(self._history)
 
     def explain(self) -> str:
@@ -666,15 +715,22 @@ class Recipe:
 
     def make(self, fn, extra, stateful: tuple) -> LazyGraph:
         """A LazyGraph of `fn` with these settings, `stateful` added to its options' (on first use)."""
-        from ..persist.store import store_for
         lazy = LazyGraph.__new__(LazyGraph)
         lazy._own_state = (self.options, stateful)
         lazy._setup(fn, self.signature, self.name, self.max_signatures, extra)
-        if store_for(self.options.cache) is None:
+        if _store_module().store_for(self.options.cache) is None:
             lazy._persist = None        # no persistent cache now: nothing to preload, nor to load at its first call
         else:
             lazy.preload()
         return lazy
+
+
+@functools.cache
+def _store_module():
+    """lazytrace.persist.store, imported at its first use (import lazytrace does not import it): a
+    call in C where a relative import in a function runs importlib's Python (ModuleSpec.parent)."""
+    from ..persist import store
+    return store
 
 
 def _restore(fn, options, signature_args, name, max_signatures, extra):
@@ -715,6 +771,8 @@ def _defaults_of(fn):
 def _code_holder(fn):
     """The Python function a callable runs (through bound methods and functools.partial), what
     stands for it (a module's forward: its class's, read at each call), or None."""
+    if type(fn) is FunctionType:        # (most: `function` takes no attribute of lazytrace's)
+        return fn
     live = getattr(type(fn), "_lazytrace_code_holder", None)
     if live is not None:
         return live(fn)

@@ -20,6 +20,7 @@ eagerly, with the reason recorded.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 from .ir import Kind, Node, Source, TraceResult, Value
@@ -29,6 +30,7 @@ from .ir import Kind, Node, Source, TraceResult, Value
 _OP, _GENERATOR, _STATE, _GUARD, _GETATTR, _SETATTR = (Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD,
                                                        Kind.GETATTR, Kind.SETATTR)
 _INPUT, _FROM_NODE, _EXTERNAL = Source.INPUT, Source.NODE, Source.EXTERNAL
+_storage = operator.attrgetter("storage")
 
 
 @dataclass
@@ -154,29 +156,22 @@ def _visible(nodes, inputs) -> set:
 
 
 def _eliminate_dead_code(nodes, outputs, visible):
-    live = {id(v) for v in outputs}
-    live_storage = {v.storage for v in outputs}
+    live = set(map(id, outputs))
+    live_storage = set(map(_storage, outputs))
     kept, pruned = [], []
     effects = (_GENERATOR, _STATE, _SETATTR, _GUARD)
     for n in reversed(nodes):
         if n.foldable:
             continue
-        keep = n.kind in effects
-        for o in n.outputs:
-            if keep:
-                break
-            keep = id(o) in live
-        for m in n.mutated:
-            if keep:
-                break
-            keep = m.storage in visible or m.storage in live_storage
-        if not keep:
+        # kept: an effect of its own, a live output, or a write to memory visible or live afterwards
+        if n.kind in effects or not live.isdisjoint(map(id, n.outputs)) or n.mutated and (
+                not visible.isdisjoint(map(_storage, n.mutated)) or
+                not live_storage.isdisjoint(map(_storage, n.mutated))):
+            kept.append(n)
+            live.update(map(id, n.inputs))
+            live_storage.update(map(_storage, n.inputs))
+        else:
             pruned.append(n)
-            continue
-        kept.append(n)
-        for v in n.inputs:
-            live.add(id(v))
-            live_storage.add(v.storage)
     kept.reverse()
     pruned.reverse()
     return kept, pruned

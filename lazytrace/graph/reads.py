@@ -691,10 +691,17 @@ class PythonReads:
     marker for arrays and objects) or `nothing` when the value holds something it cannot check.
     """
 
+    # (immutable values set by some traces: read from the class until then, not set by __init__)
+    _readers = None         # id -> (reader, its key) of the state_reads functions imported now (_state_readers)
+    environment = False     # its code reads the process environment (a guard compares it; not stored)
+    machine = False         # its code reads another fact of the process or machine (not stored on disk)
+    _facts = None           # _process_facts(), taken at the first plain global read
+    late_write = None       # a global set in a module the function imported for the first time
+    remembered = False      # start() took a remembered walk
+
     def __init__(self, snapshot, nothing, same, known, record, generator_state=lambda obj: None, state_reads=None):
         self._snapshot = snapshot
         self._state_reads = state_reads or {}   # (module, attribute) -> reader: see Backend.state_reads
-        self._readers = None        # id -> (reader, its key) of the state_reads functions imported now (_state_readers)
         self._generator_state = generator_state     # the state of a random generator it does not record
         self._known = known
         self._record = record       # record(obj) -> containers of a model's structure, recorded like `stateful`
@@ -714,9 +721,6 @@ class PythonReads:
         self._state_classes: set = set()   # classes whose methods' framework state reads are noted
         self._method_codes: list = []      # code of those methods (no stack shows them: names_used)
         self.modules: set = set()   # names of the modules of that code
-        self.environment = False    # its code reads the process environment (a guard compares it; not stored)
-        self.machine = False        # its code reads another fact of the process or machine (not stored on disk)
-        self._facts = None          # _process_facts(), taken at the first plain global read
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
         self.cells: list = []       # (cell, name, value, expected)
@@ -728,10 +732,8 @@ class PythonReads:
         self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
         self.states: dict = {}      # id(reader) -> (reader, what it reads, expected): framework state read
         self.contexts: dict = {}    # id(ContextVar) -> (the variable, expected read_context)
-        self.late_write = None      # a global set in a module the function imported for the first time
         self._checks = None         # while start() walks a function to remember: (reader, id, name) -> read
         self._leaves = None         # ... and the leaves it did (_leaf)
-        self.remembered = False     # start() took a remembered walk
 
     def holders(self):
         """(container, key) of each place the function's code can leave a value in besides its
@@ -966,7 +968,6 @@ class PythonReads:
 
     def _code(self, code, namespace, depth):
         self._codes[id(code)] = code
-        seen = self._seen
         module_name = self._item(namespace, "__name__")
         package = str("" if module_name is MISSING else module_name).partition(".")[0]
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
@@ -976,11 +977,22 @@ class PythonReads:
         self.packages.add(package)
         if type(module_name) is str:
             self.modules.add(module_name)
+        if reads:
+            self._reads(reads, namespace, depth)
+        for level, module, *attributes in imports:      # `import config` inside the function
+            if not self._import(level, module, attributes, namespace, depth):
+                self._imports.append((level, module, attributes, namespace, depth))
+        for const in nested:                # comprehensions, lambdas and inner functions
+            if id(const) not in self._codes:
+                self._code(const, namespace, depth)
+
+    def _reads(self, reads, namespace, depth):
+        """_code's walk of the globals its code reads (code_info: name chains, `np.random.rand`)."""
         done, where = self._done, id(namespace)
         state_reads, module_type = self._state_reads, types.ModuleType
-        readers = self._state_readers if reads and state_reads else {}
+        readers = self._state_readers if state_reads else {}
         checks = self._checks
-        if reads and self._facts is None:
+        if self._facts is None:
             self._facts = _process_facts()
         facts = self._facts
         framework_state, framework_function = self._framework_state, self._framework_function
@@ -1021,12 +1033,6 @@ class PythonReads:
                 self._global(namespace, name, depth)
             elif not framework:
                 self._chain(namespace, name, list(chain[1:]), depth, origin=namespace)
-        for level, module, *attributes in imports:      # `import config` inside the function
-            if not self._import(level, module, attributes, namespace, depth):
-                self._imports.append((level, module, attributes, namespace, depth))
-        for const in nested:                # comprehensions, lambdas and inner functions
-            if id(const) not in self._codes:
-                self._code(const, namespace, depth)
 
     def note_framework_state(self, module, attribute):
         """Framework state the framework's own code reads around a model the function reached
@@ -1333,6 +1339,8 @@ class PythonReads:
 
     def reached(self) -> set:
         """ids of the objects guarded by identity (arrays held by globals, closures, containers)."""
+        if not (self.globals or self.cells or self.objects or self.defaults or self.contexts):
+            return set()            # (a function that read no data: most small ones)
         snapshots = [e[-1] for e in self.globals.values()] + [e[-1] for e in self.cells] + \
             [e[-1] for e in self.objects.values()] + [e[-1] for e in self.defaults] + \
             [e[-1] for e in self.contexts.values()]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
+from itertools import compress, repeat
 from typing import Any, Callable
 
 from ..backends import backend_for_type, get_backend
@@ -24,6 +25,12 @@ _VALUE_TYPES = frozenset({int, float, bool, complex, str, bytes, type(None), typ
 _STATIC = "static"
 _STATEFUL = "stateful"
 _LIVE = "live"
+
+
+#: array type -> (its backend's describe_argument, the backend), for the array types a key has met: a
+#: fact of the type alone (as backend_for_type is), taken once per process, not once per LazyGraph
+_DESCRIBERS: dict[type, tuple] = {}
+_DESCRIBERS_MAX = 1024
 
 
 class Unkeyable(TypeError):
@@ -55,7 +62,7 @@ class Signature:
         self.stateful_argnames = frozenset(stateful_argnames)
         self._special = bool(self.static_argnums or self.static_argnames
                              or self.stateful_argnums or self.stateful_argnames)
-        self._describers: dict[type, tuple] = {}     # array type -> (describe, backend)
+        self._describers = _DESCRIBERS     # array type -> (describe, backend), shared by all signatures
         self._object_kinds: dict[type, str | None] = {}   # "static" / "live" / None, per type
         # the framework of to=: a call without arrays is traced in it, under its global state
         self.to = to
@@ -146,7 +153,9 @@ class Signature:
                 reason = backend.unkeyable_reason(tp)
                 if reason is not None:
                     raise Unkeyable(reason)
-                self._describers[tp] = (backend.describe_argument, backend)
+                if len(_DESCRIBERS) >= _DESCRIBERS_MAX:
+                    _DESCRIBERS.clear()
+                _DESCRIBERS[tp] = (backend.describe_argument, backend)
                 return self._leaf(obj, leaves, backends)
         if isinstance(obj, enum.Enum):
             return (tp, obj)
@@ -232,6 +241,12 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
     replaced by `visit(path, leaf, kind)`, kind being "array", "live" or
     "stateful"; other values are kept. `reuse`: a list, tuple or dict whose items all come back
     as themselves is passed on as itself, not rebuilt."""
+    known = signature._describers       # (a call of arrays alone, most calls: no walk below)
+    if not signature._special and None not in map(known.get, map(type, args)) and \
+            (not kwargs or None not in map(known.get, map(type, kwargs.values()))):
+        return (tuple([visit(f"args[{i}]", a, "array") for i, a in enumerate(args)]),
+                {k: visit(f"kwargs[{k!r}]", v, "array") for k, v in kwargs.items()})
+
     def same(obj, items):
         return len(items) == len(obj) and all(a is b for a, b in zip(items, obj))
 
@@ -272,19 +287,25 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
     return new_args, new_kwargs
 
 
-def container_snapshot(obj, out: list | None = None) -> list:
+def container_snapshot(obj) -> list:
     """(container, its items) for every list and dict inside `obj`: what a function could change
     in its arguments that a graph cannot replay (see `containers_changed`)."""
-    out = [] if out is None else out
-    if isinstance(obj, (list, dict)):
-        out.append((obj, _items(obj)))
-    for x in obj if isinstance(obj, (list, tuple)) else obj.values() if isinstance(obj, dict) else ():
-        if isinstance(x, _CONTAINERS):      # (arrays and scalars, most items: no call)
-            container_snapshot(x, out)
-    return out
+    out: list = []
+    stack = [obj]
+    for obj in stack:       # (the stack grows while it is walked: a loop, not a call per container)
+        if isinstance(obj, dict):
+            out.append((obj, _items(obj)))
+            obj = obj.values()
+        elif isinstance(obj, list):
+            out.append((obj, _items(obj)))
+        elif not isinstance(obj, tuple):
+            continue
+        stack.extend(compress(obj, map(isinstance, obj, _ARE_CONTAINERS)))     # (in C: most items are
+    return out                                                                 # arrays and scalars)
 
 
 _CONTAINERS = (list, tuple, dict)
+_ARE_CONTAINERS = repeat(_CONTAINERS)
 
 
 def containers_changed(snapshot: list) -> bool:

@@ -43,11 +43,19 @@ _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
 _OP, _GENERATOR, _STATE, _METADATA, _HISTORY, _DISPLAY, _READBACK, _ESCAPE, _UNKNOWN, _DYNAMIC_SHAPE = (
     CallKind.OP, CallKind.GENERATOR, CallKind.STATE, CallKind.METADATA, CallKind.HISTORY, CallKind.DISPLAY,
     CallKind.READBACK, CallKind.ESCAPE, CallKind.UNKNOWN, CallKind.DYNAMIC_SHAPE)
-_EXTERNAL, _FROM_NODE = Source.EXTERNAL, Source.NODE
-_NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD = Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD
+_EXTERNAL, _FROM_NODE, _INPUT = Source.EXTERNAL, Source.NODE, Source.INPUT
+_NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD, _NODE_SETATTR = (Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD,
+                                                                      Kind.SETATTR)
 
 
 class TraceSession:
+    # (immutable values set by a few traces: read from the class until then, not set by __init__)
+    untraceable_transient = False       # the reason it failed may not hold at the next call
+    live_handed = False                 # a live input (a generator) handed to the function
+    stateful_stack: ExitStack | None = None     # where recorded objects' class swaps are undone (_run)
+    proxied = False                     # objects passed in were handed as SessionProxy
+    changed_reads: str | None = None    # Python state the function read and changed (add_reads)
+
     def __init__(self, backend, *, include_generators=True, array_caching=True):
         self.backend = backend
         self.include_generators = include_generators
@@ -55,20 +63,17 @@ class TraceSession:
         self.nodes: list[Node] = []
         self.inputs: list[Value] = []
         self.untraceable: str | None = None
-        self.untraceable_transient = False
         self.closed = False         # the function returned: its tracers now compute as their arrays
         self._values: dict[int, tuple[Any, Value]] = {}
         self._versions: dict[Any, int] = {}     # storage -> number of writes seen
         self._tainted: set = set()              # storages written by non-foldable calls
         self._tracked = backend.tracked_types
-        self._literals = _PLAIN | frozenset(backend.static_types)  # arguments kept as they are (dtypes ...)
-        # whether the backend replays some calls with other arguments, or another callable
-        self._specializes = type(backend).specialize_args is not Backend.specialize_args
-        self._replays = type(backend).replay_call is not Backend.replay_call
+        # arguments kept as they are (dtypes ...); whether the backend replays some calls with other
+        # arguments, or another callable: facts of its class (_backend_facts)
+        self._literals, self._specializes, self._replays = _FACTS.get(type(backend)) or _backend_facts(backend)
         self._run_takes_caller = backend.run_takes_caller
         self._saw_generator = False
         self._objects = False                   # any non-array inputs (stateful, live) registered
-        self.live_handed = False                # a live input (a generator) handed to the function
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
         # call outputs whose framework counts writes (Backend.write_count): their arrays, write counts
@@ -84,8 +89,6 @@ class TraceSession:
         self._shows_warnings = _warning_display()
         self._displays: list = []               # text made from arrays (on_display)
         self._copied_unseen: list = []          # Values of arrays made unseen, set as attributes (copied)
-        self.stateful_stack: ExitStack | None = None    # where recorded objects' class swaps are undone
-        self.proxied = False                    # objects passed in were handed as SessionProxy
         self._written: dict = {}                # (id(stateful object), attribute) -> (real, value, object, layout)
         self._checked_callables: set = set()    # (id(stateful object), attribute) guarded by identity
         self._checked_arrays: dict = {}         # (id(stateful object), attribute) -> array whose metadata is guarded
@@ -97,7 +100,6 @@ class TraceSession:
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
         self.recorded: list = []                # objects whose attribute use is recorded (stateful)
         self._unrecorded_rngs: dict = {}        # id -> (generator whose draws no call shows, its state, what)
-        self.changed_reads: str | None = None   # Python state the function read and changed (add_reads)
         self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
                                  known=lambda obj: self.value_of(obj) is not None, record=self._record_reached,
                                  generator_state=lambda obj: generator_state(backend, obj),
@@ -107,9 +109,13 @@ class TraceSession:
         """Let go of the arrays the trace saw (a graph keeps what it needs: its constants, in their
         Values). A session lives on in reference cycles until the next collection of the cyclic
         garbage collector, and would keep every intermediate array of the function alive with it."""
-        for held in (self._values, self._made_arrays, self._made, self._written, self._checked_arrays,
-                     self._input_writes, self._undo):
-            held.clear()
+        self._values.clear()
+        self._made_arrays.clear()
+        self._made.clear()
+        self._written.clear()
+        self._checked_arrays.clear()
+        self._input_writes.clear()
+        self._undo.clear()
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
@@ -117,7 +123,7 @@ class TraceSession:
         kind: "array", "live" (an object used as is, e.g. an RNG generator) or "stateful"."""
         if kind == "array":
             handed = self.backend.wrap_input(obj, self)
-            value = Value(Source.INPUT, meta=self.backend.brief(obj), storage=self.backend.storage_key(obj))
+            value = Value(_INPUT, meta=self.backend.brief(obj), storage=self.backend.storage_key(obj))
             self._input_writes.append((obj, value, self.backend.write_count(obj)))
         else:
             if kind == "stateful" and isinstance(obj, (list, tuple, dict, set, frozenset)):
@@ -143,7 +149,7 @@ class TraceSession:
             if token is not None:
                 self._rng[id(obj)] = (obj, token)
             self._objects = True
-            value = Value(Source.INPUT, meta=type(obj).__name__, storage=id(obj))
+            value = Value(_INPUT, meta=type(obj).__name__, storage=id(obj))
         value.path = path
         self.inputs.append(value)
         self._values[id(obj)] = (obj, value)
@@ -1005,7 +1011,7 @@ class TraceSession:
         backend = self.backend
         shared = set()
         for node in self.nodes:
-            if node.kind is Kind.SETATTR:
+            if node.kind is _NODE_SETATTR:
                 stack = list(node.args[2:])     # (a `del` has no value)
                 while stack:
                     item = stack.pop()
@@ -1053,6 +1059,18 @@ class TraceSession:
                 self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
                           f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, nested tensors, "
                           f"work of another thread ...) or held where it does not look: a graph would bake it")
+
+
+#: backend class -> (arguments kept as they are, whether it specializes arguments, whether it replays
+#: some calls with another callable): TraceSession's facts of its backend, taken once per class
+_FACTS: dict = {}
+
+
+def _backend_facts(backend) -> tuple:
+    facts = _FACTS[type(backend)] = (_PLAIN | frozenset(backend.static_types),
+                                     type(backend).specialize_args is not Backend.specialize_args,
+                                     type(backend).replay_call is not Backend.replay_call)
+    return facts
 
 
 def _in_constant_memory(value: Value) -> bool:
@@ -1367,12 +1385,13 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     session.add_reads(session.reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
-    plan.packages = tuple(sorted(session.reads.packages))
-    plan.code_globals = tuple(sorted(session.reads.code_globals, key=str))
-    plan.framework_functions = tuple((m, n, f) for (m, n), f in session.reads.framework_functions.items())
-    plan.reads_environment = session.reads.environment or session.reads.machine
+    reads = session.reads
+    plan.packages = tuple(sorted(reads.packages))
+    plan.code_globals = tuple(sorted(reads.code_globals, key=str)) if reads.code_globals else ()
+    plan.framework_functions = tuple([(m, n, f) for (m, n), f in reads.framework_functions.items()])
+    plan.reads_environment = reads.environment or reads.machine
     plan.constant_state = backend.constant_state(plan)
-    plan.modules = tuple(sorted(session.reads.modules))
+    plan.modules = tuple(sorted(reads.modules))
     if plan.untraceable:
         return NotTraceable(plan.untraceable, transient=session.untraceable_transient and
                             plan.untraceable == session.untraceable), real
