@@ -832,8 +832,12 @@ class TorchBackend(Backend):
             storage = t.untyped_storage().data_ptr() or ("empty", id(t))
         except (RuntimeError, NotImplementedError):
             storage = ("opaque", id(t))
+        try:
+            writes = t._version
+        except RuntimeError:            # (write_count, inline: an inference tensor counts nothing)
+            writes = None if t.is_inference() else t._version
         grad = t.requires_grad
-        return ("nested" if t.is_nested else t.shape, t.dtype, t.device, grad), storage, grad     # (_shape, inline)
+        return ("nested" if t.is_nested else t.shape, t.dtype, t.device, grad), storage, grad, writes   # (_shape)
 
     def requires_grad(self, t) -> bool:
         return t.requires_grad

@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import enum
 import functools
+import operator
 import os
 import sys
 import types
@@ -194,17 +195,23 @@ class TraceSession:
             # the common cases: a flat tuple, list or dict of arrays and numbers (a call's
             # arguments, `F.pad(x, [1, 1, 1, 1])`, `torch.stack([a, b])`, keyword arguments)
             if tp is tuple or tp is list:
-                values, literals = self._values, self._literals
+                # each item's entry, looked up in C; every item a tracked array (`x + y`, `torch.stack([a,
+                # b])`): their Values, without a Python loop (an entry is that object's where it is `is` it)
+                entries = list(map(self._values.get, map(id, obj)))
+                if None not in entries and all(map(_is, map(_FIRST, entries), obj)):
+                    out = list(map(_SECOND, entries))
+                    found += out
+                    return tuple(out) if tp is tuple else out
+                literals = self._literals
                 out = []
-                for x in obj:
-                    tx = type(x)
-                    if tx in literals:          # (no object of these types is tracked)
-                        out.append(x)
-                        continue
-                    entry = values.get(id(x))
+                for x, entry in zip(obj, entries):
                     if entry is not None and entry[0] is x:
                         found.append(entry[1])
                         out.append(entry[1])
+                        continue
+                    tx = type(x)
+                    if tx in literals:          # (no object of these types is tracked)
+                        out.append(x)
                     elif tx is slice and type(x.start) in literals and type(x.stop) in literals \
                             and type(x.step) in literals:
                         out.append(x)           # `t[:, 1:]`: kept as it is
@@ -399,8 +406,11 @@ class TraceSession:
                 args = backend.specialize_args(func, raw_args, kwargs, args)
             if self._replays and facts.replays:
                 func, args, kwargs = backend.replay_call(func, raw_args, raw_kwargs or {}, args, kwargs)
-        node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable,
-                    guarded_by_except=caller is not None and inside_except(caller, self.reads.root, self.reads.stop))
+        node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions)
+        if foldable:
+            node.foldable = True
+        if caller is not None and inside_except(caller, self.reads.root, self.reads.stop):
+            node.guarded_by_except = True
         if func is not called:
             node.wrapper = called       # the graph checks it is still where the code found it
         for obj in mutated:
@@ -448,7 +458,7 @@ class TraceSession:
         outputs, values, versions = node.outputs, self._values, self._versions
         counts_writes = self._counts_writes
         for index, obj in items:
-            meta, storage, grad = backend.output_facts(obj)
+            meta, storage, grad, writes = backend.output_facts(obj)
             kept = foldable and not grad
             value = Value(_FROM_NODE, node, index, meta, storage, kept, obj if kept else None)
             if dynamic:
@@ -458,9 +468,8 @@ class TraceSession:
             outputs.append(value)
             values[id(obj)] = (obj, value)
             if counts_writes:
-                raw = backend.unwrap(obj) if backend.tracer_class is not None else obj
-                self._made_arrays.append(raw)
-                self._made_counts.append(backend.write_count(raw))
+                self._made_arrays.append(backend.unwrap(obj) if backend.tracer_class is not None else obj)
+                self._made_counts.append(writes)
                 self._made.append((value, versions.get(storage, 0) if versions else 0))
 
     # ---- stateful objects --------------------------------------------------------
@@ -1151,6 +1160,7 @@ def _contains(obj, types) -> bool:
 
 
 _NOTHING = object()
+_FIRST, _SECOND, _is = operator.itemgetter(0), operator.itemgetter(1), operator.is_
 
 
 def read_array_metadata(obj, name: str, backend):
