@@ -25,7 +25,7 @@ def inside_except(frame, root, stop) -> bool:
         code = frame.f_code
         table = known.get(id(code))
         if table is None:
-            table = _frame_table(code, frame.f_globals)
+            table = frame_table(code, frame.f_globals)
         if table is not False:
             for caught in table[frame.f_lasti]:
                 if caught is True:
@@ -55,7 +55,7 @@ class _Tables(dict):
 _TABLES = _Tables()
 
 
-def _frame_table(code, namespace):
+def frame_table(code, namespace):
     """The _Handlers of a frame's code, False for code of the frameworks, the standard library or
     lazytrace (they catch their own errors), but for the with block of contextlib's
     `ContextDecorator` (a manager used as a decorator: `@suppress_errors()`), whose manager is

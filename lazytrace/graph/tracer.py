@@ -44,6 +44,8 @@ _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
 _OP, _GENERATOR, _STATE, _METADATA, _HISTORY, _DISPLAY, _READBACK, _ESCAPE, _UNKNOWN, _DYNAMIC_SHAPE = (
     CallKind.OP, CallKind.GENERATOR, CallKind.STATE, CallKind.METADATA, CallKind.HISTORY, CallKind.DISPLAY,
     CallKind.READBACK, CallKind.ESCAPE, CallKind.UNKNOWN, CallKind.DYNAMIC_SHAPE)
+# kinds of calls _record may record (a tuple: `in` tests identity first, in C; an enum's hash is Python's)
+_RECORDED = (_OP, _GENERATOR, _UNKNOWN, _STATE, _DYNAMIC_SHAPE)
 _EXTERNAL, _FROM_NODE, _INPUT = Source.EXTERNAL, Source.NODE, Source.INPUT
 _NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD, _NODE_SETATTR = (Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD,
                                                                       Kind.SETATTR)
@@ -271,11 +273,13 @@ class TraceSession:
             # one is lazytrace's own code (a backend's or stateful.py's), which reads never watches
             if caller is None:
                 caller = sys._getframe(2)
-            self.reads.on_call(caller)
             backend = self.backend
             if facts is None:
                 facts = backend.call_facts(func)
             kind = facts.kind if facts.fixed else backend.classify(func, args, kwargs)
+            # a call that may be recorded: whether a try or with block is around it, in the same walk
+            # (True: _record asks inside_except whether one may catch its error)
+            blocks = self.reads.on_call(caller, kind in _RECORDED)
             if kind is _METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
                 return backend.run(func, args, kwargs)[0]     # covered by the signature key
             # (a change before a metadata read is seen here, at the next call that is recorded)
@@ -337,7 +341,8 @@ class TraceSession:
                 if kind is _READBACK:
                     self._guard(func, largs, lkwargs, inputs, versions, result)
                     return result
-            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs, caller, facts)
+            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs,
+                         caller if blocks else None, facts)
             if kind is _STATE:
                 self._unseen = backend.unseen_state()       # a change this call shows, recorded
             return result
