@@ -25,6 +25,7 @@ import functools
 import gc
 import json
 import operator
+from itertools import repeat
 import sys
 from contextlib import contextmanager
 from types import (BuiltinFunctionType, ClassMethodDescriptorType, FunctionType, GetSetDescriptorType,
@@ -776,9 +777,10 @@ class TorchBackend(Backend):
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
         if info.stores_arguments:
             return call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH, caller), tensors[:1]
-        for t in tensors:
-            if type(t) is not Tensor and isinstance(t, _Uninitialized):
-                return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
+        if not all(map(_is, map(type, tensors), repeat(Tensor))):     # (plain tensors: tested in C)
+            for t in tensors:
+                if type(t) is not Tensor and isinstance(t, _Uninitialized):
+                    return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
         try:
             before = list(map(_VERSION, tensors))   # (the counters, read without a Python loop)
         except RuntimeError:                        # an inference tensor: it keeps no counter
@@ -1635,6 +1637,8 @@ def _keyed(obj) -> bool:
 
 
 def _tensors_in(args, kwargs) -> list:
+    if not kwargs and all(map(_IS_TENSOR, args)):
+        return list(args)       # (`x + y`, `torch.relu(x)`: tested in C)
     found = []
     for a in args:
         if isinstance(a, Tensor):
@@ -1649,6 +1653,9 @@ def _tensors_in(args, kwargs) -> list:
                 found.extend([x for x in a if isinstance(x, Tensor)])
     return found
 
+
+_IS_TENSOR = Tensor.__instancecheck__      # isinstance(obj, Tensor), for map()
+_is = operator.is_
 
 #: in-place operators (their names start with "__i", as `__index__` and `__int__` do too)
 _INPLACE_OPERATORS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",

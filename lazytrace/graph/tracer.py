@@ -26,7 +26,6 @@ from typing import Any, Callable
 from types import MethodType
 
 from ..backends import FRESH_ENTROPY, Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
-from ..backends.base import ASK_EVERY_CALL
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
@@ -44,7 +43,7 @@ _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
 _OP, _GENERATOR, _STATE, _METADATA, _HISTORY, _DISPLAY, _READBACK, _ESCAPE, _UNKNOWN, _DYNAMIC_SHAPE = (
     CallKind.OP, CallKind.GENERATOR, CallKind.STATE, CallKind.METADATA, CallKind.HISTORY, CallKind.DISPLAY,
     CallKind.READBACK, CallKind.ESCAPE, CallKind.UNKNOWN, CallKind.DYNAMIC_SHAPE)
-# kinds of calls _record may record (a tuple: `in` tests identity first, in C; an enum's hash is Python's)
+# kinds of calls on_call may record (a tuple: `in` tests identity first, in C; an enum's hash is Python's)
 _RECORDED = (_OP, _GENERATOR, _UNKNOWN, _STATE, _DYNAMIC_SHAPE)
 _EXTERNAL, _FROM_NODE, _INPUT = Source.EXTERNAL, Source.NODE, Source.INPUT
 _NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD, _NODE_SETATTR = (Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD,
@@ -79,11 +78,9 @@ class TraceSession:
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
-        # call outputs whose framework counts writes (Backend.write_count): their arrays, write counts
-        # then, and (Value, writes recorded then): check_input_writes compares the counts at the end
+        # call outputs whose framework counts writes (Backend.write_count): (array, write count then,
+        # Value, writes recorded then); check_input_writes compares the counts at the end
         self._counts_writes = type(backend).write_count is not Backend.write_count
-        self._made_arrays: list = []
-        self._made_counts: list = []
         self._made: list = []
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
@@ -113,7 +110,6 @@ class TraceSession:
         Values). A session lives on in reference cycles until the next collection of the cyclic
         garbage collector, and would keep every intermediate array of the function alive with it."""
         self._values.clear()
-        self._made_arrays.clear()
         self._made.clear()
         self._written.clear()
         self._checked_arrays.clear()
@@ -278,7 +274,7 @@ class TraceSession:
                 facts = backend.call_facts(func)
             kind = facts.kind if facts.fixed else backend.classify(func, args, kwargs)
             # a call that may be recorded: whether a try or with block is around it, in the same walk
-            # (True: _record asks inside_except whether one may catch its error)
+            # (True: inside_except, asked when it is recorded, says whether one may catch its error)
             blocks = self.reads.on_call(caller, kind in _RECORDED)
             if kind is _METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
                 return backend.run(func, args, kwargs)[0]     # covered by the signature key
@@ -341,8 +337,63 @@ class TraceSession:
                 if kind is _READBACK:
                     self._guard(func, largs, lkwargs, inputs, versions, result)
                     return result
-            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs,
-                         caller if blocks else None, facts)
+            # ---- recorded: a node (written out here: one frame per call) ----
+            if kind is _OP and args and result is args[0] and backend.returned_its_input(func, args, result, mutated):
+                return result   # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
+            data = inputs
+            metadata = facts.metadata and backend.metadata_inputs(func, largs, lkwargs, args, kwargs)
+            if metadata:
+                data = list(inputs)
+                for arg in metadata:
+                    if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
+                        if arg.dynamic or arg.source is _EXTERNAL:
+                            break
+                        data.pop(next(i for i, v in enumerate(data) if v is arg))
+            constant_inputs = True
+            tainted = self._tainted
+            for v in data:
+                if not v.foldable or v.storage in tainted:
+                    constant_inputs = False
+                    break
+            if kind is _GENERATOR:
+                self._saw_generator = True
+                node_kind = _NODE_GENERATOR if self.include_generators else _NODE_OP
+                foldable = not self.include_generators and not mutated and constant_inputs
+            elif kind is _STATE:
+                node_kind, foldable = _NODE_STATE, False
+            else:
+                node_kind = _NODE_OP
+                # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
+                foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
+            target = func       # (what the graph calls)
+            if not foldable:
+                if self._specializes and facts.specializes:
+                    largs = backend.specialize_args(func, args, lkwargs, largs)
+                if self._replays and facts.replays:
+                    target, largs, lkwargs = backend.replay_call(func, args, kwargs or {}, largs, lkwargs)
+            node = Node(len(self.nodes), node_kind, target, largs, lkwargs, inputs, versions)
+            if foldable:
+                node.foldable = True
+            if blocks and inside_except(caller, self.reads.root, self.reads.stop):
+                node.guarded_by_except = True
+            if target is not func:
+                node.wrapper = func     # the graph checks it is still where the code found it
+            for obj in mutated:
+                value = self.value_of(obj)
+                if value is None:
+                    continue
+                if value.source is _EXTERNAL and not backend.sees_creation:
+                    self.fail(f"{_name(target)} writes into an array made by calls lazytrace does not see "
+                              f"(e.g. {backend.name} array creation)")
+                node.mutated.append(value)
+                self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
+                if not foldable:
+                    tainted.add(value.storage)
+            # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
+            dynamic = (kind is _DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
+                       or self._unkeyed_metadata and any(v.dynamic for v in inputs))
+            self._register_outputs(node, result, foldable, dynamic, facts.caller_owned or target is not func)
+            self.nodes.append(node)
             if kind is _STATE:
                 self._unseen = backend.unseen_state()       # a change this call shows, recorded
             return result
@@ -373,67 +424,6 @@ class TraceSession:
             return  # a value read back from constants is itself constant
         self.nodes.append(Node(len(self.nodes), _NODE_GUARD, func, args, kwargs, inputs, versions,
                                expected=result))
-
-    def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=(),
-                raw_kwargs=None, caller=None, facts=ASK_EVERY_CALL):
-        backend = self.backend
-        if kind is _OP and raw_args and result is raw_args[0] and \
-                backend.returned_its_input(func, raw_args, result, mutated):
-            return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
-        data = inputs
-        metadata = facts.metadata and backend.metadata_inputs(func, args, kwargs, raw_args, raw_kwargs)
-        if metadata:
-            data = list(inputs)
-            for arg in metadata:
-                if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
-                    if arg.dynamic or arg.source is _EXTERNAL:
-                        break
-                    data.pop(next(i for i, v in enumerate(data) if v is arg))
-        constant_inputs = True
-        tainted = self._tainted
-        for v in data:
-            if not v.foldable or v.storage in tainted:
-                constant_inputs = False
-                break
-        if kind is _GENERATOR:
-            self._saw_generator = True
-            node_kind = _NODE_GENERATOR if self.include_generators else _NODE_OP
-            foldable = not self.include_generators and not mutated and constant_inputs
-        elif kind is _STATE:
-            node_kind, foldable = _NODE_STATE, False
-        else:
-            node_kind = _NODE_OP
-            # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
-            foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
-        called = func
-        if not foldable:
-            if self._specializes and facts.specializes:
-                args = backend.specialize_args(func, raw_args, kwargs, args)
-            if self._replays and facts.replays:
-                func, args, kwargs = backend.replay_call(func, raw_args, raw_kwargs or {}, args, kwargs)
-        node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions)
-        if foldable:
-            node.foldable = True
-        if caller is not None and inside_except(caller, self.reads.root, self.reads.stop):
-            node.guarded_by_except = True
-        if func is not called:
-            node.wrapper = called       # the graph checks it is still where the code found it
-        for obj in mutated:
-            value = self.value_of(obj)
-            if value is None:
-                continue
-            if value.source is _EXTERNAL and not backend.sees_creation:
-                self.fail(f"{_name(func)} writes into an array made by calls lazytrace does not see "
-                          f"(e.g. {backend.name} array creation)")
-            node.mutated.append(value)
-            self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
-            if not foldable:
-                tainted.add(value.storage)
-        # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
-        dynamic = (kind is _DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
-                   or self._unkeyed_metadata and any(v.dynamic for v in inputs))
-        self._register_outputs(node, result, foldable, dynamic, facts.caller_owned or func is not called)
-        self.nodes.append(node)
 
     def _requires_grad(self, result) -> bool:
         items = result if isinstance(result, (tuple, list)) else (result,)
@@ -473,9 +463,8 @@ class TraceSession:
             outputs.append(value)
             values[id(obj)] = (obj, value)
             if counts_writes:
-                self._made_arrays.append(backend.unwrap(obj) if backend.tracer_class is not None else obj)
-                self._made_counts.append(writes)
-                self._made.append((value, versions.get(storage, 0) if versions else 0))
+                self._made.append((backend.unwrap(obj) if backend.tracer_class is not None else obj, writes, value,
+                                   versions.get(storage, 0) if versions else 0))
 
     # ---- stateful objects --------------------------------------------------------
     def on_setattr(self, obj, name: str, value):
@@ -906,11 +895,13 @@ class TraceSession:
             if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
                 self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
         # an array a call made, written since with no recorded write (a call may write several times)
-        now = self.backend.write_counts(self._made_arrays)
-        if now == self._made_counts:
+        made = self._made
+        counts = list(map(_SECOND, made))
+        now = self.backend.write_counts(list(map(_FIRST, made)))
+        if now == counts:
             return
         versions = self._versions
-        for count, before, (value, recorded) in zip(now, self._made_counts, self._made):
+        for count, before, (_, _, value, recorded) in zip(now, counts, made):
             if count != before and before is not None and versions.get(value.storage, 0) == recorded:
                 self.fail("an array made inside was written by a call lazytrace does not see (e.g. set_)")
                 return
