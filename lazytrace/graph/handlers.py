@@ -19,7 +19,8 @@ def inside_except(frame, root, stop) -> bool:
     swallow the error: if that call raised, the function would go on. `root`: the traced
     function's code; `stop`: the trace's own frame, where the walk ends (at `root`'s frame where
     there is none: a recursive call, or another function wrapped by contextlib's decorator, has
-    that code too, and the frames of the traced function above it may catch)."""
+    that code too, and the frames of the traced function above it may catch). The tracer asks
+    only where the walk of graph.reads (PythonReads.on_call) found a frame in a try or with block."""
     known = _TABLES
     while frame is not None and frame is not stop:
         code = frame.f_code
