@@ -25,7 +25,6 @@ import functools
 import gc
 import json
 import operator
-from itertools import repeat
 import sys
 from contextlib import contextmanager
 from types import (BuiltinFunctionType, ClassMethodDescriptorType, FunctionType, GetSetDescriptorType,
@@ -411,11 +410,11 @@ class _Mode(TorchFunctionMode):
     def __init__(self, session):
         super().__init__()
         self.session = session
+        self.infos = session.backend._infos
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         session = self.session
-        backend = session.backend
-        info = backend._infos.get(func) or backend._info(func)
+        info = self.infos.get(func) or session.backend._info(func)
         if info.foreign:
             original = _dispatcher(func, sys._getframe(1))
             if original is NotImplemented:
@@ -425,7 +424,7 @@ class _Mode(TorchFunctionMode):
                 session.fail(reason)
                 raise ReplacedTorchFunction(reason)
             if original is not None:
-                func, info = original, backend._infos.get(original) or backend._info(original)
+                func, info = original, session.backend._info(original)
         if kwargs:
             target, generator = kwargs.get("out"), kwargs.get("generator")
         else:
@@ -777,10 +776,9 @@ class TorchBackend(Backend):
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
         if info.stores_arguments:
             return call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH, caller), tensors[:1]
-        if not all(map(_is, map(type, tensors), repeat(Tensor))):     # (plain tensors: tested in C)
-            for t in tensors:
-                if type(t) is not Tensor and isinstance(t, _Uninitialized):
-                    return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
+        for t in tensors:
+            if type(t) is not Tensor and isinstance(t, _Uninitialized):
+                return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
         try:
             before = list(map(_VERSION, tensors))   # (the counters, read without a Python loop)
         except RuntimeError:                        # an inference tensor: it keeps no counter
@@ -1655,7 +1653,6 @@ def _tensors_in(args, kwargs) -> list:
 
 
 _IS_TENSOR = Tensor.__instancecheck__      # isinstance(obj, Tensor), for map()
-_is = operator.is_
 
 #: in-place operators (their names start with "__i", as `__index__` and `__int__` do too)
 _INPLACE_OPERATORS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",

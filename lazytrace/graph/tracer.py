@@ -275,7 +275,8 @@ class TraceSession:
             kind = facts.kind if facts.fixed else backend.classify(func, args, kwargs)
             # a call that may be recorded: whether a try or with block is around it, in the same walk
             # (True: inside_except, asked when it is recorded, says whether one may catch its error)
-            blocks = self.reads.on_call(caller, kind in _RECORDED)
+            recorded = kind in _RECORDED
+            blocks = self.reads.on_call(caller, recorded)
             if kind is _METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
                 return backend.run(func, args, kwargs)[0]     # covered by the signature key
             # (a change before a metadata read is seen here, at the next call that is recorded)
@@ -284,7 +285,7 @@ class TraceSession:
                 self._filters_changed()
             if backend.unseen_state() != self._unseen:
                 self._unseen_state_changed()
-            if self.untraceable is not None or kind is _DISPLAY or kind is _ESCAPE:
+            if self.untraceable is not None or not recorded and (kind is _DISPLAY or kind is _ESCAPE):
                 if kind is _ESCAPE:
                     self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
                 result = backend.run(func, args, kwargs)[0]
