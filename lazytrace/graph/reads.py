@@ -917,13 +917,12 @@ class PythonReads:
         root's where there is no trace frame) is inside a try or with block at its current
         instruction (True: handlers.inside_except says whether one may take an error of this
         call; False: none can)."""
-        walked, stop = self._walked, self.stop
+        walked, stop, root = self._walked, self.stop, self.root
         if frame is None or frame is stop:
             return False
         tables = _handlers._TABLES      # (a frame's blocks: handlers.frame_table)
         if walked.get(id(frame)) is not frame:      # (most calls: the code calling made an earlier call
-            codes, root, watched = self._codes, self.root, self._watched        # from this frame)
-            blocks = False
+            codes, watched, blocks = self._codes, self._watched, False          # from this frame)
             while True:     # (the caller's own code, at `stop`, is not the function's)
                 code = frame.f_code
                 if code is root:
@@ -951,7 +950,6 @@ class PythonReads:
         elif not catching:
             return False
         # the frames below, for blocks alone (handlers.inside_except's walk)
-        root = self.root
         while frame is not None and frame is not stop:
             code = frame.f_code
             table = tables.get(id(code))

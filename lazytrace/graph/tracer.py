@@ -321,12 +321,10 @@ class TraceSession:
                 result, mutated = backend.run(func, args, kwargs, caller)
             else:
                 result, mutated = backend.run(func, args, kwargs)
+            if kind is _UNKNOWN:        # (most of torch's calls)
+                kind = _OP if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked) \
+                    else _READBACK if inputs else _METADATA
             if kind is not _OP:
-                if kind is _UNKNOWN:
-                    if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked):
-                        kind = _OP
-                    else:
-                        kind = _READBACK if inputs else _METADATA
                 if kind is _METADATA or kind is _HISTORY:
                     # not in the key: the shape of a data-dependent result or of an array not passed in,
                     # and what happened before to memory the trace did not make (the version counter of
