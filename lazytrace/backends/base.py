@@ -423,10 +423,10 @@ class Backend:
         return ""
 
     def output_facts(self, obj) -> tuple:
-        """(brief, storage_key, requires_grad) of an array (or tracer) a call returned: what the
-        tracer notes of every output, in one call."""
+        """(brief, storage_key, requires_grad, write_count) of an array (or tracer) a call
+        returned: what the tracer notes of every output, in one call."""
         raw = self.unwrap(obj)
-        return self.brief(raw), self.storage_key(raw), self.requires_grad(raw)
+        return self.brief(raw), self.storage_key(raw), self.requires_grad(raw), self.write_count(raw)
 
     # --- command line and views ------------------------------------------
     def example_array(self, shape: tuple, dtype: str, seed: int):

@@ -598,9 +598,9 @@ class JaxBackend(Backend):
         return id(a._lt_array if type(a) is JaxTracer else a)
 
     def output_facts(self, obj) -> tuple:
-        # (brief, storage_key, requires_grad) in one call, for every output a trace records
+        # (brief, storage_key, requires_grad, write_count) in one call, for every output a trace records
         a = obj._lt_array if type(obj) is JaxTracer else obj
-        return (a.shape, a.dtype), id(a), False
+        return (a.shape, a.dtype), id(a), False, None
 
     def clone(self, a):
         return a                     # immutable: a constant can be handed out as is

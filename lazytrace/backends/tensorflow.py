@@ -753,11 +753,11 @@ class TensorflowBackend(Backend):
         return (t._shape_tuple() if type(t) is EagerTensor else tuple(t.shape), t.dtype)
 
     def output_facts(self, obj) -> tuple:
-        # (brief, storage_key, requires_grad) in one call, for every output a trace records
+        # (brief, storage_key, requires_grad, write_count) in one call, for every output a trace records
         t = obj._lt_array if type(obj) is TfTracer else obj
         if type(t) is EagerTensor:
-            return (t._shape_tuple(), t.dtype), id(t), False
-        return self.brief(t), self.storage_key(t), self.requires_grad(t)
+            return (t._shape_tuple(), t.dtype), id(t), False, None
+        return self.brief(t), self.storage_key(t), self.requires_grad(t), self.write_count(t)
 
     @kept_per_argument(1024)
     def format_brief(self, brief) -> str:

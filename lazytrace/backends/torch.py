@@ -410,11 +410,11 @@ class _Mode(TorchFunctionMode):
     def __init__(self, session):
         super().__init__()
         self.session = session
+        self.infos = session.backend._infos
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         session = self.session
-        backend = session.backend
-        info = backend._infos.get(func) or backend._info(func)
+        info = self.infos.get(func) or session.backend._info(func)
         if info.foreign:
             original = _dispatcher(func, sys._getframe(1))
             if original is NotImplemented:
@@ -424,7 +424,7 @@ class _Mode(TorchFunctionMode):
                 session.fail(reason)
                 raise ReplacedTorchFunction(reason)
             if original is not None:
-                func, info = original, backend._infos.get(original) or backend._info(original)
+                func, info = original, session.backend._info(original)
         if kwargs:
             target, generator = kwargs.get("out"), kwargs.get("generator")
         else:
@@ -832,8 +832,12 @@ class TorchBackend(Backend):
             storage = t.untyped_storage().data_ptr() or ("empty", id(t))
         except (RuntimeError, NotImplementedError):
             storage = ("opaque", id(t))
+        try:
+            writes = t._version
+        except RuntimeError:            # (write_count, inline: an inference tensor counts nothing)
+            writes = None if t.is_inference() else t._version
         grad = t.requires_grad
-        return ("nested" if t.is_nested else t.shape, t.dtype, t.device, grad), storage, grad     # (_shape, inline)
+        return ("nested" if t.is_nested else t.shape, t.dtype, t.device, grad), storage, grad, writes   # (_shape)
 
     def requires_grad(self, t) -> bool:
         return t.requires_grad
@@ -1631,6 +1635,8 @@ def _keyed(obj) -> bool:
 
 
 def _tensors_in(args, kwargs) -> list:
+    if not kwargs and all(map(_IS_TENSOR, args)):
+        return list(args)       # (`x + y`, `torch.relu(x)`: tested in C)
     found = []
     for a in args:
         if isinstance(a, Tensor):
@@ -1645,6 +1651,8 @@ def _tensors_in(args, kwargs) -> list:
                 found.extend([x for x in a if isinstance(x, Tensor)])
     return found
 
+
+_IS_TENSOR = Tensor.__instancecheck__      # isinstance(obj, Tensor), for map()
 
 #: in-place operators (their names start with "__i", as `__index__` and `__int__` do too)
 _INPLACE_OPERATORS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",

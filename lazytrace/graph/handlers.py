@@ -19,13 +19,14 @@ def inside_except(frame, root, stop) -> bool:
     swallow the error: if that call raised, the function would go on. `root`: the traced
     function's code; `stop`: the trace's own frame, where the walk ends (at `root`'s frame where
     there is none: a recursive call, or another function wrapped by contextlib's decorator, has
-    that code too, and the frames of the traced function above it may catch)."""
+    that code too, and the frames of the traced function above it may catch). The tracer asks
+    only where the walk of graph.reads (PythonReads.on_call) found a frame in a try or with block."""
     known = _TABLES
     while frame is not None and frame is not stop:
         code = frame.f_code
         table = known.get(id(code))
         if table is None:
-            table = _frame_table(code, frame.f_globals)
+            table = frame_table(code, frame.f_globals)
         if table is not False:
             for caught in table[frame.f_lasti]:
                 if caught is True:
@@ -55,7 +56,7 @@ class _Tables(dict):
 _TABLES = _Tables()
 
 
-def _frame_table(code, namespace):
+def frame_table(code, namespace):
     """The _Handlers of a frame's code, False for code of the frameworks, the standard library or
     lazytrace (they catch their own errors), but for the with block of contextlib's
     `ContextDecorator` (a manager used as a decorator: `@suppress_errors()`), whose manager is

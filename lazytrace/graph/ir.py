@@ -31,8 +31,12 @@ class Source(enum.Enum):
 class Value:
     """One array (or stateful object) seen during a trace."""
 
-    __slots__ = ("source", "node", "index", "meta", "storage", "foldable", "obj", "name", "dynamic", "path",
-                 "caller_owned")
+    # (no __slots__: the attributes most Values keep at their default are read from the class, so
+    # a trace's one Value per call output sets 7 attributes, not 11)
+    name = ""               # variable name in generated code
+    dynamic = False         # shape depends on array contents (nonzero, masks...)
+    path = ""               # for inputs: where in the call's arguments ("args[0]")
+    caller_owned = False    # an array the caller holds besides the inputs (`x.grad`): writes are visible
 
     def __init__(self, source: Source, node: "Node | None" = None, index: Any = None,
                  meta: Any = None, storage: Any = None, foldable: bool = False, obj: Any = None):
@@ -43,18 +47,15 @@ class Value:
         self.storage = storage    # aliasing key: values sharing memory share it
         self.foldable = foldable  # depends on no input: can become a cached constant
         self.obj = obj            # the traced object itself, kept only where needed
-        self.name = ""            # variable name in generated code
-        self.dynamic = False      # shape depends on array contents (nonzero, masks...)
-        self.path = ""            # for inputs: where in the call's arguments ("args[0]")
-        self.caller_owned = False  # an array the caller holds besides the inputs (`x.grad`): writes are visible
 
     def __repr__(self):
         return f"<Value {self.name or self.source.value} {self.meta or ''}>"
 
 
-@dataclass(eq=False, slots=True, init=False)
+@dataclass(eq=False, init=False)
 class Node:
-    """One recorded framework call."""
+    """One recorded framework call. (No __slots__: the fields most calls leave at their default
+    are read from the class; a trace makes one Node per recorded call, setting 9 attributes.)"""
 
     position: int
     kind: Kind
@@ -73,20 +74,31 @@ class Node:
     guarded_by_except: bool = False  # made inside a try block of the traced code with an except clause
                                      # (or a with block whose manager may swallow the error)
 
-    def __init__(self, position, kind, target, args, kwargs, inputs, input_versions, outputs=None,
-                 result_structure=None, mutated=None, expected=None, foldable=False, wrapper=None,
-                 guarded_by_except=False):
-        # (written out: a trace makes one per call, and the generated one tests each default factory)
-        self.position, self.kind, self.target, self.args, self.kwargs = position, kind, target, args, kwargs
-        self.inputs, self.input_versions, self.result_structure = inputs, input_versions, result_structure
-        self.outputs = [] if outputs is None else outputs
-        self.mutated = [] if mutated is None else mutated
-        self.expected, self.foldable, self.wrapper = expected, foldable, wrapper
-        self.guarded_by_except = guarded_by_except
+    def __init__(self, position, kind, target, args, kwargs, inputs, input_versions, **fields):
+        # (written out: a trace makes one per call, and the generated one tests each default factory;
+        # the other fields, given by keyword, are set only where given: their defaults are the class's)
+        self.position = position
+        self.kind = kind
+        self.target = target
+        self.args = args
+        self.kwargs = kwargs
+        self.inputs = inputs
+        self.input_versions = input_versions
+        self.outputs = []
+        self.mutated = []
+        if fields:
+            for name, value in fields.items():
+                if name not in _NODE_OPTIONAL:
+                    raise TypeError(f"Node() got an unexpected keyword argument {name!r}")
+                setattr(self, name, value)
 
     @property
     def has_side_effect(self) -> bool:
         return self.kind in (Kind.GENERATOR, Kind.STATE, Kind.SETATTR) or bool(self.mutated)
+
+
+_NODE_OPTIONAL = frozenset({"outputs", "result_structure", "mutated", "expected", "foldable", "wrapper",
+                            "guarded_by_except"})
 
 
 @dataclass

@@ -2,7 +2,7 @@
 the guard-safety check. They decide; `codegen` writes.
 
 Folding. A call is foldable when every array it reads was created inside the
-trace from no input (see `TraceSession._record`). Its value is cached as a
+trace from no input (see `TraceSession.on_call`). Its value is cached as a
 constant, unless the memory it lives in is written later by a non-foldable
 call: then the cached object would be changed at every replay, so the call is
 demoted to a node (and its own foldable arguments are checked in turn). The

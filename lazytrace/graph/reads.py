@@ -910,28 +910,57 @@ class PythonReads:
             self._reach_items(expected)
             self.defaults.append((fn, expected))
 
-    def on_call(self, frame):
+    def on_call(self, frame, catching=False) -> bool:
         """A framework call is being made from `frame`: note the code of every function on the
-        stack down to the traced one (methods and other code the start could not see)."""
-        walked, stop = self._walked, self.stop
-        if walked.get(id(frame)) is frame or frame is None or frame is stop:
-            return          # (most calls: the code calling made an earlier call from this frame)
-        codes, root, watched = self._codes, self.root, self._watched
-        while True:         # (the caller's own code, at `stop`, is not the function's)
+        stack down to the traced one (methods and other code the start could not see).
+        `catching`: in the same walk, whether a frame from `frame` down to the trace's (to the
+        root's where there is no trace frame) is inside a try or with block at its current
+        instruction (True: handlers.inside_except says whether one may take an error of this
+        call; False: none can)."""
+        walked, stop, root = self._walked, self.stop, self.root
+        if frame is None or frame is stop:
+            return False
+        tables = _handlers._TABLES      # (a frame's blocks: handlers.frame_table)
+        if walked.get(id(frame)) is not frame:      # (most calls: the code calling made an earlier call
+            codes, watched, blocks = self._codes, self._watched, False          # from this frame)
+            while True:     # (the caller's own code, at `stop`, is not the function's)
+                code = frame.f_code
+                if code is root:
+                    break
+                if id(code) not in codes:
+                    self._code(code, frame.f_globals, depth=_CALLS)
+                # the function's own frames (a generator's frame is resumed by other callers; the
+                # interceptor's and the framework's frames are new at every call), held until the
+                # trace ends (the id stays the frame's own); marked before the frames below it are
+                # walked: a call made meanwhile (by what _code reads) comes from above this walk
+                if id(code) in watched and not code.co_flags & _RESUMABLE:
+                    walked[id(frame)] = frame
+                if catching:
+                    table = tables.get(id(code))
+                    if table is None:
+                        table = _handlers.frame_table(code, frame.f_globals)
+                    if table is not False and table[frame.f_lasti]:
+                        blocks = True           # (the rest of the walk: for the code alone)
+                        catching = False
+                frame = frame.f_back
+                if frame is None or frame is stop or walked.get(id(frame)) is frame:
+                    break   # (walked from here down by an earlier call, while this frame ran)
+            if not catching:
+                return blocks
+        elif not catching:
+            return False
+        # the frames below, for blocks alone (handlers.inside_except's walk)
+        while frame is not None and frame is not stop:
             code = frame.f_code
-            if code is root:
-                break
-            if id(code) not in codes:
-                self._code(code, frame.f_globals, depth=_CALLS)
-            # the function's own frames (a generator's frame is resumed by other callers; the
-            # interceptor's and the framework's frames are new at every call), held until the
-            # trace ends (the id stays the frame's own); marked before the frames below it are
-            # walked: a call made meanwhile (by what _code reads) comes from above this walk
-            if id(code) in watched and not code.co_flags & _RESUMABLE:
-                walked[id(frame)] = frame
+            table = tables.get(id(code))
+            if table is None:
+                table = _handlers.frame_table(code, frame.f_globals)
+            if table is not False and table[frame.f_lasti]:
+                return True
+            if code is root and stop is None:
+                return False
             frame = frame.f_back
-            if frame is None or frame is stop or walked.get(id(frame)) is frame:
-                break       # (walked from here down by an earlier call, while this frame ran)
+        return False
 
     def _function(self, fn, depth):
         checks = self._checks
@@ -1375,3 +1404,6 @@ class PythonReads:
             yield read_state, (reader,), expected, what
         for var, expected in self.contexts.values():
             yield read_context, (var,), expected, f"context variable {var.name}"
+
+
+from . import handlers as _handlers  # noqa: E402  (last: handlers imports UNWATCHED from this module)

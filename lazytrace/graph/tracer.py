@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import enum
 import functools
+import operator
 import os
 import sys
 import types
@@ -25,7 +26,6 @@ from typing import Any, Callable
 from types import MethodType
 
 from ..backends import FRESH_ENTROPY, Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
-from ..backends.base import ASK_EVERY_CALL
 from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
@@ -43,6 +43,8 @@ _active: contextvars.ContextVar["TraceSession | None"] = contextvars.ContextVar(
 _OP, _GENERATOR, _STATE, _METADATA, _HISTORY, _DISPLAY, _READBACK, _ESCAPE, _UNKNOWN, _DYNAMIC_SHAPE = (
     CallKind.OP, CallKind.GENERATOR, CallKind.STATE, CallKind.METADATA, CallKind.HISTORY, CallKind.DISPLAY,
     CallKind.READBACK, CallKind.ESCAPE, CallKind.UNKNOWN, CallKind.DYNAMIC_SHAPE)
+# kinds of calls on_call may record (a tuple: `in` tests identity first, in C; an enum's hash is Python's)
+_RECORDED = (_OP, _GENERATOR, _UNKNOWN, _STATE, _DYNAMIC_SHAPE)
 _EXTERNAL, _FROM_NODE, _INPUT = Source.EXTERNAL, Source.NODE, Source.INPUT
 _NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD, _NODE_SETATTR = (Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD,
                                                                       Kind.SETATTR)
@@ -76,11 +78,9 @@ class TraceSession:
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
-        # call outputs whose framework counts writes (Backend.write_count): their arrays, write counts
-        # then, and (Value, writes recorded then): check_input_writes compares the counts at the end
+        # call outputs whose framework counts writes (Backend.write_count): (array, write count then,
+        # Value, writes recorded then); check_input_writes compares the counts at the end
         self._counts_writes = type(backend).write_count is not Backend.write_count
-        self._made_arrays: list = []
-        self._made_counts: list = []
         self._made: list = []
         self.backend_state = None               # the backend's own object for this trace (JAX: its Trace)
         self._unseen = backend.unseen_state()   # state calls cannot show changing (see on_call)
@@ -110,7 +110,6 @@ class TraceSession:
         Values). A session lives on in reference cycles until the next collection of the cyclic
         garbage collector, and would keep every intermediate array of the function alive with it."""
         self._values.clear()
-        self._made_arrays.clear()
         self._made.clear()
         self._written.clear()
         self._checked_arrays.clear()
@@ -194,17 +193,23 @@ class TraceSession:
             # the common cases: a flat tuple, list or dict of arrays and numbers (a call's
             # arguments, `F.pad(x, [1, 1, 1, 1])`, `torch.stack([a, b])`, keyword arguments)
             if tp is tuple or tp is list:
-                values, literals = self._values, self._literals
+                # each item's entry, looked up in C; every item a tracked array (`x + y`, `torch.stack([a,
+                # b])`): their Values, without a Python loop (an entry is that object's where it is `is` it)
+                entries = list(map(self._values.get, map(id, obj)))
+                if None not in entries and all(map(_is, map(_FIRST, entries), obj)):
+                    out = list(map(_SECOND, entries))
+                    found += out
+                    return tuple(out) if tp is tuple else out
+                literals = self._literals
                 out = []
-                for x in obj:
-                    tx = type(x)
-                    if tx in literals:          # (no object of these types is tracked)
-                        out.append(x)
-                        continue
-                    entry = values.get(id(x))
+                for x, entry in zip(obj, entries):
                     if entry is not None and entry[0] is x:
                         found.append(entry[1])
                         out.append(entry[1])
+                        continue
+                    tx = type(x)
+                    if tx in literals:          # (no object of these types is tracked)
+                        out.append(x)
                     elif tx is slice and type(x.start) in literals and type(x.stop) in literals \
                             and type(x.step) in literals:
                         out.append(x)           # `t[:, 1:]`: kept as it is
@@ -264,11 +269,14 @@ class TraceSession:
             # one is lazytrace's own code (a backend's or stateful.py's), which reads never watches
             if caller is None:
                 caller = sys._getframe(2)
-            self.reads.on_call(caller)
             backend = self.backend
             if facts is None:
                 facts = backend.call_facts(func)
             kind = facts.kind if facts.fixed else backend.classify(func, args, kwargs)
+            # a call that may be recorded: whether a try or with block is around it, in the same walk
+            # (True: inside_except, asked when it is recorded, says whether one may catch its error)
+            recorded = kind in _RECORDED
+            blocks = self.reads.on_call(caller, recorded)
             if kind is _METADATA and not self._unkeyed_metadata and args and id(args[0]) in self._values:
                 return backend.run(func, args, kwargs)[0]     # covered by the signature key
             # (a change before a metadata read is seen here, at the next call that is recorded)
@@ -277,7 +285,7 @@ class TraceSession:
                 self._filters_changed()
             if backend.unseen_state() != self._unseen:
                 self._unseen_state_changed()
-            if self.untraceable is not None or kind is _DISPLAY or kind is _ESCAPE:
+            if self.untraceable is not None or not recorded and (kind is _DISPLAY or kind is _ESCAPE):
                 if kind is _ESCAPE:
                     self.fail(f"{_name(func)} hands array memory (or an autograd hook) to code lazytrace cannot see")
                 result = backend.run(func, args, kwargs)[0]
@@ -313,12 +321,10 @@ class TraceSession:
                 result, mutated = backend.run(func, args, kwargs, caller)
             else:
                 result, mutated = backend.run(func, args, kwargs)
+            if kind is _UNKNOWN:        # (most of torch's calls)
+                kind = _OP if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked) \
+                    else _READBACK if inputs else _METADATA
             if kind is not _OP:
-                if kind is _UNKNOWN:
-                    if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked):
-                        kind = _OP
-                    else:
-                        kind = _READBACK if inputs else _METADATA
                 if kind is _METADATA or kind is _HISTORY:
                     # not in the key: the shape of a data-dependent result or of an array not passed in,
                     # and what happened before to memory the trace did not make (the version counter of
@@ -330,7 +336,63 @@ class TraceSession:
                 if kind is _READBACK:
                     self._guard(func, largs, lkwargs, inputs, versions, result)
                     return result
-            self._record(kind, func, largs, lkwargs, inputs, versions, result, mutated, args, kwargs, caller, facts)
+            # ---- recorded: a node (written out here: one frame per call) ----
+            if kind is _OP and args and result is args[0] and backend.returned_its_input(func, args, result, mutated):
+                return result   # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
+            data = inputs
+            metadata = facts.metadata and backend.metadata_inputs(func, largs, lkwargs, args, kwargs)
+            if metadata:
+                data = list(inputs)
+                for arg in metadata:
+                    if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
+                        if arg.dynamic or arg.source is _EXTERNAL:
+                            break
+                        data.pop(next(i for i, v in enumerate(data) if v is arg))
+            constant_inputs = True
+            tainted = self._tainted
+            for v in data:
+                if not v.foldable or v.storage in tainted:
+                    constant_inputs = False
+                    break
+            if kind is _GENERATOR:
+                self._saw_generator = True
+                node_kind = _NODE_GENERATOR if self.include_generators else _NODE_OP
+                foldable = not self.include_generators and not mutated and constant_inputs
+            elif kind is _STATE:
+                node_kind, foldable = _NODE_STATE, False
+            else:
+                node_kind = _NODE_OP
+                # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
+                foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
+            target = func       # (what the graph calls)
+            if not foldable:
+                if self._specializes and facts.specializes:
+                    largs = backend.specialize_args(func, args, lkwargs, largs)
+                if self._replays and facts.replays:
+                    target, largs, lkwargs = backend.replay_call(func, args, kwargs or {}, largs, lkwargs)
+            node = Node(len(self.nodes), node_kind, target, largs, lkwargs, inputs, versions)
+            if foldable:
+                node.foldable = True
+            if blocks and inside_except(caller, self.reads.root, self.reads.stop):
+                node.guarded_by_except = True
+            if target is not func:
+                node.wrapper = func     # the graph checks it is still where the code found it
+            for obj in mutated:
+                value = self.value_of(obj)
+                if value is None:
+                    continue
+                if value.source is _EXTERNAL and not backend.sees_creation:
+                    self.fail(f"{_name(target)} writes into an array made by calls lazytrace does not see "
+                              f"(e.g. {backend.name} array creation)")
+                node.mutated.append(value)
+                self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
+                if not foldable:
+                    tainted.add(value.storage)
+            # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
+            dynamic = (kind is _DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
+                       or self._unkeyed_metadata and any(v.dynamic for v in inputs))
+            self._register_outputs(node, result, foldable, dynamic, facts.caller_owned or target is not func)
+            self.nodes.append(node)
             if kind is _STATE:
                 self._unseen = backend.unseen_state()       # a change this call shows, recorded
             return result
@@ -362,64 +424,6 @@ class TraceSession:
         self.nodes.append(Node(len(self.nodes), _NODE_GUARD, func, args, kwargs, inputs, versions,
                                expected=result))
 
-    def _record(self, kind: CallKind, func, args, kwargs, inputs, versions, result, mutated, raw_args=(),
-                raw_kwargs=None, caller=None, facts=ASK_EVERY_CALL):
-        backend = self.backend
-        if kind is _OP and raw_args and result is raw_args[0] and \
-                backend.returned_its_input(func, raw_args, result, mutated):
-            return      # `k.to(same dtype)`, `.contiguous()` of a contiguous array: the result is the input
-        data = inputs
-        metadata = facts.metadata and backend.metadata_inputs(func, args, kwargs, raw_args, raw_kwargs)
-        if metadata:
-            data = list(inputs)
-            for arg in metadata:
-                if isinstance(arg, Value):          # read for its metadata only, if that is keyed:
-                    if arg.dynamic or arg.source is _EXTERNAL:
-                        break
-                    data.pop(next(i for i, v in enumerate(data) if v is arg))
-        constant_inputs = True
-        tainted = self._tainted
-        for v in data:
-            if not v.foldable or v.storage in tainted:
-                constant_inputs = False
-                break
-        if kind is _GENERATOR:
-            self._saw_generator = True
-            node_kind = _NODE_GENERATOR if self.include_generators else _NODE_OP
-            foldable = not self.include_generators and not mutated and constant_inputs
-        elif kind is _STATE:
-            node_kind, foldable = _NODE_STATE, False
-        else:
-            node_kind = _NODE_OP
-            # a new leaf requiring grad (`torch.ones(3, requires_grad=True)`) is made at every call, as in eager
-            foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
-        called = func
-        if not foldable:
-            if self._specializes and facts.specializes:
-                args = backend.specialize_args(func, raw_args, kwargs, args)
-            if self._replays and facts.replays:
-                func, args, kwargs = backend.replay_call(func, raw_args, raw_kwargs or {}, args, kwargs)
-        node = Node(len(self.nodes), node_kind, func, args, kwargs, inputs, versions, foldable=foldable,
-                    guarded_by_except=caller is not None and inside_except(caller, self.reads.root, self.reads.stop))
-        if func is not called:
-            node.wrapper = called       # the graph checks it is still where the code found it
-        for obj in mutated:
-            value = self.value_of(obj)
-            if value is None:
-                continue
-            if value.source is _EXTERNAL and not backend.sees_creation:
-                self.fail(f"{_name(func)} writes into an array made by calls lazytrace does not see "
-                          f"(e.g. {backend.name} array creation)")
-            node.mutated.append(value)
-            self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
-            if not foldable:
-                tainted.add(value.storage)
-        # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
-        dynamic = (kind is _DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
-                   or self._unkeyed_metadata and any(v.dynamic for v in inputs))
-        self._register_outputs(node, result, foldable, dynamic, facts.caller_owned or func is not called)
-        self.nodes.append(node)
-
     def _requires_grad(self, result) -> bool:
         items = result if isinstance(result, (tuple, list)) else (result,)
         return any(isinstance(x, self._tracked) and self.backend.requires_grad(self.backend.unwrap(x)) for x in items)
@@ -448,7 +452,7 @@ class TraceSession:
         outputs, values, versions = node.outputs, self._values, self._versions
         counts_writes = self._counts_writes
         for index, obj in items:
-            meta, storage, grad = backend.output_facts(obj)
+            meta, storage, grad, writes = backend.output_facts(obj)
             kept = foldable and not grad
             value = Value(_FROM_NODE, node, index, meta, storage, kept, obj if kept else None)
             if dynamic:
@@ -458,10 +462,8 @@ class TraceSession:
             outputs.append(value)
             values[id(obj)] = (obj, value)
             if counts_writes:
-                raw = backend.unwrap(obj) if backend.tracer_class is not None else obj
-                self._made_arrays.append(raw)
-                self._made_counts.append(backend.write_count(raw))
-                self._made.append((value, versions.get(storage, 0) if versions else 0))
+                self._made.append((backend.unwrap(obj) if backend.tracer_class is not None else obj, writes, value,
+                                   versions.get(storage, 0) if versions else 0))
 
     # ---- stateful objects --------------------------------------------------------
     def on_setattr(self, obj, name: str, value):
@@ -892,11 +894,13 @@ class TraceSession:
             if before is not None and self.backend.write_count(obj) - before > self._versions.get(value.storage, 0):
                 self.fail(f"an input ({value.path}) was written by a call lazytrace does not see (e.g. set_)")
         # an array a call made, written since with no recorded write (a call may write several times)
-        now = self.backend.write_counts(self._made_arrays)
-        if now == self._made_counts:
+        made = self._made
+        counts = list(map(_SECOND, made))
+        now = self.backend.write_counts(list(map(_FIRST, made)))
+        if now == counts:
             return
         versions = self._versions
-        for count, before, (value, recorded) in zip(now, self._made_counts, self._made):
+        for count, before, (_, _, value, recorded) in zip(now, counts, made):
             if count != before and before is not None and versions.get(value.storage, 0) == recorded:
                 self.fail("an array made inside was written by a call lazytrace does not see (e.g. set_)")
                 return
@@ -1151,6 +1155,7 @@ def _contains(obj, types) -> bool:
 
 
 _NOTHING = object()
+_FIRST, _SECOND, _is = operator.itemgetter(0), operator.itemgetter(1), operator.is_
 
 
 def read_array_metadata(obj, name: str, backend):

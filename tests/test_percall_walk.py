@@ -1,0 +1,66 @@
+"""The one stack walk per framework call (graph.reads.PythonReads.on_call): it notes the code of
+the frames the trace's start could not see and, for a call that may be recorded, whether a frame
+down to the trace's is in a try or with block (handlers.inside_except then says whether it may
+catch). Each part must see every frame it saw when they walked separately."""
+import pytest
+
+import lazytrace
+
+torch = pytest.importorskip("torch")
+
+from cholesky_effects import matrix as _matrix, run_like_eager as _run_like_eager  # noqa: E402
+
+
+# -- a try block in a frame below one the walk has seen already (the frame calling made an earlier call)
+
+def _two_calls(m, acc):
+    acc.add_(1)                         # the first call from this frame: the walk notes it
+    return torch.linalg.cholesky(m)     # the second: what is below is checked for blocks alone
+
+
+def _try_below_a_walked_frame(m, acc):
+    try:
+        return _two_calls(m, acc)
+    except RuntimeError:
+        return torch.zeros(3, 3)
+
+
+def test_a_try_block_below_a_frame_walked_before_goes_on_as_in_eager():
+    lazy = _run_like_eager(_try_below_a_walked_frame)
+    assert lazy.stats.hits == 0
+    assert "except clause" in next(iter(lazy.stats.reasons))
+
+
+# -- the walk goes on noting code below a frame in a block
+
+_OFFSET = 1.0
+
+
+def _under_try(m, offset):
+    try:
+        return m + offset               # the first call from here: its frame is in a try block
+    except RuntimeError:
+        return m
+
+
+def _reads_a_global(m):                 # (reached through a list: the trace's start does not see it)
+    return _under_try(m, _OFFSET)       # a global the walk from the call above must note
+
+
+_HELPERS = [_reads_a_global]
+
+
+def _through_a_list(m):
+    return _HELPERS[0](m)
+
+
+def test_code_below_a_frame_in_a_try_block_is_noted():
+    global _OFFSET
+    lazy = lazytrace.trace_graph(_through_a_list)
+    x = torch.ones(3)
+    try:
+        assert torch.equal(lazy(x), x + 1)
+        _OFFSET = 2.0
+        assert torch.equal(lazy(x), x + 2)      # a graph holding 1.0 would be wrong
+    finally:
+        _OFFSET = 1.0
