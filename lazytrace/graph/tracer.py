@@ -19,7 +19,6 @@ import os
 import sys
 import types
 import warnings
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
@@ -52,7 +51,7 @@ class TraceSession:
     # (immutable values set by a few traces: read from the class until then, not set by __init__)
     untraceable_transient = False       # the reason it failed may not hold at the next call
     live_handed = False                 # a live input (a generator) handed to the function
-    stateful_stack: ExitStack | None = None     # where recorded objects' class swaps are undone (_run)
+    stateful_stack: _Exits | None = None        # where recorded objects' class swaps are undone (_run)
     proxied = False                     # objects passed in were handed as SessionProxy
     changed_reads: str | None = None    # Python state the function read and changed (add_reads)
 
@@ -910,7 +909,7 @@ class TraceSession:
 
     # ---- running ---------------------------------------------------------------
     def __enter__(self):
-        """The function runs under the trace from here to __exit__ (_run enters it in its ExitStack:
+        """The function runs under the trace from here to __exit__ (_run enters it in its _Exits:
         a class's methods, not a @contextmanager generator, whose machinery ran ~100 bytecodes a trace)."""
         restore = self.backend.snapshot_rng()
         if restore is not None:
@@ -1277,6 +1276,41 @@ _UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazy
                "(manual_seed, set_rng_state, ...): a graph could not replay that")
 
 
+class _Exits(list):
+    """The context managers _run holds open: recorded objects' class swaps (those of `stateful`,
+    then those the function reached), the session among them. Exited last in, first out, as by an
+    ExitStack (whose machinery ran ~120 bytecodes a trace): the session's __exit__ after the swaps
+    made while it ran, before those made before it; an exception an __exit__ raises goes on to the
+    managers entered before it. None of them suppresses an exception (they return None)."""
+
+    def enter_context(self, cm):
+        result = type(cm).__enter__(cm)
+        self.append(cm)         # (not if __enter__ raised: nothing to undo)
+        return result
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        pending = exc
+        while self:
+            cm = self.pop()
+            try:
+                type(cm).__exit__(cm, exc_type, pending, tb)     # (none of _run's suppresses an exception)
+            except BaseException as new:
+                if new is not pending:
+                    if pending is not None and new.__context__ in (None, exc):
+                        new.__context__ = pending   # (Python set the with block's exception: the last one)
+                    pending, exc_type, tb = new, type(new), new.__traceback__
+        if pending is not exc:
+            context = pending.__context__
+            try:
+                raise pending
+            except BaseException:
+                pending.__context__ = context   # (raising it here set the with block's exception instead)
+                raise
+
+
 def _map_values(lifted, each):
     """`lifted` with each Value replaced by each(value), through tuples, lists, namedtuples and dicts."""
     if isinstance(lifted, Value):
@@ -1325,7 +1359,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     if extra is not None:
         for i, leaf in enumerate(extra()[1]):
             session.add_input(leaf, path=f"self.tensors[{i}]")
-    with ExitStack() as stack:
+    with _Exits() as stack:
         session.stateful_stack = stack
         for obj in options.stateful:
             session.add_stateful(obj)
