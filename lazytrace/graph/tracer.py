@@ -911,11 +911,11 @@ class TraceSession:
     def __enter__(self):
         """The function runs under the trace from here to __exit__ (_run enters it in its _Exits:
         a class's methods, not a @contextmanager generator, whose machinery ran ~100 bytecodes a trace)."""
-        restore = self.backend.snapshot_rng()
+        restore, rngs = self.backend.enter_rngs()      # the global RNG(s): undone, compared in __exit__
         if restore is not None:
             self._undo.append(restore)
-        for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
-            self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
+        for rng, token in rngs:
+            self._rng[id(rng)] = (rng, token)
         self._foreign = foreign_rng_tokens(self.backend) if self.include_generators else None
         self._token = _active.set(self)     # reset in __exit__ whatever happens: a session left active
         try:                                # would make every later LazyGraph call of this thread run eagerly
