@@ -1355,7 +1355,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     # eager code; a tracer backend's trace may be run again, on the caller's containers)
     targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind, path),
                           reuse=backend.tracer_class is None)
-    handed = container_snapshot((targs, tuple(tkwargs.values())))     # (the function gets its own **kwargs)
+    handed = container_snapshot(targs, tkwargs)     # (the function gets its own **kwargs)
     if extra is not None:
         for i, leaf in enumerate(extra()[1]):
             session.add_input(leaf, path=f"self.tensors[{i}]")
@@ -1408,7 +1408,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
         escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
     if containers_changed(handed):
         reason = "changes lists or dicts it was passed, which a graph cannot replay"
-        own = {id(c) for c, _ in container_snapshot((args, tuple(kwargs.values())))}
+        own = {id(c) for c, _ in container_snapshot(args, kwargs)}
         if all(id(c) in own for c, _ in handed):
             return NotTraceable(reason), result     # it ran on the caller's own containers
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
