@@ -937,9 +937,12 @@ class TraceSession:
             return
         if self.backend.unseen_state() != self._unseen:
             self._unseen_state_changed()
-        if self.include_generators and any(self.backend.rng_token(rng) != before
-                                           for rng, before in self._rng.values()):
-            self.fail(_UNSEEN_RNG)
+        if self.include_generators:
+            token = self.backend.rng_token
+            for rng, before in self._rng.values():      # (a loop: no generator expression's frame)
+                if token(rng) != before:
+                    self.fail(_UNSEEN_RNG)
+                    break
         foreign = self._foreign
         if foreign is not None and foreign_rng_tokens(self.backend) != foreign:
             self.fail("draws random numbers from a generator lazytrace does not record (Python's "
