@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
+from itertools import chain, compress, repeat
+from operator import is_
 
 from .ir import Kind, Node, Source, TraceResult, Value
 
@@ -31,7 +33,9 @@ _OP, _GENERATOR, _STATE, _GUARD, _GETATTR, _SETATTR = (Kind.OP, Kind.GENERATOR, 
                                                        Kind.GETATTR, Kind.SETATTR)
 _INPUT, _FROM_NODE, _EXTERNAL = Source.INPUT, Source.NODE, Source.EXTERNAL
 _storage = operator.attrgetter("storage")
-_kind, _foldable = operator.attrgetter("kind"), operator.attrgetter("foldable")
+_kind, _foldable, _source, _inputs, _outputs, _caller_owned = map(
+    operator.attrgetter, ("kind", "foldable", "source", "inputs", "outputs", "caller_owned"))
+_EXTERNALS, _GETATTRS = repeat(_EXTERNAL), repeat(_GETATTR)     # (endless: map stops with the other iterable)
 
 
 @dataclass
@@ -90,7 +94,7 @@ def _demote_mutated_constants(nodes: list[Node], final_versions: dict) -> None:
     while work:
         for n in work:
             if n.mutated:
-                varying.update(m.storage for m in n.mutated)
+                varying.update(map(_storage, n.mutated))
         demoted = []
         for consumer in work:
             for value, version in zip(consumer.inputs, consumer.input_versions):
@@ -110,11 +114,11 @@ def demote_storages(nodes: list[Node], storages: set) -> list[Node]:
     not one constant's alone: the caller's, or written at every call); return them."""
     demoted = []
     for n in nodes:
-        if n.foldable and (any(v.storage in storages for v in n.outputs) or
-                           any(m.storage in storages for m in n.mutated)):
+        if n.foldable and (not storages.isdisjoint(map(_storage, n.outputs)) or
+                           not storages.isdisjoint(map(_storage, n.mutated))):
             _demote(n)
             demoted.append(n)
-            storages.update(m.storage for m in n.mutated)
+            storages.update(map(_storage, n.mutated))
     return demoted
 
 
@@ -143,16 +147,16 @@ def output_values(structure) -> list[Value]:
 def _visible(nodes, inputs) -> set:
     """Storages the caller can see besides the outputs: inputs, arrays the function reached by
     itself, arrays such as `x.grad` that belong to an input, arrays read from an attribute of a
-    stateful object (`self.total.add_(x)`)."""
-    visible = {v.storage for v in inputs}
-    external = _EXTERNAL
-    for n in nodes:
-        for v in n.inputs:
-            if v.source is external:
-                visible.add(v.storage)
-        for v in n.outputs:
-            if v.caller_owned or n.kind is _GETATTR:
-                visible.add(v.storage)
+    stateful object (`self.total.add_(x)`). (Over all the nodes' Values at once, in C: no Python
+    loop per node or Value.)"""
+    visible = set(map(_storage, inputs))
+    if nodes:
+        read = [*chain.from_iterable(map(_inputs, nodes))]
+        made = [*chain.from_iterable(map(_outputs, nodes))]
+        getattrs = compress(nodes, map(is_, map(_kind, nodes), _GETATTRS))
+        visible.update(map(_storage, compress(read, map(is_, map(_source, read), _EXTERNALS))),
+                       map(_storage, compress(made, map(_caller_owned, made))),
+                       map(_storage, chain.from_iterable(map(_outputs, getattrs))))
     return visible
 
 
@@ -203,7 +207,7 @@ def _hoist_external_guards(kept: list[Node]) -> list[Node]:
         else:
             rest.append(n)
         if n.mutated:
-            written.update(m.storage for m in n.mutated)
+            written.update(map(_storage, n.mutated))
     return hoisted + rest
 
 
