@@ -420,24 +420,3 @@ def test_a_librarys_own_dispatch_through_handle_torch_function_is_recorded_as_it
         x = torch.rand(4)
         assert torch.equal(lazy(x), f(x))
     assert lazy.stats.traces == 1 and lazy.stats.hits == 2 and lazy.stats.eager == 0
-
-
-def test_function_homes_prefilter_keeps_the_globals_holding_a_called_function(monkeypatch):
-    # codegen._holding (session 13): of the globals a trace's code read, those holding a called
-    # function, found in C (a module not imported holds none); every one where a module's namespace
-    # is no dict (looked at one by one)
-    import sys
-    import types
-
-    from lazytrace.graph import codegen
-
-    module = types.ModuleType("lazytrace_fake_homes")
-    module.sin, module.helper = torch.sin, len
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    named = [(module.__name__, "sin"), (module.__name__, "helper"), (module.__name__, "gone"),
-             ("lazytrace_no_such_module", "sin")]
-    assert codegen._holding(named, {id(torch.sin): torch.sin}) == [(module.__name__, "sin")]
-    monkeypatch.setitem(sys.modules, "lazytrace_no_such_module", object())     # (no __dict__)
-    assert codegen._holding(named, {id(torch.sin): torch.sin}) == [(module.__name__, "sin")]
-    monkeypatch.setitem(sys.modules, "lazytrace_no_such_module", type("Odd", (), {"sin": torch.sin}))
-    assert codegen._holding(named, {id(torch.sin): torch.sin}) == named        # (a mappingproxy)

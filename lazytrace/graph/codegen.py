@@ -11,7 +11,6 @@ import itertools
 import keyword
 import linecache
 import math
-import operator
 import re
 import sys
 import types
@@ -322,34 +321,13 @@ def function_homes(backend, plan: Plan) -> tuple:
                     homes.append((module_name, namespace, attribute, func))
     api_below = backend.api_below       # (none for torch: _package is not asked for each global)
     below = [(m, n) for m, n, f in plan.framework_functions if api_below and _package(f) in api_below]
-    named = [*plan.code_globals, *below]
-    if named and not api_below:         # (only a global holding a called function counts)
-        named = _holding(named, called)
-    for module_name, attribute in named:     # `from torch import sin`, `jnp.sin`
+    for module_name, attribute in [*plan.code_globals, *below]:     # `from torch import sin`, `jnp.sin`
         namespace = getattr(sys.modules.get(module_name), "__dict__", None)
         func = namespace.get(attribute) if type(namespace) is dict else None
         if func is not None and (called.get(id(func)) is func or api_below and _package(func) in api_below) and \
                 not any(home[1] is namespace and home[2] == attribute for home in homes):
             homes.append((module_name, namespace, attribute, func))
     return tuple(homes)
-
-
-def _holding(named: list, called: dict) -> list:
-    """Those of `named` ((module name, global name) pairs) whose global holds one of `called`
-    (id -> function) now, found in C (a trace's code reads dozens of globals holding other code);
-    all of them where a module's namespace is no dict (function_homes looks at each). (A module
-    not imported, an object with no __dict__, holds nothing: function_homes skips them too.)"""
-    namespaces = [*map(getattr, map(sys.modules.get, map(_FIRST, named)), _DICT_NAMES, _NO_NAMESPACES)]
-    if {*map(type, namespaces)} != {dict}:
-        return named
-    held = map(dict.get, namespaces, map(_SECOND, named))
-    return [*itertools.compress(named, map(called.__contains__, map(id, held)))]
-
-
-_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
-_NO_NAMESPACE: dict = {}        # (read, never written)
-_DICT_NAMES, _NO_NAMESPACES = itertools.repeat("__dict__"), itertools.repeat(_NO_NAMESPACE)   # (endless: map
-#                                                                                     stops with `named`)
 
 
 #: backend name -> {id(function): (the function, _home_names)}: what function_homes looks up for a
