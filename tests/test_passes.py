@@ -1,5 +1,5 @@
-"""The per-node passes written over all the nodes' Values at once (passes._visible, demote_storages,
-session 13) against the loops they replaced, on random traces."""
+"""passes._visible and demote_storages (its generator expressions made set.isdisjoint / map in
+session 13) against plain loops, on random traces."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from itertools import chain, compress, repeat
-from operator import is_
 
 from .ir import Kind, Node, Source, TraceResult, Value
 
@@ -33,9 +31,7 @@ _OP, _GENERATOR, _STATE, _GUARD, _GETATTR, _SETATTR = (Kind.OP, Kind.GENERATOR, 
                                                        Kind.GETATTR, Kind.SETATTR)
 _INPUT, _FROM_NODE, _EXTERNAL = Source.INPUT, Source.NODE, Source.EXTERNAL
 _storage = operator.attrgetter("storage")
-_kind, _foldable, _source, _inputs, _outputs, _caller_owned = map(
-    operator.attrgetter, ("kind", "foldable", "source", "inputs", "outputs", "caller_owned"))
-_EXTERNALS, _GETATTRS = repeat(_EXTERNAL), repeat(_GETATTR)     # (endless: map stops with the other iterable)
+_kind, _foldable = operator.attrgetter("kind"), operator.attrgetter("foldable")
 
 
 @dataclass
@@ -147,16 +143,16 @@ def output_values(structure) -> list[Value]:
 def _visible(nodes, inputs) -> set:
     """Storages the caller can see besides the outputs: inputs, arrays the function reached by
     itself, arrays such as `x.grad` that belong to an input, arrays read from an attribute of a
-    stateful object (`self.total.add_(x)`). (Over all the nodes' Values at once, in C: no Python
-    loop per node or Value.)"""
-    visible = set(map(_storage, inputs))
-    if nodes:
-        read = [*chain.from_iterable(map(_inputs, nodes))]
-        made = [*chain.from_iterable(map(_outputs, nodes))]
-        getattrs = compress(nodes, map(is_, map(_kind, nodes), _GETATTRS))
-        visible.update(map(_storage, compress(read, map(is_, map(_source, read), _EXTERNALS))),
-                       map(_storage, compress(made, map(_caller_owned, made))),
-                       map(_storage, chain.from_iterable(map(_outputs, getattrs))))
+    stateful object (`self.total.add_(x)`)."""
+    visible = {v.storage for v in inputs}
+    external = _EXTERNAL
+    for n in nodes:
+        for v in n.inputs:
+            if v.source is external:
+                visible.add(v.storage)
+        for v in n.outputs:
+            if v.caller_owned or n.kind is _GETATTR:
+                visible.add(v.storage)
     return visible
 
 
