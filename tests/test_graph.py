@@ -661,3 +661,31 @@ def test_a_generator_returned_over_traced_arrays_yields_what_eager_yields(fw):
         assert [type(v) for v in values] == [type(x)] * 5
         assert all(fw.equal(v, e) for v, e in zip(values, [x * 2, x * 2, x + 1, x + 2, x * 3]))
     assert lazy.stats.hits == held.stats.hits == 0 and lazy.stats.traces == held.stats.traces == 1
+
+
+@pytest.mark.parametrize("where", ["keyword", "in a tuple", "in a keyword tuple", "a dict in a list"])
+def test_changes_to_containers_passed_by_keyword_or_nested_are_seen(fw, where):
+    # container_snapshot (session 13): its fast path for arguments holding no list or dict looks at
+    # the arguments and keyword values only; containers deeper or passed by keyword are still seen
+    def collect(x, held=None, *, acc=None):
+        target = acc if acc is not None else held
+        if where == "in a tuple" or where == "in a keyword tuple":
+            target = target[1]
+        if where == "a dict in a list":
+            target[0]["last"] = x
+        else:
+            target.append(x * 2)
+        return x + 1
+
+    lazy = lazytrace.trace_graph(collect)
+    x = fw.rand(2, seed=0)
+    for _ in range(3):
+        box = {"keyword": [], "in a tuple": (x, []), "in a keyword tuple": (x, []), "a dict in a list": [{}]}[where]
+        out = lazy(x, box) if where in ("in a tuple", "a dict in a list") else lazy(x, acc=box)
+        assert fw.equal(out, x + 1)
+        if where == "a dict in a list":
+            assert box[0]["last"] is x
+        else:
+            changed = box[1] if isinstance(box, tuple) else box
+            assert len(changed) == 1 and fw.equal(changed[0], x * 2)
+    assert lazy.stats.hits == 0 and "lists or dicts" in lazy.eager_signatures[0]

@@ -475,3 +475,86 @@ def test_jax_array_set_on_a_stateful_object_is_an_array_not_a_tracer():
     lz = trace_graph(add, stateful=[state])
     assert [float(lz(jnp.ones(2))) for _ in range(3)] == [2.0, 4.0, 6.0]
     assert state.acc.tolist() == [3.0, 3.0] and "Tracer" not in type(state.acc).__name__
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_class_swaps_are_undone_in_reverse_order_around_the_sessions_exit(monkeypatch, raises):
+    # _run's exits (an ExitStack before session 13, tracer._Exits since): a class swapped while the
+    # function runs (an object reached through a stateful one) is put back before the session's
+    # __exit__, one swapped before it (`stateful=`) after it, also when the function raises
+    import contextlib
+    from lazytrace.graph import tracer
+
+    log = []
+    real_swap, real_exit = tracer.recording_class, tracer.TraceSession.__exit__
+
+    @contextlib.contextmanager
+    def logged_swap(obj, session, active):
+        with real_swap(obj, session, active):
+            log.append(("swap", type(obj).__base__.__name__))
+            try:
+                yield
+            finally:
+                log.append(("back", type(obj).__base__.__name__))
+
+    def logged_exit(self, *exc):
+        log.append(("session exit", exc[0] and exc[0].__name__))
+        return real_exit(self, *exc)
+
+    monkeypatch.setattr(tracer, "recording_class", logged_swap)
+    monkeypatch.setattr(tracer.TraceSession, "__exit__", logged_exit)
+
+    class Child:
+        pass
+
+    class Holder:
+        pass
+
+    holder, child = Holder(), Child()
+    holder.child, child.scale = child, torch.tensor([2.0])
+
+    def fn(x):
+        y = x * holder.child.scale
+        if raises:
+            raise KeyError("out")
+        return y
+
+    lz = trace_graph(fn, stateful=[holder])
+    if raises:
+        with pytest.raises(KeyError):
+            lz(torch.ones(1))
+    else:
+        assert torch.equal(lz(torch.ones(1)), torch.tensor([2.0]))
+    exc = "KeyError" if raises else None
+    assert log == [("swap", "Holder"), ("swap", "Child"), ("back", "Child"), ("session exit", exc),
+                   ("back", "Holder")]
+    assert type(holder) is Holder and type(child) is Child
+
+
+def test_exits_chain_an_exception_raised_while_exiting_as_an_exitstack():
+    import contextlib
+    from lazytrace.graph.tracer import _Exits
+
+    class Manager:
+        def __init__(self, log, name, fails=False):
+            self.log, self.name, self.fails = log, name, fails
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, exc_type, exc, tb):
+            self.log.append((self.name, exc_type))
+            if self.fails:
+                raise KeyError(self.name)
+
+    seen = []
+    for stack in (contextlib.ExitStack, _Exits):
+        log = []
+        with pytest.raises(KeyError) as info:
+            with stack() as entered:
+                for name, fails in ((1, False), (2, True), (3, False)):
+                    entered.enter_context(Manager(log, name, fails))
+                raise ValueError("body")
+        seen.append((log, repr(info.value), repr(info.value.__context__)))
+    assert seen[0] == seen[1]
+    assert seen[1][0] == [(3, ValueError), (2, ValueError), (1, KeyError)]

@@ -148,3 +148,44 @@ def test_numpy_snapshot_puts_the_state_back(numpy_token):
     drawn = np.random.randn()
     np.random.set_state(expected)
     assert drawn == np.random.randn()
+
+
+def test_torch_enter_rngs_takes_the_snapshot_and_the_token_from_one_read():
+    """Backend.enter_rngs (what TraceSession.__enter__ takes of the global RNG): torch's restore
+    puts the CPU generator back, and its token is the one rng_token reads."""
+    backend = get_backend("torch")
+    restore, rngs = backend.enter_rngs()
+    assert rngs == [(torch.random.default_generator, backend.rng_token(None))]
+    drawn = torch.rand(700)
+    assert backend.rng_token(None) != rngs[0][1]
+    restore()
+    assert backend.rng_token(None) == rngs[0][1]
+    assert torch.equal(torch.rand(700), drawn)
+
+
+@pytest.mark.parametrize("draw", ["random", "numpy", "torch"])
+def test_a_draw_no_call_shows_between_the_fingerprints_of_a_trace_is_caught(draw):
+    """The global generators' fingerprints taken as the function starts and after it returns
+    (TraceSession.__enter__ / __exit__): a draw from Python's `random` or np.random in a torch
+    function, or from torch's own generator through no call a trace sees (a C extension: here
+    the generator's state set by hand), makes the signature eager."""
+    seeds = iter(range(100, 200))
+
+    def unseen_draw():
+        if draw == "random":
+            random.random()
+        elif draw == "numpy":
+            np.random.random()
+        else:
+            torch.random.default_generator.manual_seed(next(seeds))     # (no TorchFunctionMode sees it)
+
+    def fn(x):
+        unseen_draw()
+        return x + 1
+
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        assert torch.equal(lazy(torch.ones(2)), torch.full((2,), 2.0))
+    assert lazy.stats.hits == 0
+    reason = lazy.eager_signatures[0]
+    assert ("a generator lazytrace does not record" if draw != "torch" else "random") in reason, reason

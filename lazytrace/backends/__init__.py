@@ -25,6 +25,8 @@ _ALIASES = {"np": "numpy", "pytorch": "torch", "tf": "tensorflow", "jnp": "jax"}
 #: frameworks with a global random generator that code can draw from without passing arrays
 _GLOBAL_RNGS = ("torch", "numpy")
 _GLOBAL_RNG_MODULES = tuple((name, _FRAMEWORKS[name][0]) for name in _GLOBAL_RNGS)
+#: framework -> (name, module) of the others' global generators (foreign_rng_tokens)
+_FOREIGN_RNGS = {own: tuple(pair for pair in _GLOBAL_RNG_MODULES if pair[0] != own) for own in _FRAMEWORKS}
 
 __all__ = ["Backend", "CallKind", "get_backend", "backend_for_type", "available", "foreign_rng_tokens",
            "generator_state"]
@@ -62,11 +64,10 @@ def foreign_rng_tokens(backend: Backend) -> tuple:
     """Fingerprints of the global random generators a trace of `backend` does not record: Python's
     `random` module, and those of the other frameworks in use (np.random.rand() in a torch
     function). A draw from one of them would be baked into a graph as one value."""
-    rng = getattr(random.getstate, "__self__", None)     # (_python_rng_token, inlined: twice a trace)
-    tokens = [_python_layout().token(rng) if isinstance(rng, random.Random) else random.getstate()]
-    modules, own = sys.modules, backend.name
-    for name, module in _GLOBAL_RNG_MODULES:
-        if name != own and module in modules:     # (available(), for one name)
+    tokens = [_python_layout().global_token()]
+    modules = sys.modules
+    for name, module in _FOREIGN_RNGS.get(backend.name, _GLOBAL_RNG_MODULES):
+        if module in modules:     # (available(), for one name)
             tokens.append(get_backend(name).rng_token(None))
     return tuple(tokens)
 

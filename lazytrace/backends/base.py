@@ -410,6 +410,11 @@ class Backend:
         """The RNGs a random call draws from (its generator argument, else the global one)."""
         return []
 
+    def enter_rngs(self) -> tuple:
+        """(snapshot_rng(), [(rng, rng_token(rng)) for each global RNG]): what a trace takes of the
+        framework's global RNG(s) as the function starts (a backend may take both from one read)."""
+        return self.snapshot_rng(), [(rng, self.rng_token(rng)) for rng in self.rng_sources(None, (), {})]
+
     def meta(self, array) -> str:
         """Short description for displays: '1x3x32x32 float32'."""
         return self.format_brief(self.brief(array))

@@ -96,6 +96,15 @@ class PythonRandom:
             held, state = self._last = rng, view(id(rng) + self._offset, 4 + _KEY_BYTES)
         return state.raw, getattr(rng, "gauss_next", None)
 
+    def global_token(self):
+        """A token of the generator behind the `random` module's functions (random.getstate()'s
+        value where they are no random.Random's methods: replaced by a test's fake ...)."""
+        rng = getattr(random.getstate, "__self__", None)
+        held, state = self._last
+        if rng is held and type(rng) is random.Random:     # (token's path, twice a trace)
+            return state.raw, getattr(rng, "gauss_next", None)
+        return self.token(rng) if isinstance(rng, random.Random) else random.getstate()
+
 
 def _python_words(state) -> bytes:
     """random.getstate()[1] (624 words, then the position) as the C struct holds it."""

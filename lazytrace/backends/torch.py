@@ -942,6 +942,14 @@ class TorchBackend(Backend):
                 torch.cuda.set_rng_state_all(cuda)
         return restore
 
+    def enter_rngs(self):
+        # (one copy of the CPU generator's state for the snapshot and the token, not two)
+        if _transform_level() is not None or torch.cuda.is_initialized():
+            return super().enter_rngs()
+        generator = torch.random.default_generator
+        cpu = generator.get_state()
+        return functools.partial(generator.set_state, cpu), [(generator, cpu.numpy().tobytes())]
+
     def rng_token(self, source=None):
         if source is None:
             source = torch.random.default_generator

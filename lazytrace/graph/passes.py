@@ -31,6 +31,7 @@ _OP, _GENERATOR, _STATE, _GUARD, _GETATTR, _SETATTR = (Kind.OP, Kind.GENERATOR, 
                                                        Kind.GETATTR, Kind.SETATTR)
 _INPUT, _FROM_NODE, _EXTERNAL = Source.INPUT, Source.NODE, Source.EXTERNAL
 _storage = operator.attrgetter("storage")
+_kind, _foldable = operator.attrgetter("kind"), operator.attrgetter("foldable")
 
 
 @dataclass
@@ -59,7 +60,7 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     outputs = output_values(trace.output_structure)
     visible = _visible(nodes, trace.inputs)
     kept, pruned = _eliminate_dead_code(nodes, outputs, visible)
-    if any(n.kind is _GUARD for n in kept):     # (without guards both keep the order)
+    if _GUARD in map(_kind, kept):     # (without guards both keep the order; in C: no generator's frame)
         kept = _sink_attribute_writes(_hoist_external_guards(kept))
     constants: dict[int, Value] = {}
     for n in kept:
@@ -74,7 +75,7 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
         elif v.source is _EXTERNAL:
             constants.setdefault(id(v), v)
     result = Plan(kept, list(constants.values()), cloned,
-                  folded=sum(1 for n in nodes if n.foldable), pruned=pruned,
+                  folded=len(list(filter(_foldable, nodes))), pruned=pruned,
                   inputs=trace.inputs, output_structure=trace.output_structure)
     unsafe, result.visible_effects = _effects(kept, visible)
     result.untraceable = trace.untraceable or unsafe
@@ -89,7 +90,7 @@ def _demote_mutated_constants(nodes: list[Node], final_versions: dict) -> None:
     while work:
         for n in work:
             if n.mutated:
-                varying.update(m.storage for m in n.mutated)
+                varying.update(map(_storage, n.mutated))
         demoted = []
         for consumer in work:
             for value, version in zip(consumer.inputs, consumer.input_versions):
@@ -109,11 +110,11 @@ def demote_storages(nodes: list[Node], storages: set) -> list[Node]:
     not one constant's alone: the caller's, or written at every call); return them."""
     demoted = []
     for n in nodes:
-        if n.foldable and (any(v.storage in storages for v in n.outputs) or
-                           any(m.storage in storages for m in n.mutated)):
+        if n.foldable and (not storages.isdisjoint(map(_storage, n.outputs)) or
+                           not storages.isdisjoint(map(_storage, n.mutated))):
             _demote(n)
             demoted.append(n)
-            storages.update(m.storage for m in n.mutated)
+            storages.update(map(_storage, n.mutated))
     return demoted
 
 
@@ -202,7 +203,7 @@ def _hoist_external_guards(kept: list[Node]) -> list[Node]:
         else:
             rest.append(n)
         if n.mutated:
-            written.update(m.storage for m in n.mutated)
+            written.update(map(_storage, n.mutated))
     return hoisted + rest
 
 

@@ -287,11 +287,15 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
     return new_args, new_kwargs
 
 
-def container_snapshot(obj) -> list:
-    """(container, its items) for every list and dict inside `obj`: what a function could change
-    in its arguments that a graph cannot replay (see `containers_changed`)."""
+def container_snapshot(args: tuple, kwargs: dict) -> list:
+    """(container, its items) for every list and dict inside positional `args` and the values of
+    keyword `kwargs`: what a function could change in its arguments that a graph cannot replay
+    (see `containers_changed`)."""
+    values = kwargs.values()
+    if not any(map(isinstance, args, _ARE_CONTAINERS)) and not any(map(isinstance, values, _ARE_CONTAINERS)):
+        return []       # (no container among the arguments, most calls: seen in C)
     out: list = []
-    stack = [obj]
+    stack = [*args, *values]
     for obj in stack:       # (the stack grows while it is walked: a loop, not a call per container)
         if isinstance(obj, dict):
             out.append((obj, _items(obj)))

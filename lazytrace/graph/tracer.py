@@ -20,7 +20,6 @@ import os
 import sys
 import types
 import warnings
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
@@ -54,7 +53,7 @@ class TraceSession:
     # (immutable values set by a few traces: read from the class until then, not set by __init__)
     untraceable_transient = False       # the reason it failed may not hold at the next call
     live_handed = False                 # a live input (a generator) handed to the function
-    stateful_stack: ExitStack | None = None     # where recorded objects' class swaps are undone (_run)
+    stateful_stack: _Exits | None = None        # where recorded objects' class swaps are undone (_run)
     proxied = False                     # objects passed in were handed as SessionProxy
     changed_reads: str | None = None    # Python state the function read and changed (add_reads)
 
@@ -914,13 +913,13 @@ class TraceSession:
 
     # ---- running ---------------------------------------------------------------
     def __enter__(self):
-        """The function runs under the trace from here to __exit__ (_run enters it in its ExitStack:
+        """The function runs under the trace from here to __exit__ (_run enters it in its _Exits:
         a class's methods, not a @contextmanager generator, whose machinery ran ~100 bytecodes a trace)."""
-        restore = self.backend.snapshot_rng()
+        restore, rngs = self.backend.enter_rngs()      # the global RNG(s): undone, compared in __exit__
         if restore is not None:
             self._undo.append(restore)
-        for rng in self.backend.rng_sources(None, (), {}):      # the global RNG(s)
-            self._rng[id(rng)] = (rng, self.backend.rng_token(rng))
+        for rng, token in rngs:
+            self._rng[id(rng)] = (rng, token)
         self._foreign = foreign_rng_tokens(self.backend) if self.include_generators else None
         self._token = _active.set(self)     # reset in __exit__ whatever happens: a session left active
         try:                                # would make every later LazyGraph call of this thread run eagerly
@@ -942,9 +941,12 @@ class TraceSession:
             return
         if self.backend.unseen_state() != self._unseen:
             self._unseen_state_changed()
-        if self.include_generators and any(self.backend.rng_token(rng) != before
-                                           for rng, before in self._rng.values()):
-            self.fail(_UNSEEN_RNG)
+        if self.include_generators:
+            token = self.backend.rng_token
+            for rng, before in self._rng.values():      # (a loop: no generator expression's frame)
+                if token(rng) != before:
+                    self.fail(_UNSEEN_RNG)
+                    break
         foreign = self._foreign
         if foreign is not None and foreign_rng_tokens(self.backend) != foreign:
             self.fail("draws random numbers from a generator lazytrace does not record (Python's "
@@ -1282,6 +1284,41 @@ _UNSEEN_RNG = ("random numbers were drawn, or an RNG was reseeded, by calls lazy
                "(manual_seed, set_rng_state, ...): a graph could not replay that")
 
 
+class _Exits(list):
+    """The context managers _run holds open: recorded objects' class swaps (those of `stateful`,
+    then those the function reached), the session among them. Exited last in, first out, as by an
+    ExitStack (whose machinery ran ~120 bytecodes a trace): the session's __exit__ after the swaps
+    made while it ran, before those made before it; an exception an __exit__ raises goes on to the
+    managers entered before it. None of them suppresses an exception (they return None)."""
+
+    def enter_context(self, cm):
+        result = type(cm).__enter__(cm)
+        self.append(cm)         # (not if __enter__ raised: nothing to undo)
+        return result
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        pending = exc
+        while self:
+            cm = self.pop()
+            try:
+                type(cm).__exit__(cm, exc_type, pending, tb)     # (none of _run's suppresses an exception)
+            except BaseException as new:
+                if new is not pending:
+                    if pending is not None and new.__context__ in (None, exc):
+                        new.__context__ = pending   # (Python set the with block's exception: the last one)
+                    pending, exc_type, tb = new, type(new), new.__traceback__
+        if pending is not exc:
+            context = pending.__context__
+            try:
+                raise pending
+            except BaseException:
+                pending.__context__ = context   # (raising it here set the with block's exception instead)
+                raise
+
+
 def _map_values(lifted, each):
     """`lifted` with each Value replaced by each(value), through tuples, lists, namedtuples and dicts."""
     if isinstance(lifted, Value):
@@ -1326,11 +1363,11 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     # eager code; a tracer backend's trace may be run again, on the caller's containers)
     targs, tkwargs = walk(args, kwargs, signature, lambda path, leaf, kind: session.add_input(leaf, kind, path),
                           reuse=backend.tracer_class is None)
-    handed = container_snapshot((targs, tuple(tkwargs.values())))     # (the function gets its own **kwargs)
+    handed = container_snapshot(targs, tkwargs)     # (the function gets its own **kwargs)
     if extra is not None:
         for i, leaf in enumerate(extra()[1]):
             session.add_input(leaf, path=f"self.tensors[{i}]")
-    with ExitStack() as stack:
+    with _Exits() as stack:
         session.stateful_stack = stack
         for obj in options.stateful:
             session.add_stateful(obj)
@@ -1379,7 +1416,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
         escapes.release_held([(obj, None) for obj in session.recorded], backend.tracer_class)
     if containers_changed(handed):
         reason = "changes lists or dicts it was passed, which a graph cannot replay"
-        own = {id(c) for c, _ in container_snapshot((args, tuple(kwargs.values())))}
+        own = {id(c) for c, _ in container_snapshot(args, kwargs)}
         if all(id(c) in own for c, _ in handed):
             return NotTraceable(reason), result     # it ran on the caller's own containers
         # the function ran on rebuilt containers: run it on the caller's own ones, as eager would
@@ -1393,7 +1430,8 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     reads = session.reads
     plan.packages = tuple(sorted(reads.packages))
     plan.code_globals = tuple(sorted(reads.code_globals, key=str)) if reads.code_globals else ()
-    plan.framework_functions = tuple([(m, n, f) for (m, n), f in reads.framework_functions.items()])
+    plan.framework_functions = tuple([(m, n, f) for (m, n), f in reads.framework_functions.items()]) \
+        if reads.framework_functions else ()
     plan.reads_environment = reads.environment or reads.machine
     plan.constant_state = backend.constant_state(plan)
     plan.modules = tuple(sorted(reads.modules))
