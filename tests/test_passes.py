@@ -48,7 +48,8 @@ _node = st.tuples(st.sampled_from(_KINDS), st.lists(_value, max_size=3), st.list
 
 
 def _nodes(specs):
-    return [Node(i, kind, None, (), {}, inputs, [0] * len(inputs), outputs, mutated=mutated, foldable=foldable)
+    return [Node(i, kind, None, (), {}, inputs, [0] * len(inputs), outputs=outputs, mutated=mutated,
+                 foldable=foldable)
             for i, (kind, inputs, outputs, mutated, foldable) in enumerate(specs)]
 
 
