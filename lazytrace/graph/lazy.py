@@ -562,14 +562,18 @@ class LazyGraph:
     def _explain(self, key, backends, args, kwargs, failed, graph=None, state=_UNSET):
         """Record this trace's signature and what changed from the nearest earlier one; warn
         when the trace count reaches one of _WARN_AT. The first trace of a call of arrays alone
-        that made `graph` is described when first read (explain.PendingTrace). `state`: _key_state's."""
+        that made `graph` is described when first read (explain.PendingTrace); a later one of arrays
+        alone from the same briefs: the arguments as they came, not as the function left them
+        (an input changed in place). `state`: _key_state's."""
         if state is _UNSET:
             state = self._key_state(key, backends)
-        if graph is not None and failed is None and not self._history and self._extra is None:
+        pending = None
+        if graph is not None and self._extra is None:
+            pending = explain.PendingTrace.of(0, args, kwargs, self._signature, backends, graph._plan.inputs, state)
+        if pending and failed is None and not self._history:
             with self._lock:
-                pending = not self._history and explain.PendingTrace.of(
-                    self._trace_count + 1, args, kwargs, self._signature, backends, graph._plan.inputs, state)
-                if pending:
+                if not self._history:
+                    pending.number = self._trace_count + 1
                     self._trace_count += 1
                     self._traced_keys[key] = None
                     self._history.append(pending)
@@ -578,8 +582,8 @@ class LazyGraph:
                     if current is not None:
                         current.described = pending
                     return
-        described = explain.describe_call(args, kwargs, self._signature, backends, self._extra,
-                                          key[1] if self._extra is not None else None, state)
+        described = pending.signature() if pending else explain.describe_call(
+            args, kwargs, self._signature, backends, self._extra, key[1] if self._extra is not None else None, state)
         with self._lock:
             if self._undescribed is not None:
                 self._describe_pending()
