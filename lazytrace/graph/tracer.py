@@ -312,14 +312,11 @@ class TraceSession:
                         self.fail(_UNSEEN_RNG)
                     if id(rng) not in self._rng:
                         self._new_rngs[id(rng)] = rng       # not passed in: a global, or made inside (add_reads)
-                result, mutated = backend.run(func, args, kwargs, caller) if self._run_takes_caller else \
-                    backend.run(func, args, kwargs)
+            result, mutated = backend.run(func, args, kwargs, caller) if self._run_takes_caller else \
+                backend.run(func, args, kwargs)
+            if kind is _GENERATOR:
                 for rng in rngs:
                     self._rng[id(rng)] = (rng, backend.rng_token(rng))
-            elif self._run_takes_caller:
-                result, mutated = backend.run(func, args, kwargs, caller)
-            else:
-                result, mutated = backend.run(func, args, kwargs)
             if kind is _UNKNOWN:        # (most of torch's calls)
                 kind = _OP if mutated or isinstance(result, self._tracked) or _contains(result, self._tracked) \
                     else _READBACK if inputs else _METADATA
