@@ -123,6 +123,18 @@ CPU dispatch wakes an XLA Eigen worker that preempts this thread (0.7-0.9 involu
 switches per call on the 2-core CI kind; none back to back; the same with async dispatch off and
 single-threaded Eigen): swish's three calls cost ~200 us of its ~500 us trace. Only running fewer
 calls during a trace (deferring them to run back to back) would remove that.
+Session 14 built that deferral (branch `jaxdefer`, not merged; figures in
+benchmarks/results/first_call_jax_s14_defer.txt): under plain evaluation on one device, a call whose
+output aval JAX already knew (a jitted call's jaxpr; a primitive learned from an earlier run on the
+same avals) was recorded without running, handed back as a tracer of that aval, and the pending
+calls ran back to back where a value was needed (a read back, printing, the outputs, the return).
+First calls, medians of 30 fresh LazyGraphs (`benchmarks/first_call_repeat.py --frameworks jax`,
+both trees interleaved, load 3.5-4.6): chain16 -25% to -35% of wall clock, softmax -9%, normalize
+-2%, swish +2%; +4-6.5% bytecodes (the bookkeeping of ~100 per deferred call); at low load (the
+worker wakes on the other core) chain16 ~-5%. One wake is left per trace, and what remains of a
+small function's first call is the tracer's Python. Not kept for that gain: ~230 lines here, and a
+hazard a deferral brings (an array the function deletes with `a.delete()` while a pending call still
+reads it fails there, and the eager rerun then raises where eager code would not).
 
 Python values read back (`bool`, `int`, `float`, `.item()`, `.tolist()`) are
 guards. A jax function that asks JAX's core for a concrete value to decide a
