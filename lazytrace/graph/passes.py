@@ -31,7 +31,9 @@ _OP, _GENERATOR, _STATE, _GUARD, _GETATTR, _SETATTR = (Kind.OP, Kind.GENERATOR, 
                                                        Kind.GETATTR, Kind.SETATTR)
 _INPUT, _FROM_NODE, _EXTERNAL = Source.INPUT, Source.NODE, Source.EXTERNAL
 _storage = operator.attrgetter("storage")
-_kind, _foldable = operator.attrgetter("kind"), operator.attrgetter("foldable")
+_kind, _foldable, _mutated = operator.attrgetter("kind"), operator.attrgetter("foldable"), operator.attrgetter("mutated")
+_EFFECTS = (_GENERATOR, _STATE, _SETATTR, _GUARD)     # kinds of calls kept for their own effect
+_NOTHING = frozenset()
 
 
 @dataclass
@@ -58,14 +60,18 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     nodes = trace.nodes
     _demote_mutated_constants(nodes, final_versions)
     outputs = output_values(trace.output_structure)
-    visible = _visible(nodes, trace.inputs)
+    # (read only for nodes that write memory: none written, none needed)
+    visible = _visible(nodes, trace.inputs) if any(map(_mutated, nodes)) else _NOTHING
     kept, pruned = _eliminate_dead_code(nodes, outputs, visible)
     if _GUARD in map(_kind, kept):     # (without guards both keep the order; in C: no generator's frame)
-        kept = _sink_attribute_writes(_hoist_external_guards(kept))
+        kept = _hoist_external_guards(kept)
+        if _SETATTR in map(_kind, kept):
+            kept = _sink_attribute_writes(kept)
     constants: dict[int, Value] = {}
     for n in kept:
         for v in n.inputs:
-            if v.source is _EXTERNAL or (v.source is _FROM_NODE and v.foldable):
+            source = v.source
+            if source is _EXTERNAL or source is _FROM_NODE and v.foldable:
                 constants.setdefault(id(v), v)
     cloned = set()
     for v in outputs:
@@ -157,20 +163,25 @@ def _visible(nodes, inputs) -> set:
 
 
 def _eliminate_dead_code(nodes, outputs, visible):
-    live = set(map(id, outputs))
-    live_storage = set(map(_storage, outputs))
+    live = set(outputs)         # Values read later (a Value is hashed and compared by identity)
+    live_storage = None         # storages read later: made at the first node that writes memory
     kept, pruned = [], []
-    effects = (_GENERATOR, _STATE, _SETATTR, _GUARD)
     for n in reversed(nodes):
         if n.foldable:
             continue
         # kept: an effect of its own, a live output, or a write to memory visible or live afterwards
-        if n.kind in effects or not live.isdisjoint(map(id, n.outputs)) or n.mutated and (
-                not visible.isdisjoint(map(_storage, n.mutated)) or
-                not live_storage.isdisjoint(map(_storage, n.mutated))):
+        mutated = n.mutated
+        if mutated and live_storage is None:
+            live_storage = set(map(_storage, outputs))
+            for k in kept:
+                live_storage.update(map(_storage, k.inputs))
+        if n.kind is not _OP and n.kind in _EFFECTS or not live.isdisjoint(n.outputs) or mutated and (
+                not visible.isdisjoint(map(_storage, mutated)) or
+                not live_storage.isdisjoint(map(_storage, mutated))):
             kept.append(n)
-            live.update(map(id, n.inputs))
-            live_storage.update(map(_storage, n.inputs))
+            live.update(n.inputs)
+            if live_storage is not None:
+                live_storage.update(map(_storage, n.inputs))
         else:
             pruned.append(n)
     kept.reverse()
