@@ -31,7 +31,7 @@ _OP, _GENERATOR, _STATE, _GUARD, _GETATTR, _SETATTR = (Kind.OP, Kind.GENERATOR, 
                                                        Kind.GETATTR, Kind.SETATTR)
 _INPUT, _FROM_NODE, _EXTERNAL = Source.INPUT, Source.NODE, Source.EXTERNAL
 _storage = operator.attrgetter("storage")
-_kind, _foldable, _mutated = operator.attrgetter("kind"), operator.attrgetter("foldable"), operator.attrgetter("mutated")
+_foldable = operator.attrgetter("foldable")
 _EFFECTS = (_GENERATOR, _STATE, _SETATTR, _GUARD)     # kinds of calls kept for their own effect
 _NOTHING = frozenset()
 
@@ -61,11 +61,11 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     _demote_mutated_constants(nodes, final_versions)
     outputs = output_values(trace.output_structure)
     # (read only for nodes that write memory: none written, none needed)
-    visible = _visible(nodes, trace.inputs) if any(map(_mutated, nodes)) else _NOTHING
+    visible = _visible(nodes, trace.inputs) if _writes(nodes) else _NOTHING
     kept, pruned = _eliminate_dead_code(nodes, outputs, visible)
-    if _GUARD in map(_kind, kept):     # (without guards both keep the order; in C: no generator's frame)
+    if any_kind(kept, _GUARD):      # (without guards both keep the order)
         kept = _hoist_external_guards(kept)
-        if _SETATTR in map(_kind, kept):
+        if any_kind(kept, _SETATTR):
             kept = _sink_attribute_writes(kept)
     constants: dict[int, Value] = {}
     for n in kept:
@@ -86,6 +86,23 @@ def plan(trace: TraceResult, final_versions: dict) -> Plan:
     unsafe, result.visible_effects = _effects(kept, visible)
     result.untraceable = trace.untraceable or unsafe
     return result
+
+
+def any_kind(nodes, kind) -> bool:
+    """Whether a node is of `kind`. (A loop: `kind in map(attrgetter("kind"), nodes)` compares
+    enum members by == past the identity test, taking twice as long for 17 nodes.)"""
+    for n in nodes:
+        if n.kind is kind:
+            return True
+    return False
+
+
+def _writes(nodes) -> bool:
+    """Whether a node writes memory (a loop, as any_kind)."""
+    for n in nodes:
+        if n.mutated:
+            return True
+    return False
 
 
 def _demote_mutated_constants(nodes: list[Node], final_versions: dict) -> None:

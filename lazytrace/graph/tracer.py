@@ -45,7 +45,6 @@ _OP, _GENERATOR, _STATE, _METADATA, _HISTORY, _DISPLAY, _READBACK, _ESCAPE, _UNK
 # kinds of calls on_call may record (a tuple: `in` tests identity first, in C; an enum's hash is Python's)
 _RECORDED = (_OP, _GENERATOR, _UNKNOWN, _STATE, _DYNAMIC_SHAPE)
 _EXTERNAL, _FROM_NODE, _INPUT = Source.EXTERNAL, Source.NODE, Source.INPUT
-_kind = operator.attrgetter("kind")
 _NODE_OP, _NODE_GENERATOR, _NODE_STATE, _NODE_GUARD, _NODE_SETATTR = (Kind.OP, Kind.GENERATOR, Kind.STATE, Kind.GUARD,
                                                                       Kind.SETATTR)
 
@@ -1014,19 +1013,18 @@ class TraceSession:
         writes or views later is that memory."""
         backend = self.backend
         shared = set()
-        if _NODE_SETATTR in map(_kind, self.nodes):     # (in C: most traces set no attribute)
-            for node in self.nodes:
-                if node.kind is _NODE_SETATTR:
-                    stack = list(node.args[2:])     # (a `del` has no value)
-                    while stack:
-                        item = stack.pop()
-                        if isinstance(item, Value):
-                            if item.source is _FROM_NODE and _in_constant_memory(item):
-                                shared.add(item.storage)
-                        elif isinstance(item, (tuple, list)):
-                            stack.extend(item)
-                        elif type(item) is dict:
-                            stack.extend(item.values())
+        for node in self.nodes:
+            if node.kind is _NODE_SETATTR:
+                stack = list(node.args[2:])     # (a `del` has no value)
+                while stack:
+                    item = stack.pop()
+                    if isinstance(item, Value):
+                        if item.source is _FROM_NODE and _in_constant_memory(item):
+                            shared.add(item.storage)
+                    elif isinstance(item, (tuple, list)):
+                        stack.extend(item)
+                    elif type(item) is dict:
+                        stack.extend(item.values())
         found: dict = {}        # storage -> {id: Value or None}
         for value in self._copied_unseen:   # (also set as an attribute: a copy apart from any other)
             found.setdefault(value.storage, {})[("attribute", id(value))] = value
