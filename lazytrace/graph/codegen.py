@@ -303,22 +303,28 @@ def function_homes(backend, plan: Plan) -> tuple:
     if names_of is None or len(names_of) > _HOME_NAMES_MAX:
         names_of = _HOME_NAMES[backend.name] = {}
     modules = sys.modules
+    funcs = []      # each function once, in the order of the calls (the plan holds them: their ids stay their own)
     for node in plan.nodes:       # (a guard's call too: `torch._assert_async(cond)` replaced must be seen)
+        func = node.target
+        if id(func) not in seen:
+            seen.add(id(func))
+            funcs.append(func)
         # a lowered call (F.pad replayed as torch._C._nn.pad): the wrapper the code called is checked too
-        for func in (node.target, node.wrapper) if node.wrapper is not None else (node.target,):
-            if id(func) in seen:
-                continue
-            seen.add(id(func))           # (the plan holds its targets: their ids stay their own)
-            known = names_of.get(id(func))
-            if known is None or known[0] is not func:
-                known = names_of[id(func)] = (func, _home_names(backend, func))
-            if known[1] is None:
-                continue
-            called[id(func)] = func
-            for module_name, attribute in known[1]:
-                namespace = getattr(modules.get(module_name), "__dict__", None)
-                if type(namespace) is dict and namespace.get(attribute) is func:
-                    homes.append((module_name, namespace, attribute, func))
+        func = node.wrapper
+        if func is not None and id(func) not in seen:
+            seen.add(id(func))
+            funcs.append(func)
+    for func in funcs:
+        known = names_of.get(id(func))
+        if known is None or known[0] is not func:
+            known = names_of[id(func)] = (func, _home_names(backend, func))
+        if known[1] is None:
+            continue
+        called[id(func)] = func
+        for module_name, attribute in known[1]:
+            namespace = getattr(modules.get(module_name), "__dict__", None)
+            if type(namespace) is dict and namespace.get(attribute) is func:
+                homes.append((module_name, namespace, attribute, func))
     api_below = backend.api_below       # (none for torch: _package is not asked for each global)
     below = [(m, n) for m, n, f in plan.framework_functions if api_below and _package(f) in api_below]
     for module_name, attribute in [*plan.code_globals, *below]:     # `from torch import sin`, `jnp.sin`
