@@ -710,6 +710,7 @@ class PythonReads:
         self._same = same
         self._codes: dict = {}      # id(code) -> code seen (by identity: see code_info)
         self._walked: dict = {}     # id(frame) -> frame of a plain function, walked down to the root
+        self._below: dict = {}      # id(frame) of one in _walked -> whether a frame below it is in a block (on_call)
         self._watched: set = set()  # ids of the codes in _codes whose globals are checked
         self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth, namespace) handled
         self.root = None            # the traced function's code: stack walks stop there
@@ -950,18 +951,34 @@ class PythonReads:
                 return blocks
         elif not catching:
             return False
-        # the frames below, for blocks alone (handlers.inside_except's walk)
+        # the frames below, for blocks alone (handlers.inside_except's walk). Below a frame in
+        # `walked` (a plain function's, running: the code calling is it or above it), the frames
+        # stay at the instructions they called from until it returns, which it does once: what
+        # they hold is worked out for the first call from above it, then taken from _below
+        below, pending, found = self._below, None, False
         while frame is not None and frame is not stop:
             code = frame.f_code
             table = tables.get(id(code))
             if table is None:
                 table = _handlers.frame_table(code, frame.f_globals)
             if table is not False and table[frame.f_lasti]:
-                return True
+                found = True
+                break
             if code is root and stop is None:
-                return False
+                break
+            if walked.get(id(frame)) is frame:
+                known = below.get(id(frame))
+                if known is not None:
+                    found = known
+                    break
+                if pending is None:
+                    pending = []
+                pending.append(id(frame))
             frame = frame.f_back
-        return False
+        if pending is not None:
+            for key in pending:
+                below[key] = found
+        return found
 
     def _function(self, fn, depth):
         checks = self._checks
