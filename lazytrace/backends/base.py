@@ -280,7 +280,8 @@ class Backend:
         raise NotImplementedError
 
     #: run() takes a fourth argument, the frame making the call (TraceSession.on_call's `caller`;
-    #: the frames between it and run's are lazytrace's): where call_as_caller starts its walk
+    #: the frames between it and run's are lazytrace's): where call_as_caller starts its walk, and a
+    #: fifth, call_facts(func)
     run_takes_caller = False
 
     def run_detached(self, func, args, kwargs):

@@ -955,7 +955,7 @@ class PythonReads:
         # `walked` (a plain function's, running: the code calling is it or above it), the frames
         # stay at the instructions they called from until it returns, which it does once: what
         # they hold is worked out for the first call from above it, then taken from _below
-        below, pending, found = self._below, None, False
+        below, pending = self._below, None
         while frame is not None and frame is not stop:
             code = frame.f_code
             table = tables.get(id(code))
@@ -964,17 +964,20 @@ class PythonReads:
             if table is not False and table[frame.f_lasti]:
                 found = True
                 break
-            if code is root and stop is None:
-                break
-            if walked.get(id(frame)) is frame:
-                known = below.get(id(frame))
-                if known is not None:
-                    found = known
+            if code is root:                # (never in walked)
+                if stop is None:
+                    found = False
+                    break
+            elif walked.get(id(frame)) is frame:
+                found = below.get(id(frame))
+                if found is not None:
                     break
                 if pending is None:
                     pending = []
                 pending.append(id(frame))
             frame = frame.f_back
+        else:
+            found = False
         if pending is not None:
             for key in pending:
                 below[key] = found

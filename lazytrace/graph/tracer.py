@@ -312,7 +312,7 @@ class TraceSession:
                         self.fail(_UNSEEN_RNG)
                     if id(rng) not in self._rng:
                         self._new_rngs[id(rng)] = rng       # not passed in: a global, or made inside (add_reads)
-            result, mutated = backend.run(func, args, kwargs, caller) if self._run_takes_caller else \
+            result, mutated = backend.run(func, args, kwargs, caller, facts) if self._run_takes_caller else \
                 backend.run(func, args, kwargs)
             if kind is _GENERATOR:
                 for rng in rngs:
@@ -380,6 +380,8 @@ class TraceSession:
                 if value.source is _EXTERNAL and not backend.sees_creation:
                     self.fail(f"{_name(target)} writes into an array made by calls lazytrace does not see "
                               f"(e.g. {backend.name} array creation)")
+                if not node.mutated:
+                    node.mutated = []           # (the class's empty tuple until a call writes)
                 node.mutated.append(value)
                 self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
                 if not foldable:
