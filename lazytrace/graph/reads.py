@@ -919,12 +919,16 @@ class PythonReads:
         root's where there is no trace frame) is inside a try or with block at its current
         instruction (True: handlers.inside_except says whether one may take an error of this
         call; False: none can)."""
-        walked, stop, root = self._walked, self.stop, self.root
-        if frame is None or frame is stop:
-            return False
-        tables = _handlers._TABLES      # (a frame's blocks: handlers.frame_table)
-        if walked.get(id(frame)) is not frame:      # (most calls: the code calling made an earlier call
-            codes, watched, blocks = self._codes, self._watched, False          # from this frame)
+        walked = self._walked
+        if walked.get(id(frame)) is frame:      # (most calls: the code calling made an earlier call from
+            if not catching:                    # this frame; `stop` is never in walked, None comes here:
+                return False                    # nothing below it)
+            stop, root = self.stop, self.root
+        else:
+            stop, root = self.stop, self.root
+            if frame is None or frame is stop:
+                return False
+            codes, watched, blocks = self._codes, self._watched, False
             while True:     # (the caller's own code, at `stop`, is not the function's)
                 code = frame.f_code
                 if code is root:
@@ -938,7 +942,7 @@ class PythonReads:
                 if id(code) in watched and not code.co_flags & _RESUMABLE:
                     walked[id(frame)] = frame
                 if catching:
-                    table = tables.get(id(code))
+                    table = _handlers._TABLES.get(id(code))        # (a frame's blocks: handlers.frame_table)
                     if table is None:
                         table = _handlers.frame_table(code, frame.f_globals)
                     if table is not False and table[frame.f_lasti]:
@@ -949,13 +953,11 @@ class PythonReads:
                     break   # (walked from here down by an earlier call, while this frame ran)
             if not catching:
                 return blocks
-        elif not catching:
-            return False
         # the frames below, for blocks alone (handlers.inside_except's walk). Below a frame in
         # `walked` (a plain function's, running: the code calling is it or above it), the frames
         # stay at the instructions they called from until it returns, which it does once: what
         # they hold is worked out for the first call from above it, then taken from _below
-        below, pending = self._below, None
+        below, pending, tables = self._below, None, _handlers._TABLES
         while frame is not None and frame is not stop:
             code = frame.f_code
             table = tables.get(id(code))

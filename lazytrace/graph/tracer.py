@@ -304,7 +304,8 @@ class TraceSession:
             if facts.stores_arguments and kind is _OP and inputs and backend.stores_arguments(func):
                 largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
             written = self._versions        # (empty until a recorded call writes into an array)
-            versions = [written.get(v.storage, 0) for v in inputs] if written else [0] * len(inputs)
+            # (no write yet: zeros, as bytes, which the garbage collector does not follow)
+            versions = [written.get(v.storage, 0) for v in inputs] if written else bytes(len(inputs))
             if kind is _GENERATOR:
                 rngs = backend.rng_sources(func, args, kwargs)
                 for rng in rngs:
