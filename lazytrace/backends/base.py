@@ -332,7 +332,8 @@ class Backend:
 
     def specialize_args(self, func, args, kwargs, recorded: tuple) -> tuple:
         """The arguments a recorded call should replay with (default: as recorded). `args` are
-        the real ones; a backend may swap a Python number for an equivalent cached array."""
+        the real ones; a backend may swap a Python number for an equivalent cached array (asked
+        only where fewer arrays were found in the call than it has positional arguments)."""
         return recorded
 
     def replay_call(self, func, args, kwargs, recorded: tuple, recorded_kwargs: dict) -> tuple:

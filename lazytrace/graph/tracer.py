@@ -363,7 +363,8 @@ class TraceSession:
                 foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
             target = func       # (what the graph calls)
             if not foldable:
-                if self._specializes and facts.specializes:
+                # (a number to swap for an array is among the arguments only where not each is one)
+                if self._specializes and facts.specializes and len(inputs) < len(args):
                     largs = backend.specialize_args(func, args, lkwargs, largs)
                 if self._replays and facts.replays:
                     target, largs, lkwargs = backend.replay_call(func, args, kwargs or {}, largs, lkwargs)
