@@ -957,7 +957,7 @@ class PythonReads:
         # `walked` (a plain function's, running: the code calling is it or above it), the frames
         # stay at the instructions they called from until it returns, which it does once: what
         # they hold is worked out for the first call from above it, then taken from _below
-        below, pending, tables = self._below, None, _handlers._TABLES
+        tables, pending = _handlers._TABLES, None
         while frame is not None and frame is not stop:
             code = frame.f_code
             table = tables.get(id(code))
@@ -971,7 +971,7 @@ class PythonReads:
                     found = False
                     break
             elif walked.get(id(frame)) is frame:
-                found = below.get(id(frame))
+                found = self._below.get(id(frame))
                 if found is not None:
                     break
                 if pending is None:
@@ -979,8 +979,11 @@ class PythonReads:
                 pending.append(id(frame))
             frame = frame.f_back
         else:
+            if pending is None:
+                return False
             found = False
         if pending is not None:
+            below = self._below
             for key in pending:
                 below[key] = found
         return found
