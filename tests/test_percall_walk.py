@@ -64,3 +64,29 @@ def test_code_below_a_frame_in_a_try_block_is_noted():
         assert torch.equal(lazy(x), x + 2)      # a graph holding 1.0 would be wrong
     finally:
         _OFFSET = 1.0
+
+
+# -- what is below a frame the walk has seen is taken from the first call made from it (it stays there
+# until that frame returns): another frame of the same code, called from elsewhere, has its own
+
+def _two_ops(x):
+    y = x + 1                           # the first call from this frame: what is below is worked out
+    return y * 2                        # the second: taken from the first
+
+
+def _same_helper_in_and_out_of_a_try(x):
+    a = _two_ops(x)
+    try:
+        b = _two_ops(a)                 # a new frame of the same code, the traced function in a try block
+    except RuntimeError:
+        b = a
+    return _two_ops(b)                  # out of it again
+
+
+def test_blocks_below_a_walked_frame_are_that_frames_own():
+    from lazytrace.graph.ir import Kind
+    lazy = lazytrace.trace_graph(_same_helper_in_and_out_of_a_try)
+    x = torch.ones(3)
+    assert torch.equal(lazy(x), _same_helper_in_and_out_of_a_try(x))
+    marks = [node.guarded_by_except for node in lazy.graphs[0].nodes if node.kind is Kind.OP]
+    assert marks == [False, False, True, True, False, False], marks

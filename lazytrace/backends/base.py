@@ -280,7 +280,8 @@ class Backend:
         raise NotImplementedError
 
     #: run() takes a fourth argument, the frame making the call (TraceSession.on_call's `caller`;
-    #: the frames between it and run's are lazytrace's): where call_as_caller starts its walk
+    #: the frames between it and run's are lazytrace's): where call_as_caller starts its walk, and a
+    #: fifth, call_facts(func)
     run_takes_caller = False
 
     def run_detached(self, func, args, kwargs):
@@ -331,7 +332,8 @@ class Backend:
 
     def specialize_args(self, func, args, kwargs, recorded: tuple) -> tuple:
         """The arguments a recorded call should replay with (default: as recorded). `args` are
-        the real ones; a backend may swap a Python number for an equivalent cached array."""
+        the real ones; a backend may swap a Python number for an equivalent cached array (asked
+        only where fewer arrays were found in the call than it has positional arguments)."""
         return recorded
 
     def replay_call(self, func, args, kwargs, recorded: tuple, recorded_kwargs: dict) -> tuple:

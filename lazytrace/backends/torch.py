@@ -427,14 +427,16 @@ class _Mode(TorchFunctionMode):
                 func, info = original, session.backend._info(original)
         if kwargs:
             target, generator = kwargs.get("out"), kwargs.get("generator")
+            if target is None and args and info.may_write and info.writes_first(args, kwargs):
+                target = args[0]
+            if target is not None and isinstance(target, Tensor):
+                session.before_write(target)       # put back if the function must run again
+            if generator is not None and type(generator) is _GENERATOR:
+                session.before_write(generator)    # its draws too
         else:
-            kwargs, target, generator = {}, None, None
-        if target is None and args and info.may_write and info.writes_first(args, kwargs):
-            target = args[0]
-        if target is not None and isinstance(target, Tensor):
-            session.before_write(target)       # put back if the function must run again
-        if generator is not None and type(generator) is _GENERATOR:
-            session.before_write(generator)    # its draws too
+            kwargs = {}
+            if args and info.may_write and info.writes_first(args, kwargs) and isinstance(args[0], Tensor):
+                session.before_write(args[0])
         return session.on_call(func, args, kwargs, None, info)
 
 
@@ -765,8 +767,9 @@ class TorchBackend(Backend):
 
     run_takes_caller = True
 
-    def run(self, func, args, kwargs, caller=None):
-        info = self._infos.get(func) or self._info(func)
+    def run(self, func, args, kwargs, caller=None, info=None):
+        if info is None:
+            info = self._infos.get(func) or self._info(func)
         if info.reads_metadata:
             return func(*args, **kwargs), ()
         tensors = _tensors_in(args, kwargs)

@@ -55,7 +55,7 @@ class Value:
 @dataclass(eq=False, init=False)
 class Node:
     """One recorded framework call. (No __slots__: the fields most calls leave at their default
-    are read from the class; a trace makes one Node per recorded call, setting 9 attributes.)"""
+    are read from the class; a trace makes one Node per recorded call, setting 8 attributes.)"""
 
     position: int
     kind: Kind
@@ -63,10 +63,10 @@ class Node:
     args: tuple                     # arguments, arrays replaced by Values
     kwargs: dict
     inputs: list                    # the Values among args/kwargs, in order
-    input_versions: list            # storage version of each input when the call ran
+    input_versions: list | bytes    # storage version of each input when the call ran (a sequence of ints)
     outputs: list = field(default_factory=list)   # Values produced
     result_structure: Any = None    # "single", or the length of a flat tuple/list
-    mutated: list = field(default_factory=list)   # Values whose memory it wrote
+    mutated: list | tuple = ()      # Values whose memory it wrote (a list: set where there are any)
     expected: Any = None            # for guards: the value read back at trace time
     foldable: bool = False
     wrapper: Any = None             # the callable the code called, when `target` is the lower-level
@@ -85,7 +85,6 @@ class Node:
         self.inputs = inputs
         self.input_versions = input_versions
         self.outputs = []
-        self.mutated = []
         if fields:
             for name, value in fields.items():
                 if name not in _NODE_OPTIONAL:

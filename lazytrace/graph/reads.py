@@ -710,6 +710,7 @@ class PythonReads:
         self._same = same
         self._codes: dict = {}      # id(code) -> code seen (by identity: see code_info)
         self._walked: dict = {}     # id(frame) -> frame of a plain function, walked down to the root
+        self._below: dict = {}      # id(frame) of one in _walked -> whether a frame below it is in a block (on_call)
         self._watched: set = set()  # ids of the codes in _codes whose globals are checked
         self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth, namespace) handled
         self.root = None            # the traced function's code: stack walks stop there
@@ -918,12 +919,16 @@ class PythonReads:
         root's where there is no trace frame) is inside a try or with block at its current
         instruction (True: handlers.inside_except says whether one may take an error of this
         call; False: none can)."""
-        walked, stop, root = self._walked, self.stop, self.root
-        if frame is None or frame is stop:
-            return False
-        tables = _handlers._TABLES      # (a frame's blocks: handlers.frame_table)
-        if walked.get(id(frame)) is not frame:      # (most calls: the code calling made an earlier call
-            codes, watched, blocks = self._codes, self._watched, False          # from this frame)
+        walked = self._walked
+        if walked.get(id(frame)) is frame:      # (most calls: the code calling made an earlier call from
+            if not catching:                    # this frame; `stop` is never in walked, None comes here:
+                return False                    # nothing below it)
+            stop, root = self.stop, self.root
+        else:
+            stop, root = self.stop, self.root
+            if frame is None or frame is stop:
+                return False
+            codes, watched, blocks = self._codes, self._watched, False
             while True:     # (the caller's own code, at `stop`, is not the function's)
                 code = frame.f_code
                 if code is root:
@@ -937,7 +942,7 @@ class PythonReads:
                 if id(code) in watched and not code.co_flags & _RESUMABLE:
                     walked[id(frame)] = frame
                 if catching:
-                    table = tables.get(id(code))
+                    table = _handlers._TABLES.get(id(code))        # (a frame's blocks: handlers.frame_table)
                     if table is None:
                         table = _handlers.frame_table(code, frame.f_globals)
                     if table is not False and table[frame.f_lasti]:
@@ -948,20 +953,40 @@ class PythonReads:
                     break   # (walked from here down by an earlier call, while this frame ran)
             if not catching:
                 return blocks
-        elif not catching:
-            return False
-        # the frames below, for blocks alone (handlers.inside_except's walk)
+        # the frames below, for blocks alone (handlers.inside_except's walk). Below a frame in
+        # `walked` (a plain function's, running: the code calling is it or above it), the frames
+        # stay at the instructions they called from until it returns, which it does once: what
+        # they hold is worked out for the first call from above it, then taken from _below
+        tables, pending = _handlers._TABLES, None
         while frame is not None and frame is not stop:
             code = frame.f_code
             table = tables.get(id(code))
             if table is None:
                 table = _handlers.frame_table(code, frame.f_globals)
             if table is not False and table[frame.f_lasti]:
-                return True
-            if code is root and stop is None:
-                return False
+                found = True
+                break
+            if code is root:                # (never in walked)
+                if stop is None:
+                    found = False
+                    break
+            elif walked.get(id(frame)) is frame:
+                found = self._below.get(id(frame))
+                if found is not None:
+                    break
+                if pending is None:
+                    pending = []
+                pending.append(id(frame))
             frame = frame.f_back
-        return False
+        else:
+            if pending is None:
+                return False
+            found = False
+        if pending is not None:
+            below = self._below
+            for key in pending:
+                below[key] = found
+        return found
 
     def _function(self, fn, depth):
         checks = self._checks

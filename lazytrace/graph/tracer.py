@@ -304,7 +304,8 @@ class TraceSession:
             if facts.stores_arguments and kind is _OP and inputs and backend.stores_arguments(func):
                 largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
             written = self._versions        # (empty until a recorded call writes into an array)
-            versions = [written.get(v.storage, 0) for v in inputs] if written else [0] * len(inputs)
+            # (no write yet: zeros, as bytes, which the garbage collector does not follow)
+            versions = [written.get(v.storage, 0) for v in inputs] if written else bytes(len(inputs))
             if kind is _GENERATOR:
                 rngs = backend.rng_sources(func, args, kwargs)
                 for rng in rngs:
@@ -312,7 +313,7 @@ class TraceSession:
                         self.fail(_UNSEEN_RNG)
                     if id(rng) not in self._rng:
                         self._new_rngs[id(rng)] = rng       # not passed in: a global, or made inside (add_reads)
-            result, mutated = backend.run(func, args, kwargs, caller) if self._run_takes_caller else \
+            result, mutated = backend.run(func, args, kwargs, caller, facts) if self._run_takes_caller else \
                 backend.run(func, args, kwargs)
             if kind is _GENERATOR:
                 for rng in rngs:
@@ -362,7 +363,8 @@ class TraceSession:
                 foldable = self.array_caching and constant_inputs and not self._requires_grad(result)
             target = func       # (what the graph calls)
             if not foldable:
-                if self._specializes and facts.specializes:
+                # (a number to swap for an array is among the arguments only where not each is one)
+                if self._specializes and facts.specializes and len(inputs) < len(args):
                     largs = backend.specialize_args(func, args, lkwargs, largs)
                 if self._replays and facts.replays:
                     target, largs, lkwargs = backend.replay_call(func, args, kwargs or {}, largs, lkwargs)
@@ -380,6 +382,8 @@ class TraceSession:
                 if value.source is _EXTERNAL and not backend.sees_creation:
                     self.fail(f"{_name(target)} writes into an array made by calls lazytrace does not see "
                               f"(e.g. {backend.name} array creation)")
+                if not node.mutated:
+                    node.mutated = []           # (the class's empty tuple until a call writes)
                 node.mutated.append(value)
                 self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
                 if not foldable:
