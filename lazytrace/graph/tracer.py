@@ -5,6 +5,9 @@ Values are tracked by identity (`id` of the object the function holds). All
 state lives on the session object, which exists for one trace; the only
 module-level object is the ContextVar saying which session (if any) is active
 in the current thread/context, so nested LazyGraphs inline into the outer trace.
+
+A trace runs with the cyclic garbage collector's automatic collections paused
+(_pause_collector): cyclic garbage the traced function makes waits for its end.
 """
 from __future__ import annotations
 
@@ -1366,11 +1369,10 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
 def _pause_collector():
     """Turn the cyclic garbage collector's automatic collections off for a trace: threshold 0
     (`gc.set_threshold`), which leaves `gc.isenabled()` as the user and the traced code set it.
-    A trace keeps what it records alive until it ends, so the collections it would trigger (one
-    per ~60 recorded calls) find little to free, but promote it to older generations, and a full
-    collection (~100 ms with torch and kornia loaded) came every ~150 kornia traces: 29% of their
-    CPU (benchmarks/results/gc_trace_s14.txt). The trade-off: cyclic garbage the traced function
-    makes stays until the trace ends, when the next allocation starts a collection.
+    A trace keeps what it records alive until it ends, so the collections it would start (one
+    per ~60 recorded calls) find little to free but promote it to older generations, bringing
+    full collections (~100 ms with torch and kornia loaded) sooner: a quarter of kornia first
+    calls' CPU (benchmarks/results/gc_trace_s14.txt; the trade-off: docs/guarantees.md).
     Returns (thresholds to restore, thresholds set), or None where collections were off already
     (threshold 0: another thread's trace, or the user)."""
     threshold = gc.get_threshold()
