@@ -153,3 +153,14 @@ def test_a_trace_lets_go_of_the_frames_it_walked(collector):
     lazy = lazytrace.trace_graph(chain)
     assert torch.equal(lazy(x), chain(x))
     assert lazy.stats.traces == 1 and alive() == before
+
+
+def test_thresholds_restored_when_the_traced_function_raises(collector):
+    gc.set_threshold(700, 10, 10)
+
+    def fails(x):
+        raise KeyError("no")
+
+    with pytest.raises(KeyError):
+        lazytrace.trace_graph(fails)(torch.rand(3))
+    assert gc.get_threshold() == (700, 10, 10)
