@@ -1371,8 +1371,9 @@ def _pause_collector():
     (`gc.set_threshold`), which leaves `gc.isenabled()` as the user and the traced code set it.
     A trace keeps what it records alive until it ends, so the collections it would start (one
     per ~60 recorded calls) find little to free but promote it to older generations, bringing
-    full collections (~100 ms with torch and kornia loaded) sooner: a quarter of kornia first
-    calls' CPU (benchmarks/results/gc_trace_s14.txt; the trade-off: docs/guarantees.md).
+    full collections (~100 ms with torch and kornia loaded) sooner: 28% of the CPU of kornia traces
+    made one after another, 15-17% paused (benchmarks/results/gc_trace_s14.txt; the trade-off:
+    docs/guarantees.md).
     Returns (thresholds to restore, thresholds set), or None where collections were off already
     (threshold 0: another thread's trace, or the user)."""
     threshold = gc.get_threshold()
