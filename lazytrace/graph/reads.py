@@ -752,6 +752,13 @@ class PythonReads:
                 if isinstance(value, (list, dict, set)):
                     yield value, None
 
+    def release(self) -> None:
+        """Let go of the stack frames the trace walked: their locals hold the function's arrays,
+        and they lead up to the trace's own frame, which holds the session (a reference cycle)."""
+        self._walked.clear()
+        self._below.clear()
+        self.stop = None
+
     def _note_process(self, kind) -> None:
         """A read of _PROCESS_FACTS: "environment" or "machine" (or nothing to note)."""
         if kind == "environment":

@@ -5,6 +5,9 @@ Values are tracked by identity (`id` of the object the function holds). All
 state lives on the session object, which exists for one trace; the only
 module-level object is the ContextVar saying which session (if any) is active
 in the current thread/context, so nested LazyGraphs inline into the outer trace.
+
+A trace runs with the cyclic garbage collector's automatic collections paused
+(_pause_collector): cyclic garbage the traced function makes waits for its end.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import dataclasses
 import inspect
 import enum
 import functools
+import gc
 import operator
 import os
 import sys
@@ -108,6 +112,7 @@ class TraceSession:
         """Let go of the arrays the trace saw (a graph keeps what it needs: its constants, in their
         Values). A session lives on in reference cycles until the next collection of the cyclic
         garbage collector, and would keep every intermediate array of the function alive with it."""
+        self.reads.release()
         self._values.clear()
         self._made.clear()
         self._written.clear()
@@ -1348,13 +1353,42 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
     backend = choose_backend(backends, options.to)
     if state is None or backend is not backends[0]:
         state = backend.global_state()
-    session = TraceSession(backend, include_generators=options.include_generators,
-                           array_caching=options.array_caching and backend.folds_constants())
+    paused = _pause_collector()
     try:
-        return _run(session, backend, fn, args, kwargs, key=key, signature=signature, options=options, name=name,
-                    extra=extra, state=state)
+        session = TraceSession(backend, include_generators=options.include_generators,
+                               array_caching=options.array_caching and backend.folds_constants())
+        try:
+            return _run(session, backend, fn, args, kwargs, key=key, signature=signature, options=options,
+                        name=name, extra=extra, state=state)
+        finally:
+            session.release()
     finally:
-        session.release()
+        _resume_collector(paused)
+
+
+def _pause_collector():
+    """Turn the cyclic garbage collector's automatic collections off for a trace: threshold 0
+    (`gc.set_threshold`), which leaves `gc.isenabled()` as the user and the traced code set it.
+    A trace keeps what it records alive until it ends, so the collections it would start (one
+    per ~60 recorded calls) find little to free but promote it to older generations, bringing
+    full collections (~100 ms with torch and kornia loaded) sooner: 28% of the CPU of kornia traces
+    made one after another, 15-17% paused (benchmarks/results/gc_trace_s14.txt; the trade-off:
+    docs/guarantees.md).
+    Returns (thresholds to restore, thresholds set), or None where collections were off already
+    (threshold 0: another thread's trace, or the user)."""
+    threshold = gc.get_threshold()
+    if not threshold[0]:
+        return None
+    paused = (0, *threshold[1:])
+    gc.set_threshold(*paused)
+    return threshold, paused
+
+
+def _resume_collector(paused) -> None:
+    """Undo _pause_collector, unless the thresholds changed since (the traced code or another
+    thread set them: theirs stay; another thread's trace that paused too restores them once)."""
+    if paused is not None and gc.get_threshold() == paused[1]:
+        gc.set_threshold(*paused[0])
 
 
 def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, extra, state):
