@@ -88,8 +88,11 @@ def _recursion(m, acc):
     return _rec(m, acc, 3)
 
 
+_POSITIVE = _matrix(True)
+
+
 def _same_helper_out_then_in(m, acc):
-    a = _helper(_matrix(True), acc)     # a frame walked outside any block, returns
+    a = _helper(_POSITIVE, acc)     # a frame walked outside any block, returns
     try:
         return a + _helper(m, acc)      # a new frame of the same code, in a try block
     except RuntimeError:
@@ -133,7 +136,7 @@ class _Swallow:
 
 def _user_exit_below(m, acc):
     with _Swallow():
-        return _middle(_matrix(True), acc) + _middle(m, acc)
+        return _middle(_POSITIVE, acc) + _middle(m, acc)
     return torch.full((3, 3), 7.0)
 
 
@@ -156,6 +159,86 @@ def _finally(m, acc):
                                 _user_exit_below, _under_except, _finally])
 def test_blocks_below_walked_frames_go_on_as_in_eager(fn):
     _like_eager(fn, _chol_args)
+
+
+async def _coroutine(m, acc):
+    try:
+        return _middle(m, acc)
+    except RuntimeError:
+        return torch.zeros(3, 3)
+
+
+def _through_asyncio(m, acc):
+    import asyncio
+    acc.add_(1)
+    return asyncio.run(_coroutine(m, acc))
+
+
+def _deep(m, acc, n):
+    acc.add_(1)                         # a call from every frame before the one below
+    if n == 0:
+        return _helper(m, acc)
+    if n == 3:
+        with contextlib.suppress(ValueError):       # a block that cannot take the error
+            return _deep(m, acc, n - 1) + 1
+    if n == 2:
+        try:
+            return _deep(m, acc, n - 1)
+        except RuntimeError:
+            return _deep(_POSITIVE, acc, 0)             # under except: a new chain of frames
+    return _deep(m, acc, n - 1)
+
+
+def _deep_chain(m, acc):
+    r = _deep(_POSITIVE, acc, 4)
+    return r + _deep(m, acc, 4)
+
+
+_SCENARIOS = [_try_around_a_generator, _recursion, _same_helper_out_then_in, _own_block_changes,
+              _suppress_below, _exit_stack_below, _user_exit_below, _under_except, _finally,
+              _through_asyncio, _deep_chain]
+
+
+@pytest.mark.parametrize("fn", _SCENARIOS[-2:])
+def test_more_blocks_below_walked_frames_go_on_as_in_eager(fn):
+    _like_eager(fn, _chol_args)
+
+
+@pytest.mark.parametrize("fn", _SCENARIOS)
+def test_the_walk_for_blocks_answers_as_an_uncached_walk(fn, monkeypatch):
+    """Each answer of PythonReads.on_call(frame, catching=True) equals a walk of every frame down
+    to the trace's (or the root's) for a try or with block, nothing taken from _below or _walked."""
+    from lazytrace.graph import handlers, reads
+
+    def uncached(self, frame):
+        stop, root = self.stop, self.root
+        while frame is not None and frame is not stop:
+            code = frame.f_code
+            table = handlers._TABLES.get(id(code))
+            if table is None:
+                table = handlers.frame_table(code, frame.f_globals)
+            if table is not False and table[frame.f_lasti]:
+                return True
+            if code is root and stop is None:
+                return False
+            frame = frame.f_back
+        return False
+
+    on_call, answers = reads.PythonReads.on_call, []
+
+    def checked(self, frame, catching=False):
+        got = on_call(self, frame, catching)
+        if catching:
+            answers.append((frame.f_code.co_name, frame.f_lineno, got, uncached(self, frame)))
+        return got
+
+    monkeypatch.setattr(reads.PythonReads, "on_call", checked)
+    for i in range(3):
+        with contextlib.suppress(RuntimeError):             # (as eager: some raise at i == 1)
+            lazytrace.trace_graph(fn)(*_chol_args(i))       # a trace at each call
+    assert [a for a in answers if a[2] != a[3]] == []
+    assert any(not a[3] for a in answers)
+    assert any(a[3] for a in answers) or fn is _under_except     # (no block around a call there)
 
 
 def test_blocks_below_walked_frames_in_two_threads_at_once():
