@@ -194,12 +194,27 @@ def _deep_chain(m, acc):
     return r + _deep(m, acc, 4)
 
 
+def _enters_a_block(m, acc):
+    acc.add_(1)                         # this frame walked, what is below worked out
+    x = _middle(_POSITIVE, acc)         # from a frame above it
+    try:
+        y = _middle(m, acc)             # a new frame above it, this one now in a try block
+    except RuntimeError:
+        y = torch.zeros(3, 3)
+    acc.add_(1)                         # out of it again
+    return x + y + _middle(_POSITIVE, acc)
+
+
+def _walked_frame_enters_a_block(m, acc):
+    return _enters_a_block(m, acc) * 2
+
+
 _SCENARIOS = [_try_around_a_generator, _recursion, _same_helper_out_then_in, _own_block_changes,
               _suppress_below, _exit_stack_below, _user_exit_below, _under_except, _finally,
-              _through_asyncio, _deep_chain]
+              _through_asyncio, _deep_chain, _walked_frame_enters_a_block]
 
 
-@pytest.mark.parametrize("fn", _SCENARIOS[-2:])
+@pytest.mark.parametrize("fn", _SCENARIOS[-3:])
 def test_more_blocks_below_walked_frames_go_on_as_in_eager(fn):
     _like_eager(fn, _chol_args)
 
