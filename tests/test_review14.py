@@ -529,3 +529,34 @@ def test_a_threshold_zero_set_by_the_traced_function_stays(collector):
     gc.set_threshold(700, 10, 10)
     lazytrace.trace_graph(fn)(torch.ones(2))
     assert gc.get_threshold() == eager == (0, 10, 10)
+
+
+def _blur(x):
+    k = torch.exp(-(torch.arange(5.0) - 2) ** 2)
+    return torch.nn.functional.conv1d(x, (k / k.sum()).reshape(1, 1, 5), padding=2)
+
+
+def test_the_persistent_cache_stores_and_loads_with_thresholds_kept(collector, tmp_path):
+    stored = lazytrace.trace_graph(_blur, cache=tmp_path)
+    x = torch.rand(1, 1, 16)
+    assert torch.equal(stored(x), _blur(x))
+    assert stored.stats.traces == 1 and gc.get_threshold() == (700, 10, 10)
+    loaded = lazytrace.trace_graph(_blur, cache=tmp_path)
+    x = torch.rand(1, 1, 16)
+    assert torch.equal(loaded(x), _blur(x))
+    assert loaded.stats.traces == 0 and loaded.stats.loaded == 1, loaded.stats.as_dict()
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_the_traced_function_freezing_and_collecting(collector):
+    def fn(x):
+        gc.freeze()
+        try:
+            gc.collect()
+            return x * 2
+        finally:
+            gc.unfreeze()
+    lazy = lazytrace.trace_graph(fn)
+    x = torch.rand(3)
+    assert torch.equal(lazy(x), x * 2) and torch.equal(lazy(x + 1), (x + 1) * 2)
+    assert gc.get_threshold() == (700, 10, 10)
