@@ -436,7 +436,7 @@ def test_nested_lazygraphs_restore_thresholds(collector):
     x = torch.rand(3)
     inner(torch.rand(5))                        # another signature traced outside
     assert torch.allclose(lazy(x), outer(x))
-    assert seen[0][0] == 2 ** 31 - 1 and gc.get_threshold() == (700, 10, 10)      # (paused)
+    assert seen[0][0] == 10 ** 8 and gc.get_threshold() == (700, 10, 10)      # (paused)
     assert torch.allclose(lazy(x + 1), outer(x + 1))
 
 
@@ -603,3 +603,14 @@ def test_no_automatic_collection_during_a_trace_of_many_allocations(collector):
         gc.callbacks.remove(callback)
     assert events.index("out") == events.index("in") + 1
     assert "start" in events[events.index("returned"):]
+
+
+def test_the_traced_code_scaling_the_threshold_it_reads(collector):
+    def fn(x):
+        first, *rest = gc.get_threshold()
+        gc.set_threshold(first * 20, *rest)     # a C int: no OverflowError
+        return x + 1
+
+    x = torch.ones(2)
+    assert torch.equal(lazytrace.trace_graph(fn)(x), x + 1)
+    assert gc.get_threshold()[0] > 700

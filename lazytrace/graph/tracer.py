@@ -1366,10 +1366,11 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         _resume_collector(paused)
 
 
-#: the first threshold while a trace runs: automatic collections start only where more new
-#: objects than that are alive (never, in practice). Not 0, which the traced code or another thread
-#: may set themselves (`gc.set_threshold(0)`): theirs must stay after the trace
-_PAUSED_THRESHOLD = 2 ** 31 - 1
+#: the first threshold while a trace runs: automatic collections start only where 100 million
+#: new container objects are alive (gigabytes of them; reached, a collection just runs). Not 0,
+#: which the traced code or another thread may set (`gc.set_threshold(0)`): theirs must stay after
+#: the trace; not near 2**31 (a C int), so code scaling the threshold it reads does not overflow
+_PAUSED_THRESHOLD = 10 ** 8
 
 
 def _pause_collector():
