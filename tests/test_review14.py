@@ -366,6 +366,20 @@ def test_writes_into_intermediates_and_aliases_like_eager():
     _like_eager(_writes_intermediates, _rand_pair, runs=4)
 
 
+def _writes_made_constants(a, b, c):
+    k = torch.arange(4.0)               # foldable until written
+    v = k[:2]
+    v.mul_(a[:2])                       # through a view
+    w = torch.ones(4) * 3               # written, then only read before the write... and after
+    s = w.sum()
+    w.add_(b)
+    return k, s + w
+
+
+def test_writes_into_arrays_made_inside_like_eager():
+    _like_eager(_writes_made_constants, _rand_pair, runs=4)
+
+
 def test_a_write_into_a_constant_global():
     state = torch.zeros(4)
 
