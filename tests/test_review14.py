@@ -508,7 +508,8 @@ def test_finalizers_of_cyclic_objects_made_in_a_trace_run_after_it(collector):
     assert sorted(fired) == [1, 2]
 
 
-def test_a_threshold_set_by_another_thread_during_a_trace_stays(collector):
+def _set_by_another_thread_during_a_trace(*threshold):
+    """gc.set_threshold(*threshold) in another thread while a trace runs; the thresholds after."""
     inside, done = threading.Event(), threading.Event()
 
     def fn(x):
@@ -518,14 +519,18 @@ def test_a_threshold_set_by_another_thread_during_a_trace_stays(collector):
 
     def other():
         assert inside.wait(30)
-        gc.set_threshold(900, 11, 12)
+        gc.set_threshold(*threshold)
         done.set()
 
     t = threading.Thread(target=other)
     t.start()
     lazytrace.trace_graph(fn)(torch.ones(2))
     t.join()
-    assert gc.get_threshold() == (900, 11, 12)
+    return gc.get_threshold()
+
+
+def test_a_threshold_set_by_another_thread_during_a_trace_stays(collector):
+    assert _set_by_another_thread_during_a_trace(900, 11, 12) == (900, 11, 12)
 
 
 def test_a_threshold_zero_set_by_the_traced_function_stays(collector):
@@ -541,25 +546,8 @@ def test_a_threshold_zero_set_by_the_traced_function_stays(collector):
     gc.set_threshold(700, 10, 10)
     lazytrace.trace_graph(fn)(torch.ones(2))
     assert gc.get_threshold() == eager == (0, 10, 10)
-
     gc.set_threshold(700, 10, 10)
-    inside, done = threading.Event(), threading.Event()
-
-    def waits(x):
-        inside.set()
-        assert done.wait(30)
-        return x + 1
-
-    def other():
-        assert inside.wait(30)
-        gc.set_threshold(0)
-        done.set()
-
-    t = threading.Thread(target=other)
-    t.start()
-    lazytrace.trace_graph(waits)(torch.ones(2))
-    t.join()
-    assert gc.get_threshold() == (0, 10, 10)
+    assert _set_by_another_thread_during_a_trace(0) == (0, 10, 10)
 
 
 def _blur(x):
