@@ -44,7 +44,7 @@ def test_no_automatic_collection_during_a_trace_and_thresholds_restored(collecto
     finally:
         gc.callbacks.remove(callback)
     assert lazy.stats.traces == 1
-    assert inside == [(0, 10, 10)]
+    assert inside == [(10 ** 8, 10, 10)]      # (tracer._PAUSED_THRESHOLD)
     assert gc.get_threshold() == (700, 10, 10) and gc.isenabled()
     assert gc.collect() >= 0
 

@@ -7,7 +7,7 @@ module-level object is the ContextVar saying which session (if any) is active
 in the current thread/context, so nested LazyGraphs inline into the outer trace.
 
 A trace runs with the cyclic garbage collector's automatic collections paused
-(_pause_collector): cyclic garbage the traced function makes waits for its end.
+(_pause_collector): cyclic garbage made meanwhile waits for its end.
 """
 from __future__ import annotations
 
@@ -1366,27 +1366,36 @@ def trace(fn: Callable, args: tuple, kwargs: dict, *, key, backends: list, signa
         _resume_collector(paused)
 
 
+#: the first threshold while a trace runs: automatic collections start only where 100 million
+#: new container objects are alive (gigabytes of them; reached, a collection just runs). Not 0,
+#: which the traced code or another thread may set (`gc.set_threshold(0)`): theirs must stay after
+#: the trace; not near 2**31 (a C int), so code scaling the threshold it reads does not overflow
+_PAUSED_THRESHOLD = 10 ** 8
+
+
 def _pause_collector():
-    """Turn the cyclic garbage collector's automatic collections off for a trace: threshold 0
-    (`gc.set_threshold`), which leaves `gc.isenabled()` as the user and the traced code set it.
+    """Turn the cyclic garbage collector's automatic collections off for a trace: a first
+    threshold of _PAUSED_THRESHOLD (`gc.set_threshold`), which leaves `gc.isenabled()` as the user
+    and the traced code set it.
     A trace keeps what it records alive until it ends, so the collections it would start (one
     per ~60 recorded calls) find little to free but promote it to older generations, bringing
     full collections (~100 ms with torch and kornia loaded) sooner: 28% of the CPU of kornia traces
     made one after another, 15-17% paused (benchmarks/results/gc_trace_s14.txt; the trade-off:
     docs/guarantees.md).
     Returns (thresholds to restore, thresholds set), or None where collections were off already
-    (threshold 0: another thread's trace, or the user)."""
+    (threshold 0: the user's; _PAUSED_THRESHOLD: another thread's trace)."""
     threshold = gc.get_threshold()
-    if not threshold[0]:
+    if not threshold[0] or threshold[0] == _PAUSED_THRESHOLD:
         return None
-    paused = (0, *threshold[1:])
+    paused = (_PAUSED_THRESHOLD, *threshold[1:])
     gc.set_threshold(*paused)
     return threshold, paused
 
 
 def _resume_collector(paused) -> None:
     """Undo _pause_collector, unless the thresholds changed since (the traced code or another
-    thread set them: theirs stay; another thread's trace that paused too restores them once)."""
+    thread set them, `gc.set_threshold(0)` included: theirs stay; another thread's trace that
+    paused too restores them once)."""
     if paused is not None and gc.get_threshold() == paused[1]:
         gc.set_threshold(*paused[0])
 
