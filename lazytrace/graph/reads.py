@@ -926,13 +926,11 @@ class PythonReads:
         root's where there is no trace frame) is inside a try or with block at its current
         instruction (True: handlers.inside_except says whether one may take an error of this
         call; False: none can)."""
-        walked = self._walked
+        walked, stop, root = self._walked, self.stop, self.root
         if walked.get(id(frame)) is frame:      # (most calls: the code calling made an earlier call from
             if not catching:                    # this frame; `stop` is never in walked, None comes here:
                 return False                    # nothing below it)
-            stop, root = self.stop, self.root
         else:
-            stop, root = self.stop, self.root
             if frame is None or frame is stop:
                 return False
             codes, watched, blocks = self._codes, self._watched, False
