@@ -786,9 +786,8 @@ class TorchBackend(Backend):
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
         if info.stores_arguments:
             return call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH, caller), tensors[:1]
-        for t in tensors:
-            if type(t) is not Tensor and isinstance(t, _Uninitialized):
-                return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
+        if any(map(_IS_UNINITIALIZED, tensors)):     # (isinstance, in C)
+            return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
         try:
             before = list(map(_VERSION, tensors))   # (the counters, read without a Python loop)
         except RuntimeError:                        # an inference tensor: it keeps no counter
@@ -1671,6 +1670,7 @@ def _tensors_in(args, kwargs) -> list:
 
 
 _IS_TENSOR = Tensor.__instancecheck__      # isinstance(obj, Tensor), for map()
+_IS_UNINITIALIZED = _Uninitialized.__instancecheck__       # a lazy module's parameter or buffer
 
 #: in-place operators (their names start with "__i", as `__index__` and `__int__` do too)
 _INPLACE_OPERATORS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",

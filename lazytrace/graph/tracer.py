@@ -456,8 +456,11 @@ class TraceSession:
                                expected=result))
 
     def _requires_grad(self, result) -> bool:
-        items = result if isinstance(result, (tuple, list)) else (result,)
-        return any(isinstance(x, self._tracked) and self.backend.requires_grad(self.backend.unwrap(x)) for x in items)
+        backend = self.backend
+        if isinstance(result, self._tracked):       # (most calls: one array, no generator made)
+            return backend.requires_grad(backend.unwrap(result))
+        items = result if isinstance(result, (tuple, list)) else ()
+        return any(isinstance(x, self._tracked) and backend.requires_grad(backend.unwrap(x)) for x in items)
 
     def _register_outputs(self, node: Node, result, foldable: bool, dynamic: bool, caller_owned=True):
         """Values for the arrays `result` holds; `caller_owned`: False where the call is known to
