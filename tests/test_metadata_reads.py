@@ -164,23 +164,3 @@ def test_a_metadata_read_after_the_trace_ended_is_eager():
         return
     assert later() == (torch.Size([2, 3]), 2) and torch.equal(out, x + 1)
 
-
-# -- the arrays a recorded call writes, found by the tracer's _lift (handed to the backend's run)
-
-def _writes_through_lists_keywords_and_indices(x, acc):
-    y = x * 2
-    z = torch.empty(3)
-    torch._foreach_add_([y, acc], 1.0)                # arrays in a list, written in place
-    torch.add(y, 1, out=z)                            # a keyword argument written
-    acc.index_put_((torch.tensor([0, 2]),), z[:2], accumulate=True)    # indices in a tuple
-    return y + z
-
-
-def test_writes_into_arrays_in_lists_keywords_and_tuples_like_eager():
-    lazy = lazytrace.trace_graph(_writes_through_lists_keywords_and_indices)
-    for _ in range(3):
-        x = torch.rand(3)
-        acc_eager, acc_lazy = torch.ones(3), torch.ones(3)
-        assert torch.equal(lazy(x, acc_lazy), _writes_through_lists_keywords_and_indices(x, acc_eager))
-        assert torch.equal(acc_lazy, acc_eager)
-    assert lazy.stats.hits == 2
