@@ -158,9 +158,7 @@ def test_a_metadata_read_after_the_trace_ended_is_eager():
         return y, (lambda: (y.shape, y.dim()))
     lazy = lazytrace.trace_graph(f)
     x = torch.rand(2, 3)
-    try:
+    for _ in range(2):                  # (a function result: the signature runs eagerly)
         out, later = lazy(x)
-    except Exception:       # (a graph may refuse a callable result: then there is nothing to check)
-        return
-    assert later() == (torch.Size([2, 3]), 2) and torch.equal(out, x + 1)
+        assert later() == (torch.Size([2, 3]), 2) and torch.equal(out, x + 1)
 

@@ -252,7 +252,8 @@ class Backend:
         return any(name in str(exc) for name in names)
 
     def intercept(self, session) -> AbstractContextManager:
-        """Route this thread's framework calls to `session.on_call` while active."""
+        """Route this thread's framework calls to `session.on_call` while active (a call known to
+        read an array's metadata only, whatever its arguments, may go to `session.on_metadata`)."""
         raise NotImplementedError
 
     def wrap_input(self, array, session):

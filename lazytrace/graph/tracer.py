@@ -423,7 +423,7 @@ class TraceSession:
         """`func(*args)` reads the metadata of `args[0]` whatever the arguments (facts.kind METADATA,
         facts.fixed: `x.shape`, `x.dim()`, no keyword arguments), from the frame `caller`: where the
         signature key fixes that array's metadata, on_call's shortest path in a frame of its own
-        (the most frequent call of a trace); every other case is on_call's."""
+        (a third of the calls a trace of kornia's functions sees); every other case is on_call's."""
         if self.closed or self._unkeyed_metadata or not args or id(args[0]) not in self._values:
             return self.on_call(func, args, {}, caller, facts)
         try:
