@@ -937,11 +937,10 @@ class PythonReads:
                 table = _handlers._TABLES.get(id(frame.f_code))
                 if table is not None:
                     return True if table is not False and table[frame.f_lasti] else below
-            pending = None
         else:
             if frame is None or frame is stop:
                 return False
-            codes, watched, blocks, pending = self._codes, self._watched, False, None
+            codes, watched, blocks = self._codes, self._watched, False
             while True:     # (the caller's own code, at `stop`, is not the function's)
                 code = frame.f_code
                 if code is root:
@@ -954,10 +953,6 @@ class PythonReads:
                 # walked: a call made meanwhile (by what _code reads) comes from above this walk
                 if id(code) in watched and not code.co_flags & _RESUMABLE:
                     walked[id(frame)] = frame
-                    if catching:    # (no frame from it down to here is in a block: what is below
-                        if pending is None:     # it is what the loop below finds)
-                            pending = []
-                        pending.append(id(frame))
                 if catching:
                     table = _handlers._TABLES.get(id(code))        # (a frame's blocks: handlers.frame_table)
                     if table is None:
@@ -974,7 +969,7 @@ class PythonReads:
         # `walked` (a plain function's, running: the code calling is it or above it), the frames
         # stay at the instructions they called from until it returns, which it does once: what
         # they hold is worked out for the first call from above it, then taken from _below
-        tables = _handlers._TABLES
+        tables, pending = _handlers._TABLES, None
         while frame is not None and frame is not stop:
             code = frame.f_code
             table = tables.get(id(code))
