@@ -252,7 +252,8 @@ class Backend:
         return any(name in str(exc) for name in names)
 
     def intercept(self, session) -> AbstractContextManager:
-        """Route this thread's framework calls to `session.on_call` while active."""
+        """Route this thread's framework calls to `session.on_call` while active (a call known to
+        read an array's metadata only, whatever its arguments, may go to `session.on_metadata`)."""
         raise NotImplementedError
 
     def wrap_input(self, array, session):
@@ -280,8 +281,9 @@ class Backend:
         raise NotImplementedError
 
     #: run() takes a fourth argument, the frame making the call (TraceSession.on_call's `caller`;
-    #: the frames between it and run's are lazytrace's): where call_as_caller starts its walk, and a
-    #: fifth, call_facts(func)
+    #: the frames between it and run's are lazytrace's): where call_as_caller starts its walk, a
+    #: fifth, call_facts(func), and a sixth, the arrays in the arguments at any depth, in order
+    #: (those the tracer replaced by Values; None: run finds them)
     run_takes_caller = False
 
     def run_detached(self, func, args, kwargs):

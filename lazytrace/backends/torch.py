@@ -310,7 +310,8 @@ class _Info(CallFacts):
     asks at every call: kind, name, whether it reads metadata only, hands out `x.grad` ...)."""
 
     __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "specializes", "writes",
-                 "stores_arguments", "inplace", "may_write", "training", "fixed", "foreign", "reads_metadata", "replays")
+                 "stores_arguments", "inplace", "may_write", "training", "fixed", "foreign", "reads_metadata", "replays",
+                 "metadata_only")
 
     def __init__(self, func, kind, replays: bool):
         name = self.name = _func_name(func)
@@ -332,6 +333,9 @@ class _Info(CallFacts):
         # Python code that is not torch's, handed to the mode by torch's dispatch (see _dispatcher)
         self.foreign = not isinstance(func, _C_CALLABLES) and not torchs_own(func) and \
             not str(getattr(type(func), "__module__", "")).startswith("torch")
+        # reads an array's metadata whatever its arguments, and is torch's own (`x.shape`, `x.dim()`):
+        # the mode hands it to TraceSession.on_metadata
+        self.metadata_only = kind is CallKind.METADATA and self.fixed and not self.foreign
 
     def writes_first(self, args, kwargs) -> bool:
         """Whether this call writes its first argument (x.add_(1), F.relu(x, inplace=True))."""
@@ -415,6 +419,8 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         session = self.session
         info = self.infos.get(func) or session.backend._info(func)
+        if info.metadata_only and not kwargs:       # (most calls a trace sees: x.shape, x.dtype, x.dim())
+            return session.on_metadata(func, args, sys._getframe(1), info)
         if info.foreign:
             original = _dispatcher(func, sys._getframe(1))
             if original is NotImplemented:
@@ -767,21 +773,21 @@ class TorchBackend(Backend):
 
     run_takes_caller = True
 
-    def run(self, func, args, kwargs, caller=None, info=None):
+    def run(self, func, args, kwargs, caller=None, info=None, tensors=None):
         if info is None:
             info = self._infos.get(func) or self._info(func)
         if info.reads_metadata:
             return func(*args, **kwargs), ()
-        tensors = _tensors_in(args, kwargs)
+        if tensors is None:         # (the tracer's on_call passes those its _lift found)
+            tensors = _tensors_in(args, kwargs)
         if not tensors:
             return func(*args, **kwargs), ()
         # an in-place call that changed `self` without a data write (`requires_grad_()`) is an
         # effect on the caller's tensor that a graph must replay even when nothing reads the result
         if info.stores_arguments:
             return call_as_caller(func, args, kwargs, _CALLERS_OF_TORCH, caller), tensors[:1]
-        for t in tensors:
-            if type(t) is not Tensor and isinstance(t, _Uninitialized):
-                return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
+        if any(map(_IS_UNINITIALIZED, tensors)):     # (isinstance, in C)
+            return func(*args, **kwargs), ()    # a lazy module materializing it (the trace has failed)
         try:
             before = list(map(_VERSION, tensors))   # (the counters, read without a Python loop)
         except RuntimeError:                        # an inference tensor: it keeps no counter
@@ -1664,6 +1670,7 @@ def _tensors_in(args, kwargs) -> list:
 
 
 _IS_TENSOR = Tensor.__instancecheck__      # isinstance(obj, Tensor), for map()
+_IS_UNINITIALIZED = _Uninitialized.__instancecheck__       # a lazy module's parameter or buffer
 
 #: in-place operators (their names start with "__i", as `__index__` and `__int__` do too)
 _INPLACE_OPERATORS = {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",

@@ -930,6 +930,13 @@ class PythonReads:
         if walked.get(id(frame)) is frame:      # (most calls: the code calling made an earlier call from
             if not catching:                    # this frame; `stop` is never in walked, None comes here:
                 return False                    # nothing below it)
+            # its own block at this instruction, else what is below it, where both are known (the
+            # loop below answers so at its first frame)
+            below = self._below.get(id(frame))
+            if below is not None:
+                table = _handlers._TABLES.get(id(frame.f_code))
+                if table is not None:
+                    return True if table is not False and table[frame.f_lasti] else below
         else:
             if frame is None or frame is stop:
                 return False

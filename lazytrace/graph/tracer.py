@@ -188,8 +188,10 @@ class TraceSession:
         entry = self._values.get(id(obj))
         return entry[1] if entry is not None and entry[0] is obj else None
 
-    def _lift(self, obj, found: list):
-        """Replace tracked objects in a call's arguments by Values."""
+    def _lift(self, obj, found: list, arrays: list | None = None):
+        """Replace tracked objects in a call's arguments by Values (appended to `found`, in order;
+        the objects themselves to `arrays`, where given: every array in the arguments, at any depth,
+        for the backend's run)."""
         tp = type(obj)
         if not self._objects:
             if tp in _PLAIN:
@@ -203,6 +205,8 @@ class TraceSession:
                 if None not in entries and all(map(_is, map(_FIRST, entries), obj)):
                     out = list(map(_SECOND, entries))
                     found += out
+                    if arrays is not None:
+                        arrays += obj
                     return tuple(out) if tp is tuple else out
                 literals = self._literals
                 out = []
@@ -210,6 +214,8 @@ class TraceSession:
                     if entry is not None and entry[0] is x:
                         found.append(entry[1])
                         out.append(entry[1])
+                        if arrays is not None:
+                            arrays.append(x)
                         continue
                     tx = type(x)
                     if tx in literals:          # (no object of these types is tracked)
@@ -218,7 +224,7 @@ class TraceSession:
                             and type(x.step) in literals:
                         out.append(x)           # `t[:, 1:]`: kept as it is
                     else:
-                        out.append(self._lift(x, found))
+                        out.append(self._lift(x, found, arrays))
                 return tuple(out) if tp is tuple else out
             if tp is dict:
                 values, literals = self._values, self._literals
@@ -231,23 +237,28 @@ class TraceSession:
                     if entry is not None and entry[0] is x:
                         found.append(entry[1])
                         out[k] = entry[1]
+                        if arrays is not None:
+                            arrays.append(x)
                     else:
-                        out[k] = self._lift(x, found)
+                        out[k] = self._lift(x, found, arrays)
                 return out
         if isinstance(obj, self._tracked):
             value = self.value_of(obj)
             if value is None:
                 value = self.add_external(obj)
             found.append(value)
+            if arrays is not None:
+                arrays.append(obj)
             return value
         if tp is tuple or tp is list:
-            return tp([self._lift(x, found) for x in obj])
+            return tp([self._lift(x, found, arrays) for x in obj])
         if tp is dict:
-            return {k: self._lift(v, found) for k, v in obj.items()}
+            return {k: self._lift(v, found, arrays) for k, v in obj.items()}
         if tp is slice:
-            return slice(self._lift(obj.start, found), self._lift(obj.stop, found), self._lift(obj.step, found))
+            return slice(self._lift(obj.start, found, arrays), self._lift(obj.stop, found, arrays),
+                         self._lift(obj.step, found, arrays))
         if isinstance(obj, tuple) and hasattr(tp, "_fields"):
-            return tp(*[self._lift(x, found) for x in obj])
+            return tp(*[self._lift(x, found, arrays) for x in obj])
         if self._objects:                       # stateful or live objects among the inputs
             value = self.value_of(obj)
             if value is not None:
@@ -295,9 +306,10 @@ class TraceSession:
                 result = backend.run(func, args, kwargs)[0]
                 return self.on_display(result, func, args, kwargs) if kind is _DISPLAY else result
             inputs: list[Value] = []
+            arrays = [] if self._run_takes_caller else None     # (the arrays themselves, for run)
             try:
-                largs = self._lift(args, inputs)
-                lkwargs = self._lift(kwargs, inputs) if kwargs else {}
+                largs = self._lift(args, inputs, arrays)
+                lkwargs = self._lift(kwargs, inputs, arrays) if kwargs else {}
             except Exception as exc:
                 # an array lazytrace cannot describe (a lazy module's uninitialized parameter, which
                 # this call may be materializing): the call runs as in eager code, and the next call
@@ -318,7 +330,7 @@ class TraceSession:
                         self.fail(_UNSEEN_RNG)
                     if id(rng) not in self._rng:
                         self._new_rngs[id(rng)] = rng       # not passed in: a global, or made inside (add_reads)
-            result, mutated = backend.run(func, args, kwargs, caller, facts) if self._run_takes_caller else \
+            result, mutated = backend.run(func, args, kwargs, caller, facts, arrays) if self._run_takes_caller else \
                 backend.run(func, args, kwargs)
             if kind is _GENERATOR:
                 for rng in rngs:
@@ -407,6 +419,20 @@ class TraceSession:
             self.fail(f"{_name(func)} raised during the trace and the function went on")
             raise
 
+    def on_metadata(self, func, args, caller, facts):
+        """`func(*args)` reads the metadata of `args[0]` whatever the arguments (facts.kind METADATA,
+        facts.fixed: `x.shape`, `x.dim()`, no keyword arguments), from the frame `caller`: where the
+        signature key fixes that array's metadata, on_call's shortest path in a frame of its own
+        (a third of the calls a trace of kornia's functions sees); every other case is on_call's."""
+        if self.closed or self._unkeyed_metadata or not args or id(args[0]) not in self._values:
+            return self.on_call(func, args, {}, caller, facts)
+        try:
+            self.reads.on_call(caller, False)       # (the code reading: its global reads watched)
+            return func(*args)
+        except Exception:
+            self.fail(f"{_name(func)} raised during the trace and the function went on")
+            raise
+
     def on_display(self, text, func=None, args=(), kwargs=None):
         """`str(x)`, `repr(x)`, `f"{x}"` of an array (`func(*args)` made `text`): asked by print
         or logging, for display, which a graph drops (a result that returns the text is refused,
@@ -430,8 +456,11 @@ class TraceSession:
                                expected=result))
 
     def _requires_grad(self, result) -> bool:
-        items = result if isinstance(result, (tuple, list)) else (result,)
-        return any(isinstance(x, self._tracked) and self.backend.requires_grad(self.backend.unwrap(x)) for x in items)
+        backend = self.backend
+        if isinstance(result, self._tracked):       # (most calls: one array, no generator made)
+            return backend.requires_grad(backend.unwrap(result))
+        items = result if isinstance(result, (tuple, list)) else ()
+        return any(isinstance(x, self._tracked) and backend.requires_grad(backend.unwrap(x)) for x in items)
 
     def _register_outputs(self, node: Node, result, foldable: bool, dynamic: bool, caller_owned=True):
         """Values for the arrays `result` holds; `caller_owned`: False where the call is known to
