@@ -90,6 +90,20 @@ call, binary-operator work skipped for other calls, intercept without a generato
 swish 12656 -> 12248 bytecodes, normalize 24063 -> 23373, chain16 36220 -> 35062. A TensorFlow op
 costs the same after a gap of Python work as back to back (~34 us, run on the calling thread),
 unlike JAX's (see backends/jax.py).
+Session 15 (results/first_call_jaxtf_s15.txt): where the thread CPU of a first call of the benchmark's
+softmax (`tf.nn.softmax(x * 2.0)`: ~450 us warm against ~105 us eager) goes: the identity trace's fixed
+cost ~165 us; lazytrace's Python per call ~150 us for the two calls (8980 - 4822 bytecodes, ~650 of
+them this backend's); the two ops ~130 us against ~65 us in eager's loop (the raw Mul 57 us against
+15-22, Softmax 72 against 49). perf (cpu-clock) of repeated first calls: 77% of the CPU in libpython,
+18% in TensorFlow's libraries (~92 us a first call against ~66 us an eager call). An op runs slower
+inside a trace for three reasons: TensorFlow captures the Python stack at every eager op
+(StackTrace::Capture, up to 30 frames) with each frame's line number (PyFrame_GetLineNumber: a scan of
+the code's line table up to the frame's instruction), and the frames of lazytrace under a recorded op
+are big functions stopped far in (TraceSession.on_call ~2 us, LazyGraph._call ~1.8, _miss ~1.3,
+tracer._run ~0.9: ~5 us an op; a Mul in the traced function 20-21 us against 15 eager, no callback);
+the op callback, ~3-4 us an op (C++ builds its arguments): taken out of TensorFlow's list while a
+recorded call runs (_RandomWatch.pause); and the CPU caches: the first op after lazytrace's Python work
+costs 40-55 us (a Mul right after an identity trace: 40 us; back to back: 15).
 
 Session 6: a TensorFlow function held in a closure (`sig = tf.sigmoid`) was
 walked into by graph.reads, which put ten guards on TensorFlow's own dispatch
@@ -455,9 +469,17 @@ class _RandomWatch:
         self.session = session
         self.depth = 0          # > 0 while a recorded call runs
         self.raw = None         # (func, args, _raw_call's answer) of the last call run as a raw op (see run)
+        self.callbacks = ()     # the thread's list of op callbacks that TensorFlow reads (see __enter__)
 
     def __enter__(self):
-        context.context().add_op_callback(self)
+        ctx = context.context()
+        ctx.add_op_callback(self)
+        # the very list TensorFlow's C++ reads at every op: `run` takes this callback out of it while a
+        # recorded call runs, where it is the last one (an eager op with a callback to call costs ~4 us
+        # more: a Mul 14 -> 18 us, C++ building its arguments); a callback added after it keeps it in
+        # (its depth then says the ops are the call's own)
+        callbacks = ctx.op_callbacks
+        self.callbacks = callbacks if type(callbacks) is list else ()
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -597,8 +619,13 @@ class TensorflowBackend(Backend):
         mutated = []
         if getattr(func, "__name__", "") in _MUTATING_METHODS and args:
             mutated.append(args[0])
+        out = None              # the thread's op callbacks, where this call took the trace's out (see _RandomWatch)
         if watch is not None:
             watch.depth += 1
+            callbacks = watch.callbacks
+            if callbacks and callbacks[-1] is watch:
+                callbacks.pop()
+                out = callbacks
         try:
             if session is not None and (mutated or live is not None):
                 session.before_write(mutated[0] if mutated else live.__wrapped__)
@@ -608,6 +635,8 @@ class TensorflowBackend(Backend):
         finally:
             if watch is not None:
                 watch.depth -= 1
+                if out is not None:
+                    out.append(watch)
         if raw is not None and watch is not None:   # (its recording asks the same: specialize_args, replay_call)
             watch.raw = (func, args, raw)
         if session is None:
