@@ -41,7 +41,8 @@ class Value:
     def __init__(self, source: Source, node: "Node | None" = None, index: Any = None,
                  meta: Any = None, storage: Any = None, foldable: bool = False, obj: Any = None):
         self.source = source
-        self.node = node
+        self.node = node          # the call that made it, while the trace runs; after it, a graph
+                                  # keeps the call alone for its constants (tracer._calls_only), else None
         self.index = index        # position in the node's output (None: the whole output)
         self.meta = meta          # for display: backend.brief() of an array, or a type name
         self.storage = storage    # aliasing key: values sharing memory share it

@@ -24,6 +24,7 @@ import os
 import sys
 import types
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
@@ -103,16 +104,25 @@ class TraceSession:
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
         self.recorded: list = []                # objects whose attribute use is recorded (stateful)
         self._unrecorded_rngs: dict = {}        # id -> (generator whose draws no call shows, its state, what)
-        self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
-                                 known=lambda obj: self.value_of(obj) is not None, record=self._record_reached,
+        # (its callbacks hold the session weakly: no reference cycle, which would keep the session
+        # and what it holds until a collection; only the session holds its reads)
+        session = weakref.ref(self)
+        self.reads = PythonReads(lambda v: session()._snapshot(v, record=False), _NOTHING, _Same,
+                                 known=lambda obj: session().value_of(obj) is not None,
+                                 record=lambda obj: session()._record_reached(obj),
                                  generator_state=lambda obj: generator_state(backend, obj),
                                  state_reads=backend.state_reads())
 
     def release(self) -> None:
         """Let go of the arrays the trace saw (a graph keeps what it needs: its constants, in their
-        Values). A session lives on in reference cycles until the next collection of the cyclic
-        garbage collector, and would keep every intermediate array of the function alive with it."""
+        Values). A session may live on after its trace (a proxy the function left behind holds
+        it), and would keep every intermediate array of the function alive with it. It is in no
+        reference cycle (tests/test_gc_objects.py): freed at the trace's end, without a collection."""
         self.reads.release()
+        for node in self.nodes:     # Value.node <-> Node.outputs: a reference cycle per call, which
+            for value in node.outputs:      # only a full collection would free once the graph is dropped
+                if value.node is node:      # (a graph's code needs no Value's maker; views, a constant's:
+                    value.node = None       # _calls_only gave those their own)
         self._values.clear()
         self._made.clear()
         self._written.clear()
@@ -941,6 +951,7 @@ class TraceSession:
         try:
             self._intercept.__exit__(exc_type, exc, tb)
         finally:
+            self._intercept = None      # (it holds the session: a reference cycle)
             _active.reset(self._token)
             self.closed = True
         if exc_type is not None:
@@ -1009,6 +1020,7 @@ class TraceSession:
         if self.untraceable is None:
             self._separate_shared_memory(result, reached)
         structure, real = out(result)
+        del out     # (a recursive closure: a reference cycle holding the session else)
         if backend.sees_every_array:
             self._check_externals()
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
@@ -1471,6 +1483,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     session.add_reads(session.reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
+    _calls_only(plan)
     reads = session.reads
     plan.packages = tuple(sorted(reads.packages))
     plan.code_globals = tuple(sorted(reads.code_globals, key=str)) if reads.code_globals else ()
@@ -1488,6 +1501,24 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     graph = make_graph(backend, plan, name=name, key=key, signature=signature, original=fn, options=options,
                        extra=extra, state=state)
     return graph, real
+
+
+def _calls_only(plan) -> None:
+    """Of the calls a graph does not run (dropped as dead code, folded into its constants), it
+    keeps the call alone, for views (`Graph.dropped`, what made a constant), not their
+    arguments and Values, which hold the trace's intermediate arrays."""
+    calls: dict = {}
+
+    def call(node):
+        found = calls.get(id(node))
+        if found is None:
+            found = calls[id(node)] = Node(node.position, node.kind, node.target, (), {}, (), b"", outputs=(),
+                                           result_structure=node.result_structure, foldable=node.foldable)
+        return found
+    plan.pruned = [call(n) for n in plan.pruned]
+    for value in plan.constants:
+        if value.node is not None:
+            value.node = call(value.node)
 
 
 def make_graph(backend, plan, *, name, key, signature, original, options, extra=None, state=None) -> Graph:
