@@ -64,7 +64,7 @@ class Node:
     args: tuple                     # arguments, arrays replaced by Values
     kwargs: dict
     inputs: list                    # the Values among args/kwargs, in order
-    input_versions: list | bytes    # storage version of each input when the call ran (a sequence of ints)
+    input_versions: list | tuple | bytes    # storage version of each input when the call ran (a sequence of ints)
     outputs: list = field(default_factory=list)   # Values produced
     result_structure: Any = None    # "single", or the length of a flat tuple/list
     mutated: list | tuple = ()      # Values whose memory it wrote (a list: set where there are any)

@@ -123,6 +123,8 @@ class TraceSession:
             for value in node.outputs:      # only a full collection would free once the graph is dropped
                 if value.node is node:      # (a graph's code needs no Value's maker; views, a constant's:
                     value.node = None       # _calls_only gave those their own)
+            if node.input_versions.__class__ is list:   # (a tuple of ints: untracked by the collector
+                node.input_versions = tuple(node.input_versions)    # at its first collection)
         self._values.clear()
         self._made.clear()
         self._written.clear()
