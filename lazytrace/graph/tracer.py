@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import inspect
 import enum
+import itertools
 import functools
 import gc
 import operator
@@ -119,18 +120,24 @@ class TraceSession:
         it), and would keep every intermediate array of the function alive with it. It is in no
         reference cycle (tests/test_gc_objects.py): freed at the trace's end, without a collection."""
         self.reads.release()
-        for node in self.nodes:     # Value.node <-> Node.outputs: a reference cycle per call, which
-            for value in node.outputs:      # only a full collection would free once the graph is dropped
-                if value.node is node:      # (a graph's code needs no Value's maker; views, a constant's:
-                    value.node = None       # _calls_only gave those their own)
-            if node.input_versions.__class__ is list:   # (a tuple of ints: untracked by the collector
-                node.input_versions = tuple(node.input_versions)    # at its first collection)
+        if self.nodes:
+            self.unlink()
         self._values.clear()
         self._made.clear()
         self._written.clear()
         self._checked_arrays.clear()
         self._input_writes.clear()
         self._undo.clear()
+
+    def unlink(self) -> None:
+        """Cut Value.node, the back reference of Node.outputs, in the Values of the calls it
+        recorded: a reference cycle per call, which would leave a dropped graph (and the calls a
+        graph does not keep) to a full collection. A graph's code needs no Value's maker; views
+        name a constant's (_calls_only gives those their own). (Each Value's attribute set in C:
+        ~10 bytecodes a trace, not ~25 a call.)"""
+        nodes, self.nodes = self.nodes, []
+        collections.deque(map(setattr, itertools.chain.from_iterable(map(_OUTPUTS, nodes)), _NODE_NAMES,
+                              itertools.repeat(None)), 0)
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
@@ -322,7 +329,7 @@ class TraceSession:
                 largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
             written = self._versions        # (empty until a recorded call writes into an array)
             # (no write yet: zeros, as bytes, which the garbage collector does not follow)
-            versions = [written.get(v.storage, 0) for v in inputs] if written else bytes(len(inputs))
+            versions = tuple([written.get(v.storage, 0) for v in inputs]) if written else bytes(len(inputs))
             if kind is _GENERATOR:
                 rngs = backend.rng_sources(func, args, kwargs)
                 for rng in rngs:
@@ -1117,6 +1124,8 @@ def _warning_display() -> tuple:
 _PLAIN = frozenset({int, float, bool, str, type(None), complex, type(Ellipsis)})   # arguments never tracked
 #: dict subclasses a graph rebuilds as `tp({...})` (codegen._output_expr)
 _MAPPINGS = frozenset({collections.OrderedDict, collections.Counter})
+_OUTPUTS = operator.attrgetter("outputs")
+_NODE_NAMES = itertools.repeat("node")     # (repeat: an endless iterator, read by map in C)
 
 
 def _rebuilds(tp, obj) -> bool:
@@ -1485,7 +1494,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     session.add_reads(session.reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
-    _calls_only(plan)
+    _calls_only(plan, session)
     reads = session.reads
     plan.packages = tuple(sorted(reads.packages))
     plan.code_globals = tuple(sorted(reads.code_globals, key=str)) if reads.code_globals else ()
@@ -1505,22 +1514,26 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     return graph, real
 
 
-def _calls_only(plan) -> None:
+def _calls_only(plan, session) -> None:
     """Of the calls a graph does not run (dropped as dead code, folded into its constants), it
     keeps the call alone, for views (`Graph.dropped`, what made a constant), not their
-    arguments and Values, which hold the trace's intermediate arrays."""
+    arguments and Values, which hold the trace's intermediate arrays; the session's calls are
+    unlinked from their Values (TraceSession.unlink)."""
+    makers = [(value, value.node) for value in plan.constants if value.node is not None] if plan.constants else ()
+    session.unlink()
+    if not makers and not plan.pruned:
+        return
     calls: dict = {}
 
     def call(node):
         found = calls.get(id(node))
         if found is None:
-            found = calls[id(node)] = Node(node.position, node.kind, node.target, (), {}, (), b"", outputs=(),
-                                           result_structure=node.result_structure, foldable=node.foldable)
+            found = calls[id(node)] = Node(node.position, node.kind, node.target, (), {}, (), b"",
+                                           foldable=node.foldable)
         return found
     plan.pruned = [call(n) for n in plan.pruned]
-    for value in plan.constants:
-        if value.node is not None:
-            value.node = call(value.node)
+    for value, node in makers:
+        value.node = call(node)
 
 
 def make_graph(backend, plan, *, name, key, signature, original, options, extra=None, state=None) -> Graph:
