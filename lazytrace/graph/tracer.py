@@ -1521,19 +1521,15 @@ def _calls_only(plan, session) -> None:
     unlinked from their Values (TraceSession.unlink)."""
     makers = [(value, value.node) for value in plan.constants if value.node is not None] if plan.constants else ()
     session.unlink()
-    if not makers and not plan.pruned:
-        return
-    calls: dict = {}
-
-    def call(node):
-        found = calls.get(id(node))
-        if found is None:
-            found = calls[id(node)] = Node(node.position, node.kind, node.target, (), {}, (), b"",
-                                           foldable=node.foldable)
-        return found
-    plan.pruned = [call(n) for n in plan.pruned]
+    if plan.pruned:
+        plan.pruned = [_call_alone(node) for node in plan.pruned]
     for value, node in makers:
-        value.node = call(node)
+        value.node = _call_alone(node)
+        value.node.foldable = node.foldable
+
+
+def _call_alone(node) -> Node:
+    return Node(node.position, node.kind, node.target, (), {}, (), b"")
 
 
 def make_graph(backend, plan, *, name, key, signature, original, options, extra=None, state=None) -> Graph:
