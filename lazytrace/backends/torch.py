@@ -136,8 +136,11 @@ _STATE_READS = {
 
 
 def _shape(t):
-    """t.shape, or "nested" for a nested tensor (it has no single shape: reading one raises)."""
-    return "nested" if t.is_nested else t.shape
+    """t.shape as a tuple, or "nested" for a nested tensor (it has no single shape: reading one
+    raises). (A tuple, not the torch.Size: the collector untracks a tuple of ints, and the brief
+    tuple holding it, at its first collection; a torch.Size, a subclass, stays tracked, and with it
+    the brief of every Value a graph keeps.)"""
+    return "nested" if t.is_nested else tuple(t.shape)
 
 
 _MIN_NORMAL = sys.float_info.min
@@ -846,7 +849,7 @@ class TorchBackend(Backend):
         except RuntimeError:            # (write_count, inline: an inference tensor counts nothing)
             writes = None if t.is_inference() else t._version
         grad = t.requires_grad
-        return ("nested" if t.is_nested else t.shape, t.dtype, t.device, grad), storage, grad, writes   # (_shape)
+        return ("nested" if t.is_nested else tuple(t.shape), t.dtype, t.device, grad), storage, grad, writes   # (_shape)
 
     def requires_grad(self, t) -> bool:
         return t.requires_grad

@@ -41,7 +41,8 @@ class Value:
     def __init__(self, source: Source, node: "Node | None" = None, index: Any = None,
                  meta: Any = None, storage: Any = None, foldable: bool = False, obj: Any = None):
         self.source = source
-        self.node = node
+        self.node = node          # the call that made it, while the trace runs; after it, a graph
+                                  # keeps the call alone for its constants (tracer._calls_only), else None
         self.index = index        # position in the node's output (None: the whole output)
         self.meta = meta          # for display: backend.brief() of an array, or a type name
         self.storage = storage    # aliasing key: values sharing memory share it
@@ -63,7 +64,7 @@ class Node:
     args: tuple                     # arguments, arrays replaced by Values
     kwargs: dict
     inputs: list                    # the Values among args/kwargs, in order
-    input_versions: list | bytes    # storage version of each input when the call ran (a sequence of ints)
+    input_versions: list | tuple | bytes    # storage version of each input when the call ran (a sequence of ints)
     outputs: list = field(default_factory=list)   # Values produced
     result_structure: Any = None    # "single", or the length of a flat tuple/list
     mutated: list | tuple = ()      # Values whose memory it wrote (a list: set where there are any)

@@ -160,6 +160,7 @@ def output_values(structure) -> list[Value]:
             for x in obj.values():
                 rec(x)
     rec(structure)
+    del rec     # (a recursive closure: a reference cycle else)
     return found
 
 

@@ -284,6 +284,7 @@ def walk(args: tuple, kwargs: dict, signature: Signature, visit: Callable[[str, 
                      for i, a in enumerate(args))
     new_kwargs = {k: rec(v, f"kwargs[{k!r}]", (k, signature.static_argnames, signature.stateful_argnames))
                   for k, v in kwargs.items()}
+    del rec     # (a recursive closure is a reference cycle, holding `visit` until a collection)
     return new_args, new_kwargs
 
 
@@ -350,4 +351,5 @@ def describe_paths(args: tuple, kwargs: dict, signature: Signature) -> dict[str,
         scalars(a, f"args[{i}]")
     for k, v in kwargs.items():
         scalars(v, f"kwargs[{k!r}]")
+    del scalars     # (a recursive closure: a reference cycle else)
     return out

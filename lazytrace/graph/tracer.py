@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import inspect
 import enum
+import itertools
 import functools
 import gc
 import operator
@@ -24,6 +25,7 @@ import os
 import sys
 import types
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 from types import MethodType
@@ -103,22 +105,39 @@ class TraceSession:
         self._new_rngs: dict = {}               # id -> RNG drawn from, neither passed in nor the default one
         self.recorded: list = []                # objects whose attribute use is recorded (stateful)
         self._unrecorded_rngs: dict = {}        # id -> (generator whose draws no call shows, its state, what)
-        self.reads = PythonReads(lambda v: self._snapshot(v, record=False), _NOTHING, _Same,
-                                 known=lambda obj: self.value_of(obj) is not None, record=self._record_reached,
+        # (its callbacks hold the session weakly: no reference cycle, which would keep the session
+        # and what it holds until a collection; only the session holds its reads)
+        session = weakref.ref(self)
+        self.reads = PythonReads(lambda v: session()._snapshot(v, record=False), _NOTHING, _Same,
+                                 known=lambda obj: session().value_of(obj) is not None,
+                                 record=lambda obj: session()._record_reached(obj),
                                  generator_state=lambda obj: generator_state(backend, obj),
                                  state_reads=backend.state_reads())
 
     def release(self) -> None:
         """Let go of the arrays the trace saw (a graph keeps what it needs: its constants, in their
-        Values). A session lives on in reference cycles until the next collection of the cyclic
-        garbage collector, and would keep every intermediate array of the function alive with it."""
+        Values). A session may live on after its trace (a proxy the function left behind holds
+        it), and would keep every intermediate array of the function alive with it. It is in no
+        reference cycle (tests/test_gc_objects.py): freed at the trace's end, without a collection."""
         self.reads.release()
+        if self.nodes:
+            self.unlink()
         self._values.clear()
         self._made.clear()
         self._written.clear()
         self._checked_arrays.clear()
         self._input_writes.clear()
         self._undo.clear()
+
+    def unlink(self) -> None:
+        """Cut Value.node, the back reference of Node.outputs, in the Values of the calls it
+        recorded: a reference cycle per call, which would leave a dropped graph (and the calls a
+        graph does not keep) to a full collection. A graph's code needs no Value's maker; views
+        name a constant's (_calls_only gives those their own). (Each Value's attribute set in C:
+        ~10 bytecodes a trace, not ~25 a call.)"""
+        nodes, self.nodes = self.nodes, []
+        collections.deque(map(setattr, itertools.chain.from_iterable(map(_OUTPUTS, nodes)), _NODE_NAMES,
+                              itertools.repeat(None)), 0)
 
     # ---- values --------------------------------------------------------------
     def add_input(self, obj, kind="array", path="") -> Any:
@@ -322,7 +341,7 @@ class TraceSession:
                 largs = self._fresh(largs, inputs)      # `x.grad = c`: the caller holds c, a copy per call
             written = self._versions        # (empty until a recorded call writes into an array)
             # (no write yet: zeros, as bytes, which the garbage collector does not follow)
-            versions = [written.get(v.storage, 0) for v in inputs] if written else bytes(len(inputs))
+            versions = tuple([written.get(v.storage, 0) for v in inputs]) if written else bytes(len(inputs))
             if kind is _GENERATOR:
                 rngs = backend.rng_sources(func, args, kwargs)
                 for rng in rngs:
@@ -970,6 +989,7 @@ class TraceSession:
         try:
             self._intercept.__exit__(exc_type, exc, tb)
         finally:
+            self._intercept = None      # (it holds the session: a reference cycle)
             _active.reset(self._token)
             self.closed = True
         if exc_type is not None:
@@ -1038,6 +1058,7 @@ class TraceSession:
         if self.untraceable is None:
             self._separate_shared_memory(result, reached)
         structure, real = out(result)
+        del out     # (a recursive closure: a reference cycle holding the session else)
         if backend.sees_every_array:
             self._check_externals()
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
@@ -1132,6 +1153,8 @@ def _warning_display() -> tuple:
 _PLAIN = frozenset({int, float, bool, str, type(None), complex, type(Ellipsis)})   # arguments never tracked
 #: dict subclasses a graph rebuilds as `tp({...})` (codegen._output_expr)
 _MAPPINGS = frozenset({collections.OrderedDict, collections.Counter})
+_OUTPUTS = operator.attrgetter("outputs")
+_NODE_NAMES = itertools.repeat("node")     # (repeat: an endless iterator, read by map in C)
 
 
 def _rebuilds(tp, obj) -> bool:
@@ -1500,6 +1523,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     session.add_reads(session.reads)
     record, real = session.finish(result)
     plan = passes.plan(record, session._versions)
+    _calls_only(plan, session)
     reads = session.reads
     plan.packages = tuple(sorted(reads.packages))
     plan.code_globals = tuple(sorted(reads.code_globals, key=str)) if reads.code_globals else ()
@@ -1517,6 +1541,24 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     graph = make_graph(backend, plan, name=name, key=key, signature=signature, original=fn, options=options,
                        extra=extra, state=state)
     return graph, real
+
+
+def _calls_only(plan, session) -> None:
+    """Of the calls a graph does not run (dropped as dead code, folded into its constants), it
+    keeps the call alone, for views (`Graph.dropped`, what made a constant), not their
+    arguments and Values, which hold the trace's intermediate arrays; the session's calls are
+    unlinked from their Values (TraceSession.unlink)."""
+    makers = [(value, value.node) for value in plan.constants if value.node is not None] if plan.constants else ()
+    session.unlink()
+    if plan.pruned:
+        plan.pruned = [_call_alone(node) for node in plan.pruned]
+    for value, node in makers:
+        value.node = _call_alone(node)
+        value.node.foldable = node.foldable
+
+
+def _call_alone(node) -> Node:
+    return Node(node.position, node.kind, node.target, (), {}, (), b"")
 
 
 def make_graph(backend, plan, *, name, key, signature, original, options, extra=None, state=None) -> Graph:
