@@ -153,10 +153,15 @@ def main():
     if not args.trees:
         return run(args)
     rest = ["--rounds", str(args.rounds), "--threads", str(args.threads), *(["--gc-off"] if args.gc_off else []), *(["--only", *args.only] if args.only else [])]
-    for _ in range(args.repeat):
-        for tree in args.trees:
+    per_tree(__file__, args.trees, rest, args.repeat)
+
+
+def per_tree(script, trees, rest, repeat=1):
+    """Run `script rest...` in a process per tree (PYTHONPATH), the trees alternating, `repeat` rounds."""
+    for _ in range(repeat):
+        for tree in trees:
             env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-            subprocess.run([sys.executable, os.path.abspath(__file__), *rest], env=env, check=True)
+            subprocess.run([sys.executable, os.path.abspath(script), *rest], env=env, check=True)
             print(flush=True)
 
 

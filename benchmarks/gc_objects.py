@@ -20,7 +20,6 @@ import argparse
 import collections
 import gc
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,10 +75,9 @@ def main():
     if not args.trees:
         return run(args)
     rest = ["--types", str(args.types), *(["--only", *args.only] if args.only else [])]
-    for tree in args.trees:
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-        subprocess.run([sys.executable, os.path.abspath(__file__), *rest], env=env, check=True)
-        print(flush=True)
+    sys.path.insert(0, HERE)
+    from first_call_gc import per_tree
+    per_tree(__file__, args.trees, rest)
 
 
 if __name__ == "__main__":
