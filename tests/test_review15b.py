@@ -6,6 +6,8 @@ import gc
 import pytest
 import torch
 
+from conftest import run_fresh_python
+
 import lazytrace
 from lazytrace import view
 
@@ -162,3 +164,51 @@ def test_the_compiled_tier_built_after_the_trace():
         return torch.sin(x) + torch.arange(3.0), x[1:]
     lazy = _check(fn, lambda: (torch.rand(3),), return_backend_traced_fn=True)
     assert lazy.stats.hits == 2
+
+
+LIBRARY = '''
+import torch
+
+def blur(x):
+    k = torch.exp(-(torch.arange(5.0) - 2) ** 2)
+    k = (k / k.sum()).reshape(1, 1, 5)
+    dead = x.cos()
+    return torch.conv1d(x.reshape(1, 1, -1), k, padding=2).reshape(-1), x[1:], x.shape
+'''
+
+
+def test_a_loaded_graph_and_a_traced_one_alike_after_release(temp_library, tmp_path):
+    """A graph loaded from the persistent cache (whose constants keep no call that made them)
+    has views, as a traced one has; both replay as eager and name the same dropped calls."""
+    name, folder = temp_library(LIBRARY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    lazy = lazytrace.trace_graph(lib.blur, cache=cache)
+    for _ in range(2):
+        x = torch.rand(16)
+        assert _same(lazy(x), lib.blur(x))
+    traced = lazy.graphs[0]
+    gc.collect()
+    assert lazy.stats.stored == 1 and view.layout(traced).boxes
+    result = run_fresh_python(f"""
+        import gc, json, sys, torch, lazytrace
+        from lazytrace import view
+        sys.path.insert(0, {str(folder)!r})
+        import {name} as lib
+    """, f"""
+        lazy = lazytrace.trace_graph(lib.blur, cache={str(cache)!r})
+        ok = []
+        for _ in range(3):
+            x = torch.rand(16)
+            a, b = lazy(x), lib.blur(x)
+            gc.collect()
+            ok.append(all(torch.equal(p, q) for p, q in zip(a[:2], b[:2])) and type(a[2]) is torch.Size
+                      and a[2] == b[2])
+        g = lazy.graphs[0]
+        hover = [" ".join(b.details) for b in view.layout(g).boxes if b.kind == "constant"]
+        print(json.dumps({{"ok": ok, "loaded": lazy.stats.loaded, "traces": lazy.stats.traces,
+                          "dropped": g.dropped, "hover": hover, "dot": len(g.to_dot()), "source": g.source}}))
+    """)
+    assert result["ok"] == [True] * 3 and result["loaded"] == 1 and result["traces"] == 0
+    assert result["dropped"] == traced.dropped and result["source"] == traced.source
+    assert result["hover"] and result["dot"]
