@@ -166,6 +166,17 @@ def test_the_compiled_tier_built_after_the_trace():
     assert lazy.stats.hits == 2
 
 
+def test_the_compiled_tier_of_a_graph_returning_a_shape():
+    """`return y, x.shape` with return_backend_traced_fn=True: was refused by inductor's direct
+    path at every call (each call then ran eagerly, after a failed compile: ~25 ms)."""
+    def fn(x):
+        return torch.sin(x) + torch.arange(3.0), x.shape
+    lazy = _check(fn, lambda: (torch.rand(3),), return_backend_traced_fn=True)
+    assert lazy.stats.hits == 2 and not lazy.stats.reasons
+    assert type(lazy(torch.rand(3))[1]) is torch.Size
+    assert lazy.graphs[0].fn.choice in ("torch.compile", "python")
+
+
 LIBRARY = '''
 import torch
 
