@@ -272,3 +272,36 @@ def test_a_replayed_graph_dropped_leaves_no_cyclic_garbage(fn, args, options):
     finally:
         if enabled:
             gc.enable()
+
+
+def test_a_loaded_graph_dropped_leaves_no_cyclic_garbage(temp_library, tmp_path):
+    """A graph loaded from the persistent cache holds no Node <-> Value cycle either (codec.decode
+    makes its calls' Values without the back reference, as TraceSession.unlink leaves a traced one)."""
+    name, folder = temp_library(LIBRARY)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    lazy = lazytrace.trace_graph(lib.blur, cache=cache)
+    lazy(torch.rand(16))
+    assert lazy.stats.stored == 1
+    result = run_fresh_python(f"""
+        import gc, json, sys, torch, lazytrace
+        sys.path.insert(0, {str(folder)!r})
+        import {name} as lib
+    """, f"""
+        x = torch.rand(16)
+        for warm in (True, False):
+            lazy = lazytrace.trace_graph(lib.blur, cache={str(cache)!r})
+            lazy(x)
+            lazy(x)
+            loaded = lazy.stats.loaded
+            linked = sum(v.node is not None for n in lazy.graphs[0].nodes for v in n.outputs)
+            if warm:
+                del lazy
+                gc.collect()
+                gc.disable()
+        kept = gc.collect()
+        del lazy
+        dropped = gc.collect()
+        print(json.dumps({{"loaded": loaded, "linked": linked, "kept": kept, "dropped": dropped}}))
+    """)
+    assert result == {"loaded": 1, "linked": 0, "kept": 0, "dropped": 0}
