@@ -82,7 +82,9 @@ def layout(graph) -> Layout:
                          f"{v.name}{' (external)' if external else ' (cached)'}\n{meta(v)}",
                          [f"external {what} {v.name}: reached by the function itself, referenced, not copied"
                           if external else f"constant {v.name}: computed once when traced, made by "
-                          f"{_call_name(backend, v.node)}", meta(v)]))
+                          f"{_call_name(backend, v.node)}" if v.node is not None else
+                          f"constant {v.name}: computed once when traced (loaded from the persistent cache, "
+                          f"which keeps no call that made it)", meta(v)]))
     for node, line in zip(plan.nodes, lines):
         box_id = f"n{node.position}"
         kind = _NODE_KINDS[node.kind]

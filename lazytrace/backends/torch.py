@@ -1179,7 +1179,8 @@ class TorchBackend(Backend):
         guards (tens of microseconds per call on a small input) are not needed: the graph is
         traced to aten with make_fx on its first call and compiled by inductor's compile_fx.
         Graphs with guards (Python control flow), random ops, grad-mode changes or in-place
-        writes, and calls that need autograd, go through torch.compile, which handles them."""
+        writes, calls that need autograd, and graphs returning a torch.Size go through
+        torch.compile, which handles them."""
         from ..graph.ir import Kind
         direct = not plan.visible_effects and not any(
             n.kind in (Kind.GUARD, Kind.GENERATOR, Kind.STATE, Kind.SETATTR, Kind.GETATTR) for n in plan.nodes)
@@ -1223,9 +1224,14 @@ class InductorGraph:
         from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
         if not self.direct or any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
             return torch.compile(self.fn, dynamic=False), "torch.compile"
-        outputs, spec = tree_flatten(self.fn(*leaves))
+        result = self.fn(*leaves)
+        outputs, spec = tree_flatten(result)
         if any(isinstance(t, torch.Tensor) and t.requires_grad for t in outputs):
             return torch.compile(self.fn, dynamic=False), "torch.compile"   # closure parameters
+        if any(type(x) is torch.Size for x in tree_leaves(result, is_leaf=lambda x: type(x) is torch.Size)):
+            # (`return y, x.shape`: make_fx gives the Size back as a plain tuple, and AOT autograd
+            # refuses the output spec: the graph raised at every call, which then ran eagerly)
+            return torch.compile(self.fn, dynamic=False), "torch.compile"
         compiled = compile_fx(make_fx(self.fn)(*leaves), list(leaves))
 
         def run_compiled(*args):

@@ -189,7 +189,9 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     params = ", ".join(v.name for v in inputs)
     source = "\n".join(header + [f"def {fn_name}({params}):"] + [f"    {line}" for line in body]) + "\n"
     exec(_compiled(source, fn_name), em.namespace)
-    return source, em.namespace[fn_name], em.constants, em.aliases
+    # (taken out of its own globals: a reference cycle else, which would keep a dropped graph and
+    # its constants until a collection)
+    return source, em.namespace.pop(fn_name), em.constants, em.aliases
 
 
 #: source -> its code object: a retrace for new shapes, or another LazyGraph of the same function,

@@ -167,7 +167,7 @@ def compile_dispatch(graph, args: tuple, kwargs: dict, signature, backends: list
               f"{extra}"
               + (body if body is not None else f"    return {call}\n"))
     exec(_compiled(source), b.namespace)
-    fn = b.namespace["check_and_call"]
+    fn = b.namespace.pop("check_and_call")      # (not in its own globals: no reference cycle)
     fn.source = source
     return fn
 

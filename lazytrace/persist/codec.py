@@ -455,8 +455,8 @@ def _decode(backend, doc, arrays):
             if not (index is None and structure == "single") and not (
                     type(index) is int and type(structure) is int and 0 <= index < structure):
                 raise CorruptEntry(f"malformed output index {index!r}")
-            out = Value(Source.NODE, node, index)
-            node.outputs.append(out)
+            out = Value(Source.NODE, None, index)     # (no back reference: a traced graph's have
+            node.outputs.append(out)                    # none either, TraceSession.unlink; no cycle)
             values[("n", n, j)] = out
         nodes.append(node)
     packages = tuple(_list(doc["packages"]))
