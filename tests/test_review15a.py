@@ -85,3 +85,36 @@ def test_an_array_given_a_data_dependent_shape_by_a_data_swap_is_guarded():
         return y.shape[0] + x * 0
     _like_eager(f, (torch.tensor([0.1, 0.9, 0.7]),), (torch.tensor([0.1, 0.2, 0.7]),),
                 (torch.tensor([0.9, 0.9, 0.7]),), (torch.tensor([0.1, 0.2, 0.7]),))
+
+
+# -- fixed here: an op callback the function adds (tf.debugging.enable_check_numerics) fails the trace
+
+def _tf():
+    return pytest.importorskip("tensorflow", reason="tensorflow is not installed")
+
+
+def _op_callbacks():
+    from tensorflow.python.eager import context
+    return list(context.context().op_callbacks)
+
+
+def test_check_numerics_enabled_inside_the_function_raises_as_in_eager():
+    tf = _tf()
+    import numpy as np
+
+    def f(x):
+        tf.debugging.enable_check_numerics()
+        try:
+            return tf.math.log(x) * 2.0
+        finally:
+            tf.debugging.disable_check_numerics()
+    lazy = lazytrace.trace_graph(f)
+    for x in (tf.ones((3,)), tf.ones((3,)) * 2):
+        np.testing.assert_allclose(lazy(x), f(x))
+    for _ in range(2):
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            f(tf.constant([-1.0, 1.0, 1.0]))
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            lazy(tf.constant([-1.0, 1.0, 1.0]))
+    assert _op_callbacks() == []
+    assert any("op callbacks changed" in reason for reason in lazy.stats.reasons)
