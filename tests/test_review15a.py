@@ -118,3 +118,23 @@ def test_check_numerics_enabled_inside_the_function_raises_as_in_eager():
             lazy(tf.constant([-1.0, 1.0, 1.0]))
     assert _op_callbacks() == []
     assert any("op callbacks changed" in reason for reason in lazy.stats.reasons)
+
+
+# -- fixed here: the metadata of an array computed from a global one (resized in place between calls)
+
+def _from_global(x):
+    y = _G * 2                  # its shape is _G's, which no key fixes
+    v = _G[1:]                  # a view of it
+    return x * y.shape[0] + len(y) + v.numel() + v.stride()[0], torch.zeros_like(_G).dim()
+
+
+def test_the_metadata_of_an_array_made_from_a_global_one_is_guarded(g3):
+    lazy = lazytrace.trace_graph(_from_global)
+    for n in (3, 3, 7, 2, 3):
+        g3.resize_(n)
+        x = torch.rand(2)
+        assert _same(lazy(x), _from_global(x))
+    g3.resize_(2, 4)
+    x = torch.rand(2)
+    assert _same(lazy(x), _from_global(x))
+    assert lazy.stats.hits >= 1
