@@ -430,10 +430,9 @@ class TraceSession:
                     self._unkeyed_metadata = True
                 if not foldable:
                     tainted.add(value.storage)
-            # (only values registered as dynamic, and external arrays, set _unkeyed_metadata: without
-            # it, none is; an external array's shape is no key's: `G * 2` of a global G resized in place)
+            # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
             dynamic = (kind is _DYNAMIC_SHAPE or not backend.knows_dynamic_shapes
-                       or self._unkeyed_metadata and any(v.dynamic or v.source is _EXTERNAL for v in inputs))
+                       or self._unkeyed_metadata and any(v.dynamic for v in inputs))
             self._register_outputs(node, result, foldable, dynamic, facts.caller_owned or target is not func)
             self.nodes.append(node)
             if kind is _STATE:
