@@ -43,6 +43,8 @@ class CallFacts:
     fixed = False
     kind = None
     metadata = specializes = replays = caller_owned = stores_arguments = True
+    #: may give its first argument another argument's metadata (torch: `x.data = y`, `x.resize_as_(y)`)
+    takes_metadata = False
 
 
 #: the facts of a callable a backend says nothing of: every method is asked

@@ -470,6 +470,7 @@ class _RandomWatch:
         self.depth = 0          # > 0 while a recorded call runs
         self.raw = None         # (func, args, _raw_call's answer) of the last call run as a raw op (see run)
         self.callbacks = ()     # the thread's list of op callbacks that TensorFlow reads (see __enter__)
+        self.count = 0          # its length when the trace began, this callback in
 
     def __enter__(self):
         ctx = context.context()
@@ -480,6 +481,7 @@ class _RandomWatch:
         # (its depth then says the ops are the call's own)
         callbacks = ctx.op_callbacks
         self.callbacks = callbacks if type(callbacks) is list else ()
+        self.count = len(self.callbacks)
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -623,9 +625,14 @@ class TensorflowBackend(Backend):
         if watch is not None:
             watch.depth += 1
             callbacks = watch.callbacks
-            if callbacks and callbacks[-1] is watch:
+            if callbacks and callbacks[-1] is watch and len(callbacks) == watch.count:
                 callbacks.pop()
                 out = callbacks
+            elif callbacks and watch.depth == 1:
+                # the function added or removed one (tf.debugging.enable_check_numerics() raises at a
+                # NaN its ops make): a graph would run them without that change
+                session.fail("TensorFlow's op callbacks changed during the trace (e.g. "
+                             "tf.debugging.enable_check_numerics): a graph's ops would not run under them")
         try:
             if session is not None and (mutated or live is not None):
                 session.before_write(mutated[0] if mutated else live.__wrapped__)

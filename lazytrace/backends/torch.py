@@ -65,6 +65,8 @@ _STATE = {"_set_grad_enabled", "set_autocast_enabled", "set_autocast_dtype", "au
           "_enter_autocast", "_exit_autocast", "_set_fwd_grad_enabled"}
 #: a Tensor property set or deleted (`x.grad = g`): the mode sees the descriptor's own method
 _SETTERS = {"__set__", "__delete__"}
+#: in-place calls that may give their first argument the metadata of another (a property set: `x.data = d`)
+_TAKES_METADATA = {"__set__", "resize_as_", "set_", "resize_as_sparse_", "sparse_resize_", "sparse_resize_and_clear_"}
 #: the kind of a call by its name, in this order (a name in none: module, aten tags, result)
 _KIND_BY_NAME = ((_DISPLAY, CallKind.DISPLAY), (_ESCAPE, CallKind.ESCAPE), (_METADATA, CallKind.METADATA),
                  (_HISTORY, CallKind.HISTORY), (_STATE, CallKind.STATE), (_SETTERS, CallKind.OP))
@@ -314,7 +316,7 @@ class _Info(CallFacts):
 
     __slots__ = ("name", "kind", "shape_check", "metadata", "caller_owned", "underscore", "specializes", "writes",
                  "stores_arguments", "inplace", "may_write", "training", "fixed", "foreign", "reads_metadata", "replays",
-                 "metadata_only")
+                 "metadata_only", "takes_metadata")
 
     def __init__(self, func, kind, replays: bool):
         name = self.name = _func_name(func)
@@ -325,6 +327,7 @@ class _Info(CallFacts):
         self.metadata = 1 if name in _METADATA_FIRST else 2 if name in _METADATA_SECOND else 0
         self.caller_owned = name == "grad"          # the property x.grad
         self.stores_arguments = name in _SETTERS    # x.grad = g, x.data = d: a change of its first argument
+        self.takes_metadata = name in _TAKES_METADATA       # x.data = d, x.resize_as_(d): d's shape
         self.underscore = name.endswith("_")        # in place, or changes self (requires_grad_)
         self.writes = self.underscore and not name.startswith("__") or name in _WRITING_DUNDERS
         self.specializes = name in _SCALAR_OPERAND_OPS     # a number operand: specialize_args

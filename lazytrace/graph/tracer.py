@@ -422,6 +422,12 @@ class TraceSession:
                     node.mutated = []           # (the class's empty tuple until a call writes)
                 node.mutated.append(value)
                 self._versions[value.storage] = self._versions.get(value.storage, 0) + 1
+                if facts.takes_metadata and not value.dynamic and \
+                        any(v.dynamic or v.source is _EXTERNAL for v in inputs):
+                    # its shape now another array's that no key fixes (`y.data = g`, `y.resize_as_(g)`
+                    # of a global g or a data-dependent one): its metadata reads are guarded
+                    value.dynamic = True
+                    self._unkeyed_metadata = True
                 if not foldable:
                     tainted.add(value.storage)
             # (only values registered as dynamic set _unkeyed_metadata: without it, none is)
