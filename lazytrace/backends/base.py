@@ -174,6 +174,12 @@ class Backend:
         """Everything about an array that a graph may bake in (not its values)."""
         raise NotImplementedError
 
+    def metadata_fixed(self, array) -> bool:
+        """Whether nothing can change describe(array) in place (immutable arrays: JAX's, TensorFlow's
+        tensors). A graph checks the metadata of every other array the function reached by itself
+        (a global, a closure variable, a module's parameter) at its entry (TraceSession.add_external)."""
+        return False
+
     #: array types whose objects hold no Python attributes but those the user sets (`x.units = "km"`)
     attribute_types: tuple = ()
 

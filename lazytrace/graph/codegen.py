@@ -235,6 +235,20 @@ class Checked:
         return getattr(self.fn, name)
 
 
+def read_metadata(array, backend):
+    """What a graph checks at its entry of an array the function reached by itself (a global, a
+    closure variable, a module's parameter; TraceSession.add_external): describe(), as a cache
+    key holds it for an input. Resized, transposed, given another array's `.data` ... since the
+    trace, it fails: then the metadata of every array computed from it is as fixed as an input's."""
+    return backend.describe(backend.unwrap(array))
+
+
+read_metadata.hoistable = True      # reads an array the function reached, not one the graph computed: passes.py
+read_metadata.describe = lambda node: (f"the metadata (shape, strides, dtype ...) of an array the function reached "
+                                       f"by itself (traced as {node.args[1].format_brief(node.inputs[0].meta)}) "
+                                       f"changed since the trace")
+
+
 def node_lines(backend, plan: Plan, inputs: list[Value]) -> list[str]:
     """The line of generated source each node of `plan` became (for views; run after `generate`,
     which names the values)."""
@@ -276,6 +290,12 @@ def _guard_line(node, em, index: int) -> str:
         em.namespace["_type"] = type
         return (f"if _type(_v := {get}) is not {em._const(type(expected[1]))} or _v != {em.expr(expected[1])}: "
                 f"raise _GuardFailed({index})")
+    if node.target is read_metadata:
+        # `if k3 != describe(c0)`: the description a constant, one call (the backend's unwrap too, if it has tracers)
+        backend, array = em.backend, em.expr(node.args[0])
+        if backend.tracer_class is not None:
+            array = f"{em._const(backend.unwrap)}({array})"
+        return f"if {em._const(expected)} != {em._const(backend.describe)}({array}): raise _GuardFailed({index})"
     if node.target is read_unbound and expected is True:
         namespace, names = em.expr(node.args[0]), sorted(node.args[1])   # read_unbound inline: no call
         return f"if {' or '.join(f'{name!r} in {namespace}' for name in names)}: raise _GuardFailed({index})"
