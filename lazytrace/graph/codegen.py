@@ -235,7 +235,7 @@ class Checked:
         return getattr(self.fn, name)
 
 
-def read_metadata(array, backend):
+def read_metadata(array, backend, native=None):
     """What a graph checks at its entry of an array the function reached by itself (a global, a
     closure variable, a module's parameter; TraceSession.add_external): describe(), as a cache
     key holds it for an input. Resized, transposed, given another array's `.data` ... since the
@@ -291,11 +291,13 @@ def _guard_line(node, em, index: int) -> str:
         return (f"if _type(_v := {get}) is not {em._const(type(expected[1]))} or _v != {em.expr(expected[1])}: "
                 f"raise _GuardFailed({index})")
     if node.target is read_metadata:
-        # `if k3 != describe(c0)`: the description a constant, one call (the backend's unwrap too, if it has tracers)
+        # inline: `if not (k3(c0))` (torch's native check), or `k3 == describe(c0)`
         backend, array = em.backend, em.expr(node.args[0])
         if backend.tracer_class is not None:
-            array = f"{em._const(backend.unwrap)}({array})"
-        return f"if {em._const(expected)} != {em._const(backend.describe)}({array}): raise _GuardFailed({index})"
+            conditions = [f"{em._const(expected)} == {em._const(backend.describe)}({em._const(backend.unwrap)}({array}))"]
+        else:
+            conditions = backend.metadata_conditions(array, expected, em._const, node.args[2])
+        return f"if not ({' and '.join(conditions)}): raise _GuardFailed({index})"
     if node.target is read_unbound and expected is True:
         namespace, names = em.expr(node.args[0]), sorted(node.args[1])   # read_unbound inline: no call
         return f"if {' or '.join(f'{name!r} in {namespace}' for name in names)}: raise _GuardFailed({index})"

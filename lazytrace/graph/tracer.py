@@ -217,7 +217,8 @@ class TraceSession:
                 self.fail(f"uses an array it reached by itself whose metadata lazytrace cannot describe, "
                           f"so a graph could not check it ({type(exc).__name__})")
             else:
-                self._entry_checks.append(Node(0, _NODE_GUARD, codegen.read_metadata, (value, backend), {}, [value],
+                self._entry_checks.append(Node(0, _NODE_GUARD, codegen.read_metadata,
+                                               (value, backend, backend.metadata_check(raw)), {}, [value],
                                                (self.version(value),), expected=described))
         return value
 
