@@ -244,6 +244,7 @@ def read_metadata(array, backend, native=None):
 
 
 read_metadata.hoistable = True      # reads an array the function reached, not one the graph computed: passes.py
+read_metadata.label = lambda node: f"metadata of {node.args[1].format_brief(node.inputs[0].meta) or 'an array'}"
 read_metadata.describe = lambda node: (f"the metadata (shape, strides, dtype ...) of an array the function reached "
                                        f"by itself (traced as {node.args[1].format_brief(node.inputs[0].meta)}) "
                                        f"changed since the trace")

@@ -1141,9 +1141,16 @@ class TraceSession:
 
     def _add_entry_checks(self):
         """The checks of the external arrays' metadata (add_external) go first: before any draw or
-        write, a failed one traces again. (Not those of arrays made inside by calls no backend sees,
-        returned as constants copied per call (finish): the graph's own, unchanged.)"""
-        checks = [n for n in self._entry_checks if not n.inputs[0].foldable]
+        write, a failed one traces again. Not those of arrays made inside by calls the backend does
+        not see (NumPy's `np.zeros(3)`: a new array at each eager call, its metadata the code's, a
+        constant of the graph's own), which nothing the trace watches holds."""
+        checks = self._entry_checks
+        if not self.backend.sees_creation:
+            reached = self.reads.reached()
+            if any(id(n.inputs[0].obj) not in reached for n in checks):
+                reached = self._held_arrays(self.reads, reached)
+            if reached is not None:         # (None: too much to look through, each checked)
+                checks = [n for n in checks if id(n.inputs[0].obj) in reached and not n.inputs[0].foldable]
         for position, node in enumerate(checks, len(self.nodes)):
             node.position = position
         self.nodes[:0] = checks
