@@ -243,3 +243,20 @@ def test_immutable_jax_arrays_are_not_checked(monkeypatch):
     x = jnp.ones(2)
     assert np.array_equal(lazy(x), fn(x)) and np.array_equal(lazy(x), fn(x))
     assert lazy.stats.hits == 1 and _entry_checks(lazy) == 0
+
+
+def test_a_global_first_seen_under_autocast_is_checked_as_at_the_entry(g):
+    """The native check is made after the function returned: made where it first met the array,
+    inside `with torch.autocast`, it compared autocast's dispatch keys too and failed at every
+    call (test_redteam9's global weight traced at every call)."""
+    def fn(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return x @ (_G * 1)
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.rand(2, 3)
+        assert _same(lazy(x), fn(x))
+    assert lazy.stats.hits == 2 and lazy.stats.traces == 1
+    g.data = torch.rand(3, 4)
+    x = torch.rand(2, 3)
+    assert _same(lazy(x), fn(x)) and lazy.stats.traces == 2 and lazy.stats.eager == 0

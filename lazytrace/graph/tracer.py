@@ -217,9 +217,8 @@ class TraceSession:
                 self.fail(f"uses an array it reached by itself whose metadata lazytrace cannot describe, "
                           f"so a graph could not check it ({type(exc).__name__})")
             else:
-                self._entry_checks.append(Node(0, _NODE_GUARD, codegen.read_metadata,
-                                               (value, backend, backend.metadata_check(raw)), {}, [value],
-                                               (self.version(value),), expected=described))
+                self._entry_checks.append(Node(0, _NODE_GUARD, codegen.read_metadata, (value, backend, None), {},
+                                               [value], (self.version(value),), expected=described))
         return value
 
     def value_of(self, obj) -> Value | None:
@@ -1151,6 +1150,16 @@ class TraceSession:
                 reached = self._held_arrays(self.reads, reached)
             if reached is not None:         # (None: too much to look through, each checked)
                 checks = [n for n in checks if id(n.inputs[0].obj) in reached and not n.inputs[0].foldable]
+        backend = self.backend
+        for node in checks:
+            # the backend's native check, made here, out of the function (inside, `with torch.autocast`
+            # would be part of the dispatch keys it compares), of an array as first seen
+            raw = backend.unwrap(node.inputs[0].obj)
+            try:
+                native = backend.metadata_check(raw) if backend.describe(raw) == node.expected else None
+            except Exception:       # noqa: BLE001 - the comparison of describe() itself, at each call
+                native = None
+            node.args = (*node.args[:2], native)
         for position, node in enumerate(checks, len(self.nodes)):
             node.position = position
         self.nodes[:0] = checks
