@@ -461,6 +461,8 @@ class TorchBackend(Backend):
     # (a Generator takes no proxy: torch's argument parsing wants the object itself)
     live_unseen_methods = frozenset({"initial_seed", "seed", "manual_seed", "get_state", "set_state",
                                      "graphsafe_get_state", "graphsafe_set_state", "clone_state"})
+    # (swap_tensors exchanges two tensors' contents in C, by torch._C._swap_tensor_impl: no mode sees it)
+    unseen_changes = frozenset({"swap_tensors", "_swap_tensor_impl"})
     sees_every_array = True
     control_flow_exceptions = tuple(filter(None, [getattr(torch.utils.checkpoint, "_StopRecomputationError", None)]))
     # (grad mode, autocast, inference mode ... have a Python __exit__ returning None: read there)

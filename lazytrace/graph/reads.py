@@ -1369,6 +1369,10 @@ class PythonReads:
         codes = [self._codes[i] for i in self._watched] + (self._method_codes if methods else [])
         return set(names).intersection(itertools.chain.from_iterable(map(_CO_NAMES, codes)))     # (in C)
 
+    def builtins_used(self, names: frozenset) -> frozenset:
+        """Those of `names` that the watched code reads as globals its module does not set (builtins)."""
+        return names.intersection([name for _, name in self.unbound.values()]) if self.unbound else frozenset()
+
     def changed(self) -> str | None:
         """What the function itself changed among the values read, if anything."""
         if self.late_write is not None:

@@ -1129,6 +1129,21 @@ class TraceSession:
                           f"work of another thread ...) or held where it does not look: a graph would bake it")
 
 
+#: builtins giving a number of an object's identity (`id(x)`, `hash(x)` of a tensor): a new one at
+#: every call. Code reading one as a global runs eagerly
+_IDENTITY_BUILTINS = frozenset({"id", "hash"})
+#: (backend class, include_generators) -> the names that make code naming one run eagerly
+_EAGER_NAMES: dict = {}
+
+
+def _eager_names(backend, include_generators: bool) -> frozenset:
+    key = (type(backend), include_generators)
+    names = _EAGER_NAMES.get(key)
+    if names is None:
+        names = _EAGER_NAMES[key] = backend.unseen_changes | (FRESH_ENTROPY if include_generators else frozenset())
+    return names
+
+
 #: backend class -> (arguments kept as they are, whether it specializes arguments, whether it replays
 #: some calls with another callable): TraceSession's facts of its backend, taken once per class
 _FACTS: dict = {}
@@ -1506,10 +1521,17 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
             session.fail(f"a {backend.name} RNG generator is passed in and the code calls "
                          f"{', '.join(sorted(named))}() on something: what that gives or changes in "
                          f"Python, no call shows (a graph would bake it)")
-    fresh = session.include_generators and session.reads.names_used(FRESH_ENTROPY, methods=False)
-    if fresh:
-        session.fail(f"the code calls {', '.join(sorted(fresh))}, which may make a random generator seeded "
+    named = session.reads.names_used(_eager_names(backend, session.include_generators), methods=False)
+    if named:
+        unseen = named & backend.unseen_changes
+        session.fail(f"the code calls {', '.join(sorted(unseen))}, which changes arrays where no call shows: "
+                     f"a graph would leave them as they were" if unseen else
+                     f"the code calls {', '.join(sorted(named))}, which may make a random generator seeded "
                      f"from the operating system's entropy: its draws, no call shows, would be baked")
+    identity = session.reads.builtins_used(_IDENTITY_BUILTINS)
+    if identity:
+        session.fail(f"the code calls {', '.join(sorted(identity))}(): an object's identity differs at "
+                     f"every call, and a graph would bake the traced one")
     if backend.tracer_class is not None or session.proxied:
         # a global or an object the function filled holds arrays, not tracers, and the objects
         # passed in, not the proxies the function was handed (escapes.release)
