@@ -1528,6 +1528,9 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
                      f"a graph would leave them as they were" if unseen else
                      f"the code calls {', '.join(sorted(named))}, which may make a random generator seeded "
                      f"from the operating system's entropy: its draws, no call shows, would be baked")
+    if session.reads.other_thread:
+        session.fail("calls on its arrays were made in another thread (work handed to a thread it started): "
+                     "a trace records its own thread's calls only")
     identity = session.reads.builtins_used(_IDENTITY_BUILTINS)
     if identity:
         session.fail(f"the code calls {', '.join(sorted(identity))}(): an object's identity differs at "
