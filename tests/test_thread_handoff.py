@@ -20,7 +20,7 @@ def _handing_off(fw, scale):
     return f
 
 
-@pytest.mark.parametrize("name", ["numpy", "tensorflow"])
+@pytest.mark.parametrize("name", ["torch", "numpy", "tensorflow"])
 def test_calls_made_in_a_thread_the_function_starts_run_eagerly(name):
     from conftest import Framework
     fw = Framework(name)

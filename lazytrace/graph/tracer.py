@@ -857,7 +857,8 @@ class TraceSession:
         down (attributes, container items): arrays in containers read from stateful objects (a
         module's `flags` dict), arrays held by objects such a one holds (kornia's samplers' `low`,
         in the `sampler_dict` of a parameter generator, a submodule: read by torch.distributions'
-        code, which records nothing). None if there is too much to look through."""
+        code, which records nothing). None if there is too much to look through (_check_externals:
+        then nothing is taken as held)."""
         held = set(reached)
         objects = [obj for node in self.nodes if node.kind is _NODE_GUARD for obj in reads.held(node.expected)]
         objects += self.recorded
@@ -1123,7 +1124,8 @@ class TraceSession:
         reached = self.reads.reached() if self._externals else ()
         if any(id(obj) not in reached for obj in self._externals):
             held = self._held_arrays(self.reads, reached)
-            if held is not None and any(id(obj) not in held for obj in self._externals):
+            # (too much to look through: not known to be held, so not taken for an external array)
+            if held is None or any(id(obj) not in held for obj in self._externals):
                 self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
                           f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, nested tensors, "
                           f"work of another thread ...) or held where it does not look: a graph would bake it")
@@ -1347,7 +1349,10 @@ def choose_backend(backends: list, to: str | None):
 
 
 _HELD_DEPTH, _HELD_MAX = 5, 20000     # how far _held_arrays looks, and at how many objects at most
-_LEAVES = (str, bytes, int, float, complex, bool, type(None))
+#: what _held_arrays does not look into: numbers and text, and modules (a global object holding
+#: `torch` would have it look through the framework: the arrays of a module's globals that code
+#: reads are watched by the reads themselves)
+_LEAVES = (str, bytes, int, float, complex, bool, type(None), types.ModuleType)
 
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
                  "set_default_dtype, set_flush_denormal, inference_mode, torch.func transforms, grad mode "
