@@ -34,14 +34,23 @@ def method(model, x):
     return x * model.w + 1
 
 
+def shapes(x):                  # shapes returned (briefs hold tuples; the result has torch.Size)
+    return x * 2, x.shape, x[0].shape, x.size()
+
+
+@pytest.mark.parametrize("calls", [1, 3], ids=["traced", "replayed"])
 @pytest.mark.parametrize("fn, args, options", [
     (blur, (torch.rand(4),), {}),
     (nested, ([torch.rand(3), torch.rand(3)],), {}),
     (method, (Model(), torch.rand(4)), {"arg_stateful_idxs": [0]}),
-], ids=["blur", "nested", "stateful"])
-def test_a_trace_and_its_dropped_graph_leave_no_cyclic_garbage(fn, args, options):
+    (shapes, (torch.rand(3, 4),), {}),
+], ids=["blur", "nested", "stateful", "shapes"])
+def test_a_trace_and_its_dropped_graph_leave_no_cyclic_garbage(fn, args, options, calls):
+    """Also a graph that replayed: its generated code (codegen) and hit path (guards.check_and_call)
+    were each a function in its own globals, a cycle keeping the graph's constants until a collection."""
     lazy = lazytrace.trace_graph(fn, **options)
-    lazy(*args)                 # (caches warm)
+    for _ in range(calls):
+        lazy(*args)             # (caches warm)
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()
@@ -49,11 +58,12 @@ def test_a_trace_and_its_dropped_graph_leave_no_cyclic_garbage(fn, args, options
         fn(*args)
         eager = gc.collect()
         lazy = lazytrace.trace_graph(fn, **options)
-        lazy(*args)
-        assert len(lazy.graphs) == 1
+        for _ in range(calls):
+            lazy(*args)
+        assert len(lazy.graphs) == 1 and lazy.stats.hits == calls - 1
         assert gc.collect() == eager            # the trace's session, its helpers: freed at its end
         del lazy
-        assert gc.collect() == eager            # the graph: freed when dropped
+        assert gc.collect() == eager            # the graph (its code, its hit path): freed when dropped
     finally:
         if enabled:
             gc.enable()

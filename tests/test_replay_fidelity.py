@@ -575,6 +575,29 @@ def test_a_tensor_made_by_a_call_no_mode_sees_is_not_baked(make):
     assert lazy.stats.hits == 0 and lazy.stats.eager == 3
 
 
+class _Settings:
+    def __init__(self, size):
+        self.xp = torch                         # a module: not looked through for held arrays
+        self.scale = 1.0
+        self.table = [object() for _ in range(size)]    # more than _held_arrays looks through
+
+
+@pytest.mark.parametrize("size", [0, 30000], ids=["holding-a-module", "too-much-to-look-through"])
+def test_a_tensor_made_unseen_is_not_baked_when_a_read_global_holds_much(size, monkeypatch):
+    # the function reads a global object holding a module (or a long list): _held_arrays gave up
+    # (None) and the unseen tensor was taken for a held one, its trace-time values replayed
+    monkeypatch.setitem(globals(), "_SETTINGS", _Settings(size))
+
+    def fn(x):
+        p = torch.nn.Parameter(x * 2, requires_grad=False)      # made by no call a mode sees
+        return p * _SETTINGS.scale + len(_SETTINGS.table)
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(3):
+        x = torch.rand(3)
+        assert torch.equal(lazy(x), fn(x))
+    assert lazy.stats.hits == 0 and lazy.stats.eager == 3
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: torch.nested.as_nested_tensor([x * 2, x[:2]]).to_padded_tensor(0.0) + 1,     # recorded calls
     lambda x: torch.nested.nested_tensor([x * 2, x[:2]])])                                 # made unseen

@@ -225,55 +225,6 @@ def test_a_loaded_graph_and_a_traced_one_alike_after_release(temp_library, tmp_p
     assert result["hover"] and result["dot"]
 
 
-def _kernel(n):
-    k = torch.arange(n, dtype=torch.float32)     # folded into a constant
-    return torch.exp(-k * k) / torch.exp(-k * k).sum()
-
-
-def blur(x):
-    dead = x.sin()              # dropped  # noqa: F841
-    return torch.nn.functional.conv1d(x.reshape(1, 1, -1), _kernel(3).reshape(1, 1, -1), padding=1).reshape(-1)
-
-
-class Model:
-    def __init__(self):
-        self.w = torch.ones(4)
-
-
-def method(model, x):
-    return x * model.w + 1
-
-
-@pytest.mark.parametrize("fn, args, options", [
-    (blur, (torch.rand(4),), {}),
-    (method, (Model(), torch.rand(4)), {"arg_stateful_idxs": [0]}),
-    (shapes, (torch.rand(3, 4),), {}),
-], ids=["blur", "stateful", "shapes"])
-def test_a_replayed_graph_dropped_leaves_no_cyclic_garbage(fn, args, options):
-    """tests/test_gc_objects.py drops a graph that never replayed; one that did has its code
-    generated (codegen) and its hit path (guards.check_and_call): each was a function in its own
-    globals, a reference cycle keeping the graph's constants until a collection."""
-    lazy = lazytrace.trace_graph(fn, **options)
-    for _ in range(3):
-        lazy(*args)                             # (caches warm)
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        fn(*args)
-        eager = gc.collect()
-        lazy = lazytrace.trace_graph(fn, **options)
-        for _ in range(3):
-            lazy(*args)
-        assert lazy.stats.hits == 2
-        assert gc.collect() == eager
-        del lazy
-        assert gc.collect() == eager            # the graph, its code and hit path: freed when dropped
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def test_a_loaded_graph_dropped_leaves_no_cyclic_garbage(temp_library, tmp_path):
     """A graph loaded from the persistent cache holds no Node <-> Value cycle either (codec.decode
     makes its calls' Values without the back reference, as TraceSession.unlink leaves a traced one)."""

@@ -146,6 +146,28 @@ def test_return_backend_traced_fn_uses_the_torch_compilers():
     assert guarded.fn.choice in ("torch.compile", "python")
 
 
+def test_a_compiler_failure_is_not_retried_at_every_call(monkeypatch, caplog):
+    import torch._inductor.compile_fx as compile_fx
+    attempts = []
+
+    def failing(*args, **kwargs):
+        attempts.append(1)
+        raise RuntimeError("a compiler failure")
+    monkeypatch.setattr(compile_fx, "compile_fx", failing)
+
+    def fn(x):
+        return torch.cos(x) * 3 - 1
+    lazy = lazytrace.trace_graph(fn, return_backend_traced_fn=True)
+    with caplog.at_level("WARNING", logger="lazytrace"):
+        for _ in range(4):
+            x = torch.randn(5)
+            assert torch.equal(lazy(x), fn(x))
+    compiled = lazy.graphs[0].fn
+    assert len(attempts) == 1 and compiled.choice == "python" and isinstance(compiled.error, RuntimeError)
+    assert lazy.stats.hits == 3 - 1      # the first replay raised (the original ran), the next two hit
+    assert "a compiler failure" in caplog.text
+
+
 def test_bad_input_error_is_the_original_one():
     def fn(x):
         if (x < 0).any():

@@ -91,6 +91,9 @@ class Backend:
     #: methods of a live input that give Python values or change it with no call the backend sees
     #: (torch.Generator's initial_seed(), get_state() ...): code naming one runs eagerly
     live_unseen_methods: frozenset = frozenset()
+    #: names of framework functions that change arrays where no call the backend sees shows it
+    #: (torch.utils.swap_tensors): code naming one runs eagerly
+    unseen_changes: frozenset = frozenset()
     #: the class of the objects handed to the traced function in place of arrays, if any
     tracer_class: type | None = None
     internal_modules: tuple = ("lazytrace.",)   # module name prefixes of code that sees tracers as such

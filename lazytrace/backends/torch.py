@@ -24,6 +24,7 @@ import enum
 import functools
 import gc
 import json
+import logging
 import operator
 import sys
 from contextlib import contextmanager
@@ -461,6 +462,8 @@ class TorchBackend(Backend):
     # (a Generator takes no proxy: torch's argument parsing wants the object itself)
     live_unseen_methods = frozenset({"initial_seed", "seed", "manual_seed", "get_state", "set_state",
                                      "graphsafe_get_state", "graphsafe_set_state", "clone_state"})
+    # (swap_tensors exchanges two tensors' contents in C, by torch._C._swap_tensor_impl: no mode sees it)
+    unseen_changes = frozenset({"swap_tensors", "_swap_tensor_impl"})
     sees_every_array = True
     control_flow_exceptions = tuple(filter(None, [getattr(torch.utils.checkpoint, "_StopRecomputationError", None)]))
     # (grad mode, autocast, inference mode ... have a Python __exit__ returning None: read there)
@@ -1209,20 +1212,35 @@ class InductorGraph:
     when the call needs autograd) torch.compile. `repeatable` (no visible effects): after
     compiling, the compiled and the plain generated form are timed on that call's inputs and the
     faster is kept: compiled code wins on graphs of many small ops, plain code on one or two.
-    `choice` says what runs: "inductor", "torch.compile" or "python"."""
+    `choice` says what runs: "inductor", "torch.compile" or "python". A first compiled call that
+    raises (a compiler's failure, or the function's own error) leaves the plain generated form for
+    the later calls, with the exception in `error` and a warning logged: compiling is not tried at
+    every call (~10-40 ms each), and this call's exception goes where the graph's go (the original
+    function decides)."""
 
     def __init__(self, fn, *, direct: bool, repeatable: bool):
         self.fn = fn
         self.direct = direct
         self.repeatable = repeatable
         self.choice = None
+        self.error = None
         self._impl = None
 
     def __call__(self, *leaves):
         impl = self._impl
-        if impl is None:
-            impl = self._impl = self._build(leaves)
-        return impl(*leaves)
+        if impl is not None:
+            return impl(*leaves)
+        try:
+            impl = self._build(leaves)
+            result = impl(*leaves)
+        except Exception as exc:
+            self._impl, self.choice, self.error = self.fn, "python", exc
+            logging.getLogger("lazytrace").warning(
+                "the compiled form of %s failed on its first call (%s: %s); its plain generated form runs instead",
+                getattr(self.fn, "__name__", "a graph"), type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            raise
+        self._impl = impl
+        return result
 
     def _build(self, leaves):
         compiled, self.choice = self._compile(leaves)

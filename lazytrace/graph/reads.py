@@ -715,6 +715,7 @@ class PythonReads:
         self._done: dict = {}       # (id(namespace), read) -> (the object it named, depth, namespace) handled
         self.root = None            # the traced function's code: stack walks stop there
         self.stop = None            # the trace's own frame (set by start): walks of the stack end there at the latest
+        self.other_thread = False   # a call was made from a thread other than the trace's (its stack has no `stop`)
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
         #: (module name, attribute) -> function, for framework functions the code reads through a
@@ -963,6 +964,8 @@ class PythonReads:
                 frame = frame.f_back
                 if frame is None or frame is stop or walked.get(id(frame)) is frame:
                     break   # (walked from here down by an earlier call, while this frame ran)
+            if frame is None and stop is not None:
+                self.other_thread = True    # the stack's bottom, not the trace's frame: another thread's call
             if not catching:
                 return blocks
         # the frames below, for blocks alone (handlers.inside_except's walk). Below a frame in
@@ -1368,6 +1371,10 @@ class PythonReads:
         with `methods` every method of the objects it reached) uses as an attribute or a global name."""
         codes = [self._codes[i] for i in self._watched] + (self._method_codes if methods else [])
         return set(names).intersection(itertools.chain.from_iterable(map(_CO_NAMES, codes)))     # (in C)
+
+    def builtins_used(self, names: frozenset) -> frozenset:
+        """Those of `names` that the watched code reads as globals its module does not set (builtins)."""
+        return names.intersection([name for _, name in self.unbound.values()]) if self.unbound else frozenset()
 
     def changed(self) -> str | None:
         """What the function itself changed among the values read, if anything."""

@@ -875,7 +875,8 @@ class TraceSession:
         down (attributes, container items): arrays in containers read from stateful objects (a
         module's `flags` dict), arrays held by objects such a one holds (kornia's samplers' `low`,
         in the `sampler_dict` of a parameter generator, a submodule: read by torch.distributions'
-        code, which records nothing). None if there is too much to look through."""
+        code, which records nothing). None if there is too much to look through (_check_externals:
+        then nothing is taken as held)."""
         held = set(reached)
         objects = [obj for node in self.nodes if node.kind is _NODE_GUARD for obj in reads.held(node.expected)]
         objects += self.recorded
@@ -1169,10 +1170,26 @@ class TraceSession:
         reached = self.reads.reached() if self._externals else ()
         if any(id(obj) not in reached for obj in self._externals):
             held = self._held_arrays(self.reads, reached)
-            if held is not None and any(id(obj) not in held for obj in self._externals):
+            # (too much to look through: not known to be held, so not taken for an external array)
+            if held is None or any(id(obj) not in held for obj in self._externals):
                 self.fail(f"uses a {self.backend.name} array made by a call lazytrace does not see "
                           f"(Tensor.as_subclass, nn.Parameter(x), torch.Tensor(x), DLPack, nested tensors, "
                           f"work of another thread ...) or held where it does not look: a graph would bake it")
+
+
+#: builtins giving a number of an object's identity (`id(x)`, `hash(x)` of a tensor): a new one at
+#: every call. Code reading one as a global runs eagerly
+_IDENTITY_BUILTINS = frozenset({"id", "hash"})
+#: (backend class, include_generators) -> the names that make code naming one run eagerly
+_EAGER_NAMES: dict = {}
+
+
+def _eager_names(backend, include_generators: bool) -> frozenset:
+    key = (type(backend), include_generators)
+    names = _EAGER_NAMES.get(key)
+    if names is None:
+        names = _EAGER_NAMES[key] = backend.unseen_changes | (FRESH_ENTROPY if include_generators else frozenset())
+    return names
 
 
 #: backend class -> (arguments kept as they are, whether it specializes arguments, whether it replays
@@ -1378,7 +1395,10 @@ def choose_backend(backends: list, to: str | None):
 
 
 _HELD_DEPTH, _HELD_MAX = 5, 20000     # how far _held_arrays looks, and at how many objects at most
-_LEAVES = (str, bytes, int, float, complex, bool, type(None))
+#: what _held_arrays does not look into: numbers and text, and modules (a global object holding
+#: `torch` would have it look through the framework: the arrays of a module's globals that code
+#: reads are watched by the reads themselves)
+_LEAVES = (str, bytes, int, float, complex, bool, type(None), types.ModuleType)
 
 _UNSEEN_STATE = ("global state changed inside the function in a way calls do not show (torch.autocast, "
                  "set_default_dtype, set_flush_denormal, inference_mode, torch.func transforms, grad mode "
@@ -1552,10 +1572,20 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
             session.fail(f"a {backend.name} RNG generator is passed in and the code calls "
                          f"{', '.join(sorted(named))}() on something: what that gives or changes in "
                          f"Python, no call shows (a graph would bake it)")
-    fresh = session.include_generators and session.reads.names_used(FRESH_ENTROPY, methods=False)
-    if fresh:
-        session.fail(f"the code calls {', '.join(sorted(fresh))}, which may make a random generator seeded "
+    named = session.reads.names_used(_eager_names(backend, session.include_generators), methods=False)
+    if named:
+        unseen = named & backend.unseen_changes
+        session.fail(f"the code calls {', '.join(sorted(unseen))}, which changes arrays where no call shows: "
+                     f"a graph would leave them as they were" if unseen else
+                     f"the code calls {', '.join(sorted(named))}, which may make a random generator seeded "
                      f"from the operating system's entropy: its draws, no call shows, would be baked")
+    if session.reads.other_thread:
+        session.fail("calls on its arrays were made in another thread (work handed to a thread it started): "
+                     "a trace records its own thread's calls only")
+    identity = session.reads.builtins_used(_IDENTITY_BUILTINS)
+    if identity:
+        session.fail(f"the code calls {', '.join(sorted(identity))}(): an object's identity differs at "
+                     f"every call, and a graph would bake the traced one")
     if backend.tracer_class is not None or session.proxied:
         # a global or an object the function filled holds arrays, not tracers, and the objects
         # passed in, not the proxies the function was handed (escapes.release)
