@@ -120,7 +120,8 @@ def test_check_numerics_enabled_inside_the_function_raises_as_in_eager():
     assert any("op callbacks changed" in reason for reason in lazy.stats.reasons)
 
 
-# -- not fixed: the metadata of an array computed from a global one (resized in place between calls)
+# -- fixed (extmeta): the metadata of an array computed from a global one (resized in place between calls);
+#    a graph checks the metadata of each array the function reached by itself at its entry
 
 def _from_global(x):
     y = _G * 2                  # its shape is _G's, which no key fixes
@@ -128,10 +129,6 @@ def _from_global(x):
     return x * y.shape[0] + len(y) + v.numel() + v.stride()[0], torch.zeros_like(_G).dim()
 
 
-@pytest.mark.xfail(strict=True, reason="an external array's metadata is no key's, and the Values computed from it "
-                                        "are not dynamic: their metadata reads are not guarded (marking them dynamic "
-                                        "guards kornia's .device reads after draws: test_kornia_fidelity goes eager); "
-                                        "a check of each external array's metadata at a graph's entry would fix it")
 def test_the_metadata_of_an_array_made_from_a_global_one_is_guarded(g3):
     lazy = lazytrace.trace_graph(_from_global)
     for n in (3, 3, 7, 2, 3):

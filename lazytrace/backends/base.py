@@ -177,6 +177,25 @@ class Backend:
         """Everything about an array that a graph may bake in (not its values)."""
         raise NotImplementedError
 
+    def metadata_fixed(self, array) -> bool:
+        """Whether nothing can change describe(array) in place (immutable arrays: JAX's, TensorFlow's
+        tensors). A graph checks the metadata of every other array the function reached by itself
+        (a global, a closure variable, a module's parameter) at its entry (TraceSession.add_external)."""
+        return False
+
+    def metadata_check(self, array):
+        """Optionally, a native callable(array) -> bool, made from `array` as it is now: True only if
+        describe(array) is still what it is now (it may be stricter), apart from what
+        metadata_conditions adds; for metadata_conditions."""
+        return None
+
+    def metadata_conditions(self, expr: str, described: tuple, const, native=None) -> list[str]:
+        """Python conditions that hold only when describe(expr) == described (a graph's check of an
+        array the function reached by itself, at its entry: codegen.read_metadata), and do
+        whenever it does (or fail a little more often); `expr` an array, not a tracer; `native`:
+        metadata_check() of that array when it was `described`. By default the comparison itself."""
+        return [f"{const(described)} == {const(self.describe)}({expr})"]
+
     #: array types whose objects hold no Python attributes but those the user sets (`x.units = "km"`)
     attribute_types: tuple = ()
 

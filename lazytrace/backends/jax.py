@@ -470,6 +470,9 @@ class JaxBackend(Backend):
             return (type(a), a.aval, a.sharding)
         return (type(a), a.aval)       # an outer transformation's tracer: its shape, dtype, weak type
 
+    def metadata_fixed(self, a):
+        return True             # (immutable: no in-place resize, no `.data =`)
+
     def guard_conditions(self, expr, a, const):
         conditions = [f"{expr}.aval == {const(a.aval)}"]
         if isinstance(a, _ARRAYS):

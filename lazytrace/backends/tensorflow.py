@@ -549,6 +549,9 @@ class TensorflowBackend(Backend):
             return (type(t), tuple(t.shape), t.dtype, t.trainable)
         return (type(t), tuple(t.shape), t.dtype, t.device)
 
+    def metadata_fixed(self, t):
+        return not isinstance(t, tf.Variable)      # (a tensor is immutable; a variable of no fixed shape takes any)
+
     def guard_conditions(self, expr, t, const):
         return [f"tuple({expr}.shape) == {const(tuple(t.shape))}", f"{expr}.dtype == {const(t.dtype)}"]
 

@@ -599,6 +599,18 @@ class TorchBackend(Backend):
             ([f"{expr}.is_leaf is {t.is_leaf}"] if t.requires_grad else []) + \
             [f"{expr}.is_inference() is {t.is_inference()}"]
 
+    def metadata_check(self, t):
+        # (outside a dual level: describe() holds no tangent, which TensorGuards would not compare)
+        return self.array_check([t]) if _forward_ad._current_level < 0 else None
+
+    def metadata_conditions(self, expr, described, const, native=None):
+        if native is None or len(described) != 7:
+            return super().metadata_conditions(expr, described, const)
+        grad = described[5]
+        # its type, shape, strides, dtype, device, requires_grad and dispatch keys (inference) in one
+        # call (~0.2 us; describe() and its tuple ~1.2 us); is_leaf as array_check_extra
+        return [f"{const(native)}({expr})"] + ([f"{expr}.is_leaf is {grad is True}"] if grad else [])
+
     def attribute_conditions(self, expr, t, const):
         if not t.__dict__:              # (TensorGuards leaves them out)
             return [f"not {expr}.__dict__"]

@@ -235,6 +235,21 @@ class Checked:
         return getattr(self.fn, name)
 
 
+def read_metadata(array, backend, native=None):
+    """What a graph checks at its entry of an array the function reached by itself (a global, a
+    closure variable, a module's parameter; TraceSession.add_external): describe(), as a cache
+    key holds it for an input. Resized, transposed, given another array's `.data` ... since the
+    trace, it fails: then the metadata of every array computed from it is as fixed as an input's."""
+    return backend.describe(backend.unwrap(array))
+
+
+read_metadata.hoistable = True      # reads an array the function reached, not one the graph computed: passes.py
+read_metadata.label = lambda node: f"metadata of {node.args[1].format_brief(node.inputs[0].meta) or 'an array'}"
+read_metadata.describe = lambda node: (f"the metadata (shape, strides, dtype ...) of an array the function reached "
+                                       f"by itself (traced as {node.args[1].format_brief(node.inputs[0].meta)}) "
+                                       f"changed since the trace")
+
+
 def node_lines(backend, plan: Plan, inputs: list[Value]) -> list[str]:
     """The line of generated source each node of `plan` became (for views; run after `generate`,
     which names the values)."""
@@ -276,6 +291,14 @@ def _guard_line(node, em, index: int) -> str:
         em.namespace["_type"] = type
         return (f"if _type(_v := {get}) is not {em._const(type(expected[1]))} or _v != {em.expr(expected[1])}: "
                 f"raise _GuardFailed({index})")
+    if node.target is read_metadata:
+        # inline: `if not (k3(c0))` (torch's native check), or `k3 == describe(c0)`
+        backend, array = em.backend, em.expr(node.args[0])
+        if backend.tracer_class is not None:
+            conditions = [f"{em._const(expected)} == {em._const(backend.describe)}({em._const(backend.unwrap)}({array}))"]
+        else:
+            conditions = backend.metadata_conditions(array, expected, em._const, node.args[2])
+        return f"if not ({' and '.join(conditions)}): raise _GuardFailed({index})"
     if node.target is read_unbound and expected is True:
         namespace, names = em.expr(node.args[0]), sorted(node.args[1])   # read_unbound inline: no call
         return f"if {' or '.join(f'{name!r} in {namespace}' for name in names)}: raise _GuardFailed({index})"

@@ -83,6 +83,7 @@ class TraceSession:
         self._objects = False                   # any non-array inputs (stateful, live) registered
         self._unkeyed_metadata = False          # any value whose metadata the key does not fix
         self._externals: list = []              # arrays used that no recorded call made (add_external)
+        self._entry_checks: list = []           # checks of their metadata, for the graph's entry (add_external)
         # call outputs whose framework counts writes (Backend.write_count): (array, write count then,
         # Value, writes recorded then); check_input_writes compares the counts at the end
         self._counts_writes = type(backend).write_count is not Backend.write_count
@@ -195,12 +196,29 @@ class TraceSession:
         return value
 
     def add_external(self, obj) -> Value:
-        raw = self.backend.unwrap(obj)
-        value = Value(_EXTERNAL, meta=self.backend.brief(raw), storage=self.backend.storage_key(raw),
-                      obj=obj)
+        """An array the function reached by itself (a global, a closure variable, a module's
+        parameter): no key fixes its metadata, which may change in place between calls (resize_,
+        transpose_, `.data =`, set_). The graph checks it at its entry, as first seen here, before
+        any draw or write (a failed check traces again): what the trace decided on it, and on every
+        array computed from it (`(g * 2).shape`, `zeros_like(g[1:])` folded, `g.contiguous()` handing
+        back g itself, dead calls read for their metadata), then holds as for an input's. Every
+        such array is checked, not only those whose metadata the function read: those decisions
+        show no read."""
+        backend = self.backend
+        raw = backend.unwrap(obj)
+        value = Value(_EXTERNAL, meta=backend.brief(raw), storage=backend.storage_key(raw), obj=obj)
         self._values[id(obj)] = (obj, value)
         self._unkeyed_metadata = True
         self._externals.append(obj)
+        if not backend.metadata_fixed(raw):
+            try:
+                described = backend.describe(raw)
+            except Exception as exc:        # noqa: BLE001 - a nested tensor's strides ...
+                self.fail(f"uses an array it reached by itself whose metadata lazytrace cannot describe, "
+                          f"so a graph could not check it ({type(exc).__name__})")
+            else:
+                self._entry_checks.append(Node(0, _NODE_GUARD, codegen.read_metadata, (value, backend, None), {},
+                                               [value], (self.version(value),), expected=described))
         return value
 
     def value_of(self, obj) -> Value | None:
@@ -1068,6 +1086,8 @@ class TraceSession:
         del out     # (a recursive closure: a reference cycle holding the session else)
         if backend.sees_every_array:
             self._check_externals()
+        if self._entry_checks:
+            self._add_entry_checks()
         trace = TraceResult(self.nodes, self.inputs, structure, self.untraceable)
         return trace, real
 
@@ -1118,6 +1138,32 @@ class TraceSession:
                 shared.add(storage)
         if shared:
             passes.demote_storages(self.nodes, shared)
+
+    def _add_entry_checks(self):
+        """The checks of the external arrays' metadata (add_external) go first: before any draw or
+        write, a failed one traces again. Not those of arrays made inside by calls the backend does
+        not see (NumPy's `np.zeros(3)`: a new array at each eager call, its metadata the code's, a
+        constant of the graph's own), which nothing the trace watches holds."""
+        checks = self._entry_checks
+        if not self.backend.sees_creation:
+            reached = self.reads.reached()
+            if any(id(n.inputs[0].obj) not in reached for n in checks):
+                reached = self._held_arrays(self.reads, reached)
+            if reached is not None:         # (None: too much to look through, each checked)
+                checks = [n for n in checks if id(n.inputs[0].obj) in reached and not n.inputs[0].foldable]
+        backend = self.backend
+        for node in checks:
+            # the backend's native check, made here, out of the function (inside, `with torch.autocast`
+            # would be part of the dispatch keys it compares), of an array as first seen
+            raw = backend.unwrap(node.inputs[0].obj)
+            try:
+                native = backend.metadata_check(raw) if backend.describe(raw) == node.expected else None
+            except Exception:       # noqa: BLE001 - the comparison of describe() itself, at each call
+                native = None
+            node.args = (*node.args[:2], native)
+        for position, node in enumerate(checks, len(self.nodes)):
+            node.position = position
+        self.nodes[:0] = checks
 
     def _check_externals(self):
         """Arrays used or returned that no seen call made must be held where the trace watches them."""
@@ -1605,8 +1651,10 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
         if compiler:
             # the checks of globals (graph.reads) stay Python, run before the compiled body: a
             # compiler would run them once, when it traces
-            checks = [(i, n) for i, n in enumerate(plan.nodes) if n.target in READERS]
-            body = dataclasses.replace(plan, nodes=[n for n in plan.nodes if n.target not in READERS])
+            # (and the checks of external arrays' metadata: codegen.read_metadata)
+            checks = [(i, n) for i, n in enumerate(plan.nodes) if n.target in READERS or n.target is codegen.read_metadata]
+            body = dataclasses.replace(plan, nodes=[n for n in plan.nodes if n.target not in READERS
+                                                    and n.target is not codegen.read_metadata])
             # (a compiler bakes in the functions it compiles, whatever their module holds later)
             compiled = codegen.generate(backend, body, body.inputs, body.output_structure, name,
                                         check_functions=False)[1]
