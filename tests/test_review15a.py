@@ -518,6 +518,30 @@ def test_an_identity_read_in_a_helper_runs_eagerly_with_the_reason():
     assert any("id()" in reason for reason in lazy.stats.reasons)
 
 
+def _hashable_shape(x):
+    shape = tuple(x.shape)
+    try:
+        hash(shape)             # einops' TensorflowBackend.shape: only whether it raises counts
+    except TypeError:
+        shape = list(shape)
+    return x * len(shape)
+
+
+def _hash_in_a_branch(x):
+    hash(tuple(x.shape))
+    return x * (1 if hash(x) % 2 else 2)     # the hash itself used: eager
+
+
+@pytest.mark.parametrize("f, hits", [(_hashable_shape, 2), (_hash_in_a_branch, 0)], ids=["dropped", "used"])
+def test_a_hash_whose_result_is_dropped_traces_and_one_used_runs_eagerly(f, hits):
+    lazy = lazytrace.trace_graph(f)
+    for _ in range(3):
+        x = torch.rand(3)
+        assert torch.equal(lazy(x), f(x))
+    assert lazy.stats.hits == hits
+    assert (hits == 0) == any("hash()" in reason for reason in lazy.stats.reasons)
+
+
 def test_a_module_global_named_hash_is_no_builtin_and_traces(monkeypatch):
     # `hash` here is a global of this module (a function of the user's): read and checked as any global
     monkeypatch.setitem(globals(), "hash", lambda v: 7)

@@ -369,6 +369,34 @@ def code_info(code) -> tuple:
     return entry
 
 
+def _result_used(code, name: str) -> bool:
+    """Whether `code` loads the global `name` other than to call it with an argument list of no
+    jumps and drop the result (`hash(x)` as a statement). Read by instructions, for the rare codes
+    that name it: each load followed by a stack simulation up to the call that consumes it."""
+    if name not in code.co_names:
+        return False
+    instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    for k, ins in enumerate(instructions):
+        if ins.opname != "LOAD_GLOBAL" or ins.argval != name:
+            continue
+        depth, dropped = 0, False
+        for j in range(k + 1, len(instructions)):
+            op = instructions[j]
+            if op.opname == "CALL" and depth == 0:     # (PRECALL took the arguments off)
+                dropped = j + 1 < len(instructions) and instructions[j + 1].opname == "POP_TOP"
+                break
+            if op.opcode in dis.hasjrel or op.opcode in dis.hasjabs or \
+                    op.opname.startswith(("RETURN", "RAISE", "RERAISE")):
+                break
+            depth += dis.stack_effect(op.opcode, op.arg, jump=False) if op.opcode >= dis.HAVE_ARGUMENT \
+                else dis.stack_effect(op.opcode)
+            if depth < 0:
+                break
+        if not dropped:
+            return True
+    return False
+
+
 def global_reads(code) -> tuple[tuple[str, ...], ...]:
     """What a code object reads as globals: (name,) for each global it loads, stores or deletes,
     and (name, attribute, ...) for each chain of attribute reads on a loaded global
@@ -1373,8 +1401,12 @@ class PythonReads:
         return set(names).intersection(itertools.chain.from_iterable(map(_CO_NAMES, codes)))     # (in C)
 
     def builtins_used(self, names: frozenset) -> frozenset:
-        """Those of `names` that the watched code reads as globals its module does not set (builtins)."""
-        return names.intersection([name for _, name in self.unbound.values()]) if self.unbound else frozenset()
+        """Those of `names` that the watched code reads as globals its module does not set (builtins),
+        other than in calls whose result it drops (`hash(shape)` in a `try`, einops' test that a
+        shape is hashable: only whether it raises counts, and that depends on the types alone)."""
+        used = names.intersection([name for _, name in self.unbound.values()]) if self.unbound else ()
+        codes = [self._codes[i] for i in self._watched] if used else ()
+        return frozenset(name for name in used if any(_result_used(code, name) for code in codes))
 
     def changed(self) -> str | None:
         """What the function itself changed among the values read, if anything."""
