@@ -48,6 +48,8 @@ class Variation:
     scalars: tuple = ()             # per non-image argument: a multiplier / replacement drawn for Python values
     fresh_args: bool = False        # other tensor arguments get new values at every call
     alias_args: bool = False        # a non-image tensor argument passed again in place of the next one
+    grad_args: bool = False         # with requires_grad: the other float tensor arguments need grad too
+    meta_default: bool = False      # torch.set_default_device("meta") around the call
     checks: bool = True             # kornia.core.check enabled (kornia's global flag) around the call
     kind: str = "tensor"            # the image's class: tensor, nn.Parameter or a torch.Tensor subclass
     feedback: bool = False          # the image is the previous call's first result when it is 4-d
@@ -65,7 +67,8 @@ def draw(rng, allowed_dtypes=DTYPES):
                      mutate=bool(rng.random() < 0.3), values=VALUES[rng.integers(len(VALUES))],
                      scalars=tuple(SCALAR_CHOICES[rng.integers(len(SCALAR_CHOICES))] for _ in range(4)),
                      fresh_args=bool(rng.random() < 0.5), alias_args=bool(rng.random() < 0.1),
-                     kind=KINDS[rng.integers(len(KINDS))], checks=bool(rng.random() < 0.85), feedback=bool(rng.random() < 0.2))
+                     kind=KINDS[rng.integers(len(KINDS))], checks=bool(rng.random() < 0.85),
+                     grad_args=bool(rng.random() < 0.5), meta_default=bool(rng.random() < 0.05), feedback=bool(rng.random() < 0.2))
 
 
 class Tagged(torch.Tensor):
@@ -169,6 +172,8 @@ def call_context(var):
     old = torch.get_default_dtype()
     if not var.checks:
         kornia.core.check.disable_checks()
+    if var.meta_default:
+        torch.set_default_device("meta")
     if var.default_dtype is not None:
         torch.set_default_dtype(var.default_dtype)
     try:
@@ -186,6 +191,7 @@ def call_context(var):
     finally:
         torch.set_default_dtype(old)
         kornia.core.check.enable_checks()
+        torch.set_default_device(None)
 
 
 def tensors(obj):
@@ -199,8 +205,10 @@ def tensors(obj):
 
 
 def same_values(a, b):
-    if a.shape != b.shape or a.dtype != b.dtype:
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
         return False
+    if a.is_meta:
+        return True
     if a.is_floating_point() or a.is_complex():
         return bool(((a == b) | (a.isnan() & b.isnan())).all())
     return torch.equal(a, b)
@@ -228,6 +236,22 @@ def compare(what, eager, lazy, problems):
             problems.append(f"{what}[{i}]: values differ (max abs {diff:.3g})")
     if not te and eager != lazy:
         problems.append(f"{what}: {eager!r} vs {lazy!r}")
+
+
+def sharing(out, args):
+    """Which result tensors are an argument, or share memory with an argument or an earlier result."""
+    ins = [a for a in args if isinstance(a, torch.Tensor)]
+    outs = tensors(out)
+
+    def base(t):
+        return t.untyped_storage().data_ptr() if t.layout == torch.strided and t.numel() else None
+
+    facts = []
+    for i, t in enumerate(outs):
+        facts.append((i, [j for j, a in enumerate(ins) if t is a],
+                      [j for j, a in enumerate(ins) if base(t) is not None and base(t) == base(a)],
+                      [k for k in range(i) if base(t) is not None and base(t) == base(outs[k])]))
+    return facts
 
 
 def invoke(fn, args, var):
@@ -297,9 +321,13 @@ def check_call(target, var, seed, report, previous=None):
     if var.mode == "requires_grad":
         leaves = []
         for args in (args_e, args_l):
-            x = args[0].detach().requires_grad_(True)
-            args[0] = x
-            leaves.append([x])
+            if not args[0].is_floating_point():
+                return None
+            indices = [0] + [i for i, a in enumerate(args) if i and var.grad_args and isinstance(a, torch.Tensor)
+                             and a.is_floating_point() and a is not args[0]]
+            for i in indices:
+                args[i] = args[i].detach().requires_grad_(True)
+            leaves.append([args[i] for i in indices])
     out_e, exc_e = invoke(target.eager, args_e, var)
     out_l, exc_l = invoke(target.lazy, args_l, var)
     report.calls += 1
@@ -308,6 +336,8 @@ def check_call(target, var, seed, report, previous=None):
         problems.append(f"exception {exc_e} vs {exc_l}")
     elif exc_e is None:
         compare("result", out_e, out_l, problems)
+        if sharing(out_e, args_e) != sharing(out_l, args_l):
+            problems.append(f"memory shared: {sharing(out_e, args_e)} vs {sharing(out_l, args_l)}")
         if var.mode == "requires_grad" and not problems:
             if var.mutate:      # a result saved for backward and written: backward raises as in eager
                 me, ml = mutate(out_e, grad=True), mutate(out_l, grad=True)
@@ -453,7 +483,7 @@ def module_changes():
     def scale_tensors(m):         # in-place writes into the buffers, parameters and tensor attributes
         with torch.no_grad():
             for t in [*m.buffers(), *m.parameters(), *(v for v in vars(m).values() if isinstance(v, torch.Tensor))]:
-                if not t.is_inference():
+                with contextlib.suppress(RuntimeError):     # inference tensors, expanded ones
                     t.mul_(1.25)
 
     def flip_flags(m):
@@ -496,7 +526,8 @@ def run_module(proxy, name, rng, calls, report):
         if pool and rng.random() < 0.5:
             var = pool[rng.integers(len(pool))]
         else:
-            var = replace(draw(rng, (torch.float32,)), default_dtype=None, cast_args=False, feedback=False)
+            var = replace(draw(rng, (torch.float32,)), default_dtype=None, cast_args=False, feedback=False,
+                          meta_default=False)
             pool = (pool + [var])[-4:]
         var = replace(var, dtype=dtype)
         report.variations.add((name, var))
@@ -524,7 +555,9 @@ def run_module(proxy, name, rng, calls, report):
         check_call(target, var, seed, report)
         problems = []
         for attr in ("_params", "transform_matrix"):
-            after_e, after_l = getattr(eager, attr, None), getattr(lazy, attr, None)
+            (after_e, exc_e), (after_l, exc_l) = (invoke(getattr, (m, attr, None), var) for m in (eager, lazy))
+            if exc_e is not exc_l:
+                problems.append(f"reading {attr}: {exc_e} vs {exc_l}")
             if isinstance(after_e, dict):
                 after_e, after_l = dict(after_e), dict(after_l or {})
             compare(attr, after_e, after_l, problems)
