@@ -288,6 +288,18 @@ class JaxTracer(ReadbackMixin, core.Tracer):
     __dlpack__ = _escape
     tobytes = _escape
 
+    @property
+    def _debug_info(self):
+        # read by JAX's escaped_tracer_error alone (core.py), as it is about to raise
+        # UnexpectedTracerError for this tracer: used where its trace is not current, in a thread
+        # the function started (JAX's current trace is per thread). The trace fails and the call
+        # runs again eagerly, where that thread gets an array.
+        session = self._lt_session
+        if not session.closed and session.misused is None:
+            session.misused = ("a tracer of the trace was used in another thread (one the function started), "
+                               "where JAX's trace is not current: JAX refused it")
+        return None
+
     def block_until_ready(self):
         return self
 

@@ -62,6 +62,8 @@ class TraceSession:
     stateful_stack: _Exits | None = None        # where recorded objects' class swaps are undone (_run)
     proxied = False                     # objects passed in were handed as SessionProxy
     changed_reads: str | None = None    # Python state the function read and changed (add_reads)
+    misused: str | None = None          # a tracer the framework refused where eager has an array (the backend
+    #                                     sets it: a JAX tracer used in a thread the function started)
 
     def __init__(self, backend, *, include_generators=True, array_caching=True):
         self.backend = backend
@@ -1551,7 +1553,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
             try:
                 result = fn(*targs, **tkwargs)
             except Exception as exc:
-                cause = backend.caused_by_tracing(exc)
+                cause = session.misused or backend.caused_by_tracing(exc)
                 if not cause:
                     if backend.tracer_class is not None or session.proxied:
                         # it reaches the caller as eager's: holding arrays, as do the places the
@@ -1563,6 +1565,9 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
                 session.undo_writes()       # the call runs again eagerly (LazyGraph._trace)
                 raise NotTraceable(cause if isinstance(cause, str) else
                                    f"{type(exc).__name__} under the trace: {str(exc).splitlines()[0]}") from None
+            if session.misused is not None:     # the function went on (it caught the error): eager decides
+                session.undo_writes()
+                raise NotTraceable(session.misused)
     if early is not None:               # it runs as eager code, not under the trace's interception
         return NotTraceable(early, transient=session.untraceable_transient), fn(*args, **kwargs)
     session.reads.settle()
