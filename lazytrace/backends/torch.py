@@ -838,7 +838,12 @@ class TorchBackend(Backend):
         key = (kind, number, dtype) if number and number == number else (kind, repr(number), dtype)
         constant = self._scalars.get(key)
         if constant is None:
-            constant = self._scalars[key] = torch.tensor(number, dtype=dtype)
+            # (kept for every later trace, in whatever mode it runs: a plain CPU tensor, not an
+            # inference tensor made under the first trace's `torch.inference_mode()`, which autograd
+            # refuses to save, nor a meta one under `with torch.device("meta")`: the graphs of later
+            # traces raised at every replay, eager each time)
+            with torch.inference_mode(False):
+                constant = self._scalars[key] = torch.tensor(number, dtype=dtype, device="cpu")
         return (recorded[0], constant)
 
     def replay_call(self, func, args, kwargs, recorded, recorded_kwargs):
