@@ -181,9 +181,9 @@ def test_tensorflow_settings_read_by_the_code_are_checked():
     np.testing.assert_array_equal(lazy(x), _tf32_scale(x))
 
 
-@pytest.mark.xfail(strict=True, reason="a framework module held in a closure cell (`import numpy` in an "
-                   "enclosing function) is not followed for state reads (graph/reads.py)")
 def test_state_read_through_a_module_in_a_closure_is_checked():
+    # (a framework module held in a closure cell, `import numpy` in an enclosing function: followed
+    # since session 17, reads.deref_chains)
     import numpy as closure_np
 
     def precision(x):
@@ -274,3 +274,31 @@ def test_a_seed_drawn_from_a_generator_passed_in_seeds_a_new_one_as_in_eager():
     lazy = lazytrace.trace_graph(reseeded)
     np.testing.assert_array_equal(lazy(np.arange(3.0), np.random.default_rng(0)),
                                   reseeded(np.arange(3.0), np.random.default_rng(0)))
+
+
+def _config_module_in_a_cell(cfg_name):
+    import importlib
+    cfg = importlib.import_module(cfg_name)
+
+    def scaled(x):
+        return x * cfg.SCALE + cfg.inner.OFFSET     # a user module imported in the enclosing function
+    return scaled
+
+
+@pytest.mark.parametrize("attribute", ["SCALE", "inner.OFFSET"])
+def test_a_global_of_a_module_held_in_a_closure_variable_is_checked(attribute, monkeypatch):
+    # session 17: silently wrong before (cfg.SCALE of a module in a closure cell was baked)
+    import sys
+    import types
+    cfg, inner = types.ModuleType("lt_s17_cfg"), types.ModuleType("lt_s17_cfg.inner")
+    cfg.SCALE, inner.OFFSET, cfg.inner = 2.0, 1.0, inner
+    monkeypatch.setitem(sys.modules, "lt_s17_cfg", cfg)
+    monkeypatch.setitem(sys.modules, "lt_s17_cfg.inner", inner)
+    f = _config_module_in_a_cell("lt_s17_cfg")
+    lazy = lazytrace.trace_graph(f)
+    x = np.arange(3.0)
+    lazy(x), lazy(x)
+    holder, name = (inner, "OFFSET") if attribute == "inner.OFFSET" else (cfg, "SCALE")
+    setattr(holder, name, 7.0)
+    np.testing.assert_array_equal(lazy(x), f(x))
+    assert lazy.stats.hits == 1 and lazy.stats.traces == 2

@@ -397,6 +397,26 @@ def _result_used(code, name: str) -> bool:
     return False
 
 
+def deref_chains(code, name: str) -> list[tuple[str, ...]]:
+    """The attribute chains `code` and the codes nested in it read on the closure variable `name`
+    (`cfg.SCALE`, `np.get_printoptions` with `cfg`, `np` imported in an enclosing function), by
+    instructions: for the rare closure variables holding a module."""
+    chains = []
+    instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    for k, ins in enumerate(instructions):
+        if ins.opname == "LOAD_DEREF" and ins.argval == name:
+            chain = ()
+            for op in instructions[k + 1:]:
+                if op.opname not in ("LOAD_ATTR", "LOAD_METHOD"):
+                    break
+                chain = (*chain, op.argval)
+                chains.append(chain)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and name in const.co_freevars:
+            chains += deref_chains(const, name)
+    return chains
+
+
 def global_reads(code) -> tuple[tuple[str, ...], ...]:
     """What a code object reads as globals: (name,) for each global it loads, stores or deletes,
     and (name, attribute, ...) for each chain of attribute reads on a loaded global
@@ -1057,6 +1077,10 @@ class PythonReads:
             kind = self._kind_of(value)
             if not kind & _CODE:
                 self._leaf(PythonReads._closure_variable, cell, name, value)
+            elif kind & _MODULE:        # `import cfg` in an enclosing function, then `cfg.SCALE` here
+                module = self._name(value)
+                for chain in deref_chains(code, name) if type(module) is str else ():
+                    self._module_reads(value, module, chain, depth)
             elif depth < _CALLS and kind & _FOLLOWABLE:
                 self._function(value, depth + 1)
         self._code(code, namespace, depth)
@@ -1232,15 +1256,20 @@ class PythonReads:
         module = seen(_get, sys.modules, name)
         if module is MISSING or module is None:
             return False
-        first, *rest = attributes[:-1] if attributes[-1] == _STORED else attributes
         seen(_kind, module), seen(_attr, module, "__name__")     # (what _process_read reads)
+        self._module_reads(module, name, attributes[:-1] if attributes[-1] == _STORED else attributes, depth)
+        return True
+
+    def _module_reads(self, module, name, attributes, depth):
+        """`module.attributes...` read in code, the module found by `import` in its body or in a
+        closure variable: framework state and functions, or the global it ends at (cfg.SCALE)."""
+        first, *rest = attributes
         self._note_process(_process_read(module, first))
         if self._state_reads:           # `from torch import are_deterministic_algorithms_enabled`
             self._framework_state(module, (name, first, *rest))
         self._framework_function(module, (first, *rest))     # `import jax.numpy as jnp` ... `jnp.sin`
         if name.partition(".")[0] not in UNWATCHED:
-            self._chain(seen(_vars, module), first, rest, depth)
-        return True
+            self._chain(self._seen(_vars, module), first, rest, depth)
 
     def _global(self, namespace, name, depth):
         key = (id(namespace), name)
