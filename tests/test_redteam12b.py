@@ -302,3 +302,27 @@ def test_a_global_of_a_module_held_in_a_closure_variable_is_checked(attribute, m
     setattr(holder, name, 7.0)
     np.testing.assert_array_equal(lazy(x), f(x))
     assert lazy.stats.hits == 1 and lazy.stats.traces == 2
+
+
+def _class_in_a_cell(nested):
+    class Config:
+        GAIN = 2.0
+
+    def scaled(x):
+        return x * Config.GAIN
+
+    def scaled_in_a_lambda(x):
+        return (lambda y: y * Config.GAIN)(x)      # (read in code nested in the traced function)
+    return (scaled_in_a_lambda if nested else scaled), Config
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["in the function", "in a nested lambda"])
+def test_a_class_attribute_of_a_class_held_in_a_closure_variable_is_checked(nested):
+    # session 17: silently wrong before (Config.GAIN of a class made in an enclosing function was baked)
+    f, config = _class_in_a_cell(nested)
+    lazy = lazytrace.trace_graph(f)
+    x = np.arange(3.0)
+    lazy(x), lazy(x)
+    config.GAIN = 5.0
+    np.testing.assert_array_equal(lazy(x), f(x))
+    assert lazy.stats.traces == 2

@@ -397,10 +397,14 @@ def _result_used(code, name: str) -> bool:
     return False
 
 
-def deref_chains(code, name: str) -> list[tuple[str, ...]]:
+@functools.lru_cache(maxsize=1024)
+def deref_chains(code, name: str) -> tuple[tuple[str, ...], ...]:
     """The attribute chains `code` and the codes nested in it read on the closure variable `name`
-    (`cfg.SCALE`, `np.get_printoptions` with `cfg`, `np` imported in an enclosing function), by
-    instructions: for the rare closure variables holding a module."""
+    (`cfg.SCALE`, `np.get_printoptions` with `cfg`, `np` imported in an enclosing function;
+    `Config.GAIN` with a class made there), by instructions: for the closure variables holding a
+    module or a class (`__class__` of methods calling super(): read once per code)."""
+    if name == "__class__":     # (the cell super() reads: no attribute read on it by name)
+        return ()
     chains = []
     instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
     for k, ins in enumerate(instructions):
@@ -414,7 +418,7 @@ def deref_chains(code, name: str) -> list[tuple[str, ...]]:
     for const in code.co_consts:
         if isinstance(const, types.CodeType) and name in const.co_freevars:
             chains += deref_chains(const, name)
-    return chains
+    return tuple(chains)
 
 
 def global_reads(code) -> tuple[tuple[str, ...], ...]:
@@ -1081,8 +1085,12 @@ class PythonReads:
                 module = self._name(value)
                 for chain in deref_chains(code, name) if type(module) is str else ():
                     self._module_reads(value, module, chain, depth)
-            elif depth < _CALLS and kind & _FOLLOWABLE:
-                self._function(value, depth + 1)
+            else:
+                if kind & (_CLASS | _ENUM) == _CLASS:   # a class made in an enclosing function: Config.GAIN
+                    for chain in deref_chains(code, name):
+                        self._class_attribute(value, chain[0], depth)
+                if depth < _CALLS and kind & _FOLLOWABLE:
+                    self._function(value, depth + 1)
         self._code(code, namespace, depth)
 
     def _closure_variable(self, cell, name, value):
