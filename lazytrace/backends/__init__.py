@@ -9,6 +9,8 @@ import sys
 from functools import lru_cache
 from itertools import compress
 
+import wrapt
+
 from . import mtstate
 from .base import Backend, CallKind
 
@@ -27,6 +29,11 @@ _GLOBAL_RNGS = ("torch", "numpy")
 _GLOBAL_RNG_MODULES = tuple((name, _FRAMEWORKS[name][0]) for name in _GLOBAL_RNGS)
 #: framework -> (name, module) of the others' global generators (foreign_rng_tokens)
 _FOREIGN_RNGS = {own: tuple(pair for pair in _GLOBAL_RNG_MODULES if pair[0] != own) for own in _FRAMEWORKS}
+
+#: a LazyGraph called inside tf.function is not converted by AutoGraph (tf_autograph.py): set up
+#: when TensorFlow imports AutoGraph's configuration, before its backend may be loaded
+wrapt.register_post_import_hook("lazytrace.backends.tf_autograph:not_converted",
+                                "tensorflow.python.autograph.core.config")
 
 __all__ = ["Backend", "CallKind", "get_backend", "backend_for_type", "available", "foreign_rng_tokens",
            "generator_state"]

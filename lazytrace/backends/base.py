@@ -138,6 +138,11 @@ class Backend:
         (a later call may trace)."""
         return None
 
+    def refused_call(self, fn):
+        """What runs `fn` where trace_refused gave a reason (TensorFlow: converted by AutoGraph
+        inside tf.function, as tf.function converts the functions it calls)."""
+        return fn
+
     def bind(self, obj):
         """For a framework object with its own tracing rules (torch.nn.Module):
         (function to trace, extra live inputs, install, objects whose attributes the traced call

@@ -525,6 +525,21 @@ class TensorflowBackend(Backend):
     def state_reads(self):
         return _STATE_READS
 
+    def trace_refused(self):
+        # a LazyGraph called inside tf.function (a Keras model's compiled step): its arguments are
+        # symbolic tensors, and TensorFlow's own trace records the calls the function makes
+        if not context.executing_eagerly():
+            return ("called while TensorFlow builds a graph (inside tf.function): TensorFlow's own trace "
+                    "records the function's calls")
+        return None
+
+    def refused_call(self, fn):
+        # AutoGraph converts what a converted function calls, but not lazytrace's own code
+        # (tf_autograph.py), which calls `fn`: converted here as tf.function would (its Python
+        # `if` on a tensor becomes tf.cond), where AutoGraph is on in the calling context
+        autograph = tf.__internal__.autograph
+        return autograph.tf_convert(fn, autograph.control_status_ctx())
+
     def __init__(self):
         self._names: dict = {id(op): (op, name) for op, name in _RAW_NAMES.items()}
         self._kinds: dict = {}          # id(API) -> (API, CallKind): classify's answer for it

@@ -303,10 +303,10 @@ class LazyGraph:
                            zip(("__defaults__", "__kwdefaults__"), self._defaults) if value is not None]
         return conditions
 
-    def _eager(self, reason: str, args, kwargs):
+    def _eager(self, reason: str, args, kwargs, fn=None):
         self.stats.eager += 1
         self.stats.reasons[reason] += 1
-        return self._fn(*args, **kwargs)
+        return (fn or self._fn)(*args, **kwargs)
 
     # ---- tracing ------------------------------------------------------------------
     def _miss(self, key, backends, entry, args, kwargs, failed=None, leaves=None):
@@ -381,7 +381,7 @@ class LazyGraph:
         for backend in backends:
             refused = backend.trace_refused()
             if refused is not None:
-                return self._eager(refused, args, kwargs)
+                return self._eager(refused, args, kwargs, backend.refused_call(self._fn))
         state = self._key_state(key, backends)
         try:
             graph, result = trace(self._fn, args, kwargs, key=key, backends=backends,
