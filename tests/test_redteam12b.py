@@ -1,4 +1,5 @@
 """Red team 12b: NumPy, JAX and TensorFlow replays that differed from eager without saying so."""
+import functools
 import random
 
 import numpy as np
@@ -183,7 +184,7 @@ def test_tensorflow_settings_read_by_the_code_are_checked():
 
 def test_state_read_through_a_module_in_a_closure_is_checked():
     # (a framework module held in a closure cell, `import numpy` in an enclosing function: followed
-    # since session 17, reads.deref_chains)
+    # since session 17, reads.attribute_chains)
     import numpy as closure_np
 
     def precision(x):
@@ -326,3 +327,44 @@ def test_a_class_attribute_of_a_class_held_in_a_closure_variable_is_checked(nest
     config.GAIN = 5.0
     np.testing.assert_array_equal(lazy(x), f(x))
     assert lazy.stats.traces == 2
+
+
+class _Settings:
+    pass
+
+
+def _bound_by(how, cfg_module, settings, klass):
+    """A function reading a module, a plain object and a class bound other than by globals."""
+    def read(x, m, s, c):
+        return x * m.SCALE + s.k * c.GAIN
+    if how == "defaults":
+        def f(x, m=cfg_module, s=settings, c=klass):
+            return x * m.SCALE + s.k * c.GAIN
+        return f
+    if how == "keyword-only defaults":
+        def f(x, *, m=cfg_module, s=settings, c=klass):
+            return x * m.SCALE + s.k * c.GAIN
+        return f
+    return functools.partial(read, m=cfg_module, s=settings, c=klass)
+
+
+@pytest.mark.parametrize("how", ["defaults", "keyword-only defaults", "partial keywords"])
+@pytest.mark.parametrize("change", ["module global", "object attribute", "class attribute"])
+def test_values_bound_by_defaults_or_partial_keywords_are_checked(how, change, monkeypatch):
+    # session 17: silently wrong before (a default `cfg=CONFIG` object's attribute, a module's
+    # global or a class attribute read through a default or a partial's keyword kept the traced value)
+    import types
+    cfg = types.ModuleType("lt_s17_bound")
+    cfg.SCALE = 2.0
+    settings = _Settings()
+    settings.k = 3.0
+    klass = type("Config", (), {"GAIN": 4.0})
+    f = _bound_by(how, cfg, settings, klass)
+    lazy = lazytrace.trace_graph(f)
+    x = np.arange(3.0)
+    lazy(x), lazy(x)
+    holder, name = {"module global": (cfg, "SCALE"), "object attribute": (settings, "k"),
+                    "class attribute": (klass, "GAIN")}[change]
+    setattr(holder, name, 7.0)
+    np.testing.assert_array_equal(lazy(x), f(x))
+    assert lazy.stats.hits == 1 and lazy.stats.traces == 2

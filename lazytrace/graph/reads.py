@@ -397,18 +397,22 @@ def _result_used(code, name: str) -> bool:
     return False
 
 
+#: values with nothing to read of but themselves (bound by a default, fixed unless it is replaced)
+_IMMUTABLE_ATOMS = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+
 @functools.lru_cache(maxsize=1024)
-def deref_chains(code, name: str) -> tuple[tuple[str, ...], ...]:
-    """The attribute chains `code` and the codes nested in it read on the closure variable `name`
-    (`cfg.SCALE`, `np.get_printoptions` with `cfg`, `np` imported in an enclosing function;
-    `Config.GAIN` with a class made there), by instructions: for the closure variables holding a
-    module or a class (`__class__` of methods calling super(): read once per code)."""
+def attribute_chains(code, name: str) -> tuple[tuple[str, ...], ...]:
+    """The attribute chains `code` and the codes nested in it read on the local or closure variable
+    `name` (`cfg.SCALE`, `np.get_printoptions` with `cfg`, `np` imported in an enclosing function
+    or a default value; `Config.GAIN` with a class made there), by instructions: for the variables
+    holding a module or a class (`__class__` of methods calling super(): read once per code)."""
     if name == "__class__":     # (the cell super() reads: no attribute read on it by name)
         return ()
     chains = []
     instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
     for k, ins in enumerate(instructions):
-        if ins.opname == "LOAD_DEREF" and ins.argval == name:
+        if ins.opname in ("LOAD_DEREF", "LOAD_FAST") and ins.argval == name:
             chain = ()
             for op in instructions[k + 1:]:
                 if op.opname not in ("LOAD_ATTR", "LOAD_METHOD"):
@@ -417,7 +421,7 @@ def deref_chains(code, name: str) -> tuple[tuple[str, ...], ...]:
                 chains.append(chain)
     for const in code.co_consts:
         if isinstance(const, types.CodeType) and name in const.co_freevars:
-            chains += deref_chains(const, name)
+            chains += attribute_chains(const, name)
     return tuple(chains)
 
 
@@ -953,11 +957,19 @@ class PythonReads:
     def _partial(self, fn, depth=None):
         """For a functools.partial, nested ones included: its arguments are checked (`p.keywords["k"]
         = 5.0` changes every later call); returns the function it calls, followed from `depth`."""
+        bound = []
         while self._kind_of(fn) & _PARTIAL:
             self._leaf(PythonReads._partial_arguments, fn)
+            bound.append(fn)
             func = self._seen(_attr, fn, "func")
             fn = self._seen(_attr, func, "__func__")
             fn = func if fn is MISSING else fn
+        code = getattr(fn, "__code__", None) if bound else None
+        if isinstance(code, types.CodeType):        # `partial(f, cfg=config_module)`: what f reads of it
+            positional = bound[0].args if len(bound) == 1 else ()
+            for name, value in (*zip(code.co_varnames[:code.co_argcount], positional),
+                                *itertools.chain.from_iterable(p.keywords.items() for p in bound)):
+                self._bound(code, name, value, self._kind_of(value), 0 if depth is None else depth)
         if depth is not None and depth < _CALLS and self._kind_of(fn) & _FOLLOWABLE:
             self._function(fn, depth + 1)
         return fn
@@ -1081,17 +1093,40 @@ class PythonReads:
             kind = self._kind_of(value)
             if not kind & _CODE:
                 self._leaf(PythonReads._closure_variable, cell, name, value)
-            elif kind & _MODULE:        # `import cfg` in an enclosing function, then `cfg.SCALE` here
-                module = self._name(value)
-                for chain in deref_chains(code, name) if type(module) is str else ():
-                    self._module_reads(value, module, chain, depth)
             else:
-                if kind & (_CLASS | _ENUM) == _CLASS:   # a class made in an enclosing function: Config.GAIN
-                    for chain in deref_chains(code, name):
-                        self._class_attribute(value, chain[0], depth)
-                if depth < _CALLS and kind & _FOLLOWABLE:
+                self._bound(code, name, value, kind, depth)
+                if depth < _CALLS and kind & _FOLLOWABLE and not kind & _MODULE:
                     self._function(value, depth + 1)
+        if function and (fn.__defaults__ or fn.__kwdefaults__):
+            self._parameters(code, fn, depth)
         self._code(code, namespace, depth)
+
+    def _parameters(self, code, fn, depth):
+        """Default values of `fn`'s parameters (`cfg=CONFIG`, `m=config_module`): what the code reads
+        of them by name. (Defaults replaced: checked as the function's own, LazyGraph._code_replaced.)"""
+        defaults = self._seen(_attr, fn, "__defaults__") or ()
+        kwdefaults = self._seen(_attr, fn, "__kwdefaults__") or {}
+        names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount] if defaults else ()
+        for name, value in (*zip(names, defaults), *kwdefaults.items()):
+            self._bound(code, name, value, self._kind_of(value), depth)
+
+    def _bound(self, code, name, value, kind, depth):
+        """A value bound to the name `name` of `code` other than by a global (a closure variable
+        holding code, a default value, a partial's keyword): a module's globals and state read
+        through it (`cfg.SCALE`, `cfg` imported in an enclosing function), a class's attributes
+        (`Config.GAIN`), a plain object's attributes (`cfg.k`, a default `cfg=CONFIG`)."""
+        if kind & _MODULE:
+            module = self._name(value)
+            for chain in attribute_chains(code, name) if type(module) is str else ():
+                self._module_reads(value, module, chain, depth)
+        elif kind & (_CLASS | _ENUM) == _CLASS:
+            for chain in attribute_chains(code, name):
+                self._class_attribute(value, chain[0], depth)
+        elif not kind & _CODE and type(value) not in _IMMUTABLE_ATOMS:   # (most defaults: None, 1.0, "bilinear")
+            self._leaf(PythonReads._bound_object, value)
+
+    def _bound_object(self, value):
+        self._expect(value)         # (its attributes guarded, where it holds data: _note_object)
 
     def _closure_variable(self, cell, name, value):
         self.cells.append((cell, name, value, self._expect(value)))
