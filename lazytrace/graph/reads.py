@@ -555,27 +555,16 @@ def _flat(values):
             yield value
 
 
-def _first_argument_attributes(code) -> set:
-    """The attributes code reads directly on its first argument (`cls.scale` in a classmethod)."""
-    if not code.co_argcount:
-        return set()
-    first, names, previous = code.co_varnames[0], set(), None
-    for instruction in dis.get_instructions(code):
-        if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD") and previous is not None and \
-                previous.opname == "LOAD_FAST" and previous.argval == first:
-            names.add(instruction.argval)
-        previous = instruction
-    return names
-
-
 def _is_code(value) -> bool:
     """Functions, classes, modules and decorated callables (lru_cache wrappers, LazyGraphs)."""
     return isinstance(value, _CODE_TYPES) or callable(value) and _has_wrapped(value)
 
 
 def _followable(value) -> bool:
-    """Code whose own reads the static walk follows: a Python function, or a decorated one."""
-    return isinstance(value, types.FunctionType) or callable(value) and _has_wrapped(value)
+    """Code whose own reads the static walk follows: a Python function, a method of an object bound
+    to it (`scale = CONFIG.scale`), or a decorated one."""
+    return isinstance(value, types.FunctionType) or type(value) is types.MethodType and \
+        type(value.__func__) is types.FunctionType or callable(value) and _has_wrapped(value)
 
 
 def _has_wrapped(value) -> bool:
@@ -1076,7 +1065,12 @@ class PythonReads:
             checks += ((_attr, obj, "__wrapped__", wrapped), (_attr, obj, "__code__", code))
         if wrapped is not MISSING and wrapped is not None and wrapped is not fn:
             self._function(wrapped, depth)
-        if not isinstance(code, types.CodeType) or id(code) in self._codes:
+        if not isinstance(code, types.CodeType):
+            return
+        method = type(fn) is types.MethodType and code.co_argcount     # `scale = CONFIG.scale`: self.k
+        if id(code) in self._codes:
+            if method and id(code) in self._watched:
+                self._bound_self(fn, code, depth)
             return
         # (a function's __globals__ and __closure__ cannot be set: what it is fixes them)
         function = type(fn) is types.FunctionType
@@ -1100,6 +1094,12 @@ class PythonReads:
         if function and (fn.__defaults__ or fn.__kwdefaults__):
             self._parameters(code, fn, depth)
         self._code(code, namespace, depth)
+        if method and id(code) in self._watched:
+            self._bound_self(fn, code, depth)
+
+    def _bound_self(self, method, code, depth):
+        owner = self._seen(_attr, method, "__self__")
+        self._bound(code, code.co_varnames[0], owner, self._kind_of(owner), depth)
 
     def _parameters(self, code, fn, depth):
         """Default values of `fn`'s parameters (`cfg=CONFIG`, `m=config_module`): what the code reads
@@ -1268,8 +1268,37 @@ class PythonReads:
         if space is not origin or not attributes:
             self._global(space, name, depth)        # config.SCALE: a global of the module `config`
         holder = self._item(space, name) if attributes else None
-        if self._kind_of(holder) & (_CLASS | _ENUM) == _CLASS:     # Config.GAIN
+        kind = self._kind_of(holder)
+        if kind & (_CLASS | _ENUM) == _CLASS:     # Config.GAIN
             self._class_attribute(holder, attributes[0], depth)
+        elif kind & _FUNCTION:          # `helper.scale = 2.0` set on a function: a global of its __dict__
+            attributes_of = self._seen(_attr, holder, "__dict__")
+            if isinstance(attributes_of, dict) and self._seen(_get, attributes_of, attributes[0]) is not MISSING:
+                self._global(attributes_of, attributes[0], depth)
+        elif holder is not None and not kind & _CODE and depth < _CALLS:
+            self._method_of(holder, attributes[0], depth)
+
+    def _method_of(self, obj, name, depth):
+        """`CONFIG.scale()`, `CONFIG.prop` on an object a global holds (its data attributes are
+        checked as the global's): the method, property or class/static method its class defines
+        is walked like a function called by name, its reads of `self` by name checked."""
+        seen = self._seen
+        cls = seen(_attr, obj, "__class__")
+        for klass in seen(_attr, cls, "__mro__"):
+            module = seen(_attr, klass, "__module__")
+            if str("" if module is MISSING else module).partition(".")[0] in UNWATCHED:
+                return
+            value = seen(_get, self._class_namespace(klass), name)
+            if value is MISSING:
+                continue
+            if type(value) is types.FunctionType:
+                self._function(value, depth + 1)
+                code = value.__code__
+                if code.co_argcount and id(code) in self._watched:
+                    self._bound(code, code.co_varnames[0], obj, self._kind_of(obj), depth + 1)
+            elif type(value) in (property, functools.cached_property, classmethod, staticmethod):
+                self.class_method(value, cls, depth + 1)
+            return
 
     def settle(self):
         """After the function ran: the reads of modules it imported itself that were not imported
@@ -1356,9 +1385,9 @@ class PythonReads:
         if not isinstance(fn, types.FunctionType):
             return
         self._function(fn, depth)
-        if isinstance(descriptor, classmethod):
-            for name in _first_argument_attributes(fn.__code__):
-                self._class_attribute(cls, name, 1)
+        code = fn.__code__
+        if isinstance(descriptor, classmethod) and code.co_argcount:     # `cls.scale`
+            self._bound(code, code.co_varnames[0], cls, _CLASS | _CODE, 1)
 
     def _class_attribute(self, cls, name, depth):
         """`Config.SCALE`: checked in the namespace of each class of the MRO down to the one that
@@ -1369,15 +1398,21 @@ class PythonReads:
             module = seen(_attr, klass, "__module__")
             if str("" if module is MISSING else module).partition(".")[0] in UNWATCHED:
                 return
-            namespace = self._class_namespaces.get(klass)
-            if namespace is None:       # vars() makes a new (live) mappingproxy each time: one per class
-                namespace = self._class_namespaces[klass] = vars(klass)
+            namespace = self._class_namespace(klass)
             value = seen(_get, namespace, name)
             if value is not MISSING:
                 if not seen(_kind, value) & _CODE:    # methods, nested classes: not checked
                     self._global(namespace, name, depth)
+                elif type(value) in (classmethod, staticmethod) and depth < _CALLS:
+                    self.class_method(value, cls, depth + 1)      # `Config.get()`: what it reads (cls.k)
                 return
             self._leaf(PythonReads._class_missing, namespace, name)
+
+    def _class_namespace(self, klass):
+        namespace = self._class_namespaces.get(klass)
+        if namespace is None:       # vars() makes a new (live) mappingproxy each time: one per class
+            namespace = self._class_namespaces[klass] = vars(klass)
+        return namespace
 
     def _class_missing(self, namespace, name):
         key = (id(namespace), name)
