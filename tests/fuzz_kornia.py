@@ -351,6 +351,8 @@ def check_call(target, var, seed, report, previous=None):
                 compare("grad", [g for g in ge if g is not None], [g for g in gl if g is not None], problems)
     compare("inputs after", [a for a in args_e if isinstance(a, torch.Tensor)],
             [a for a in args_l if isinstance(a, torch.Tensor)], problems)
+    compare("generator states after", [a.get_state() for a in args_e if isinstance(a, torch.Generator)],
+            [a.get_state() for a in args_l if isinstance(a, torch.Generator)], problems)
     if var.mutate and exc_e is None and exc_l is None and var.mode != "requires_grad":
         me, ml = mutate(out_e), mutate(out_l)
         if me is not ml:
@@ -464,6 +466,12 @@ def _filter_by_own_patch(a, b):
     return kornia.filters.filter2d(a, b[:1, 0, :3, :3])
 
 
+def _noisy_blur(a, g):
+    """Draws from a torch.Generator passed in: the graph must draw anew from its current state."""
+    noise = torch.randn(a.shape, generator=g, dtype=torch.float32).to(a.dtype)
+    return kornia.filters.gaussian_blur2d(a + 0.1 * noise, (3, 3), (1.0, 1.0))
+
+
 PAIR_FUNCTIONS = {
     "enhance.add_weighted": lambda a, b: kornia.enhance.add_weighted(a, 0.5, b, 0.5, 0.0),
     "metrics.psnr": lambda a, b: kornia.metrics.psnr(a, b, 1.0),
@@ -477,8 +485,12 @@ def pair_targets(names=None):
     def make_args(var, seed):
         return list(pair(var, 3, seed))
 
+    def make_generator_args(var, seed):     # a generator seeded alike or (a third of the time) anew
+        return [image(var, 3, seed), torch.Generator().manual_seed(seed % 3 or seed)]
+
     return [Target("pair." + name, fn, lazytrace.trace_graph(fn), make_args)
-            for name, fn in PAIR_FUNCTIONS.items() if names is None or name in names]
+            for name, fn in PAIR_FUNCTIONS.items() if names is None or name in names] + [
+        Target("generator.noisy_blur", _noisy_blur, lazytrace.trace_graph(_noisy_blur), make_generator_args)]
 
 
 #: (name, constructor args) of nn.Module classes built through the proxy and eagerly
@@ -553,7 +565,14 @@ def module_changes():
             for name, t in [(n, v) for n, v in vars(sub).items() if isinstance(v, torch.Tensor)]:
                 setattr(sub, name, new(t))
 
-    return [("train", lambda m: m.train()), ("eval", lambda m: m.eval()), ("replace tensors", replace_tensors),
+    def rng_dtype(dtype):         # where an augmentation draws its parameters
+        def change(m):
+            if hasattr(m, "set_rng_device_and_dtype"):
+                m.set_rng_device_and_dtype(torch.device("cpu"), dtype)
+        return change
+
+    return [("rng float64", rng_dtype(torch.float64)), ("rng float32", rng_dtype(torch.float32)),
+            ("train", lambda m: m.train()), ("eval", lambda m: m.eval()), ("replace tensors", replace_tensors),
             ("grad off", lambda m: torch.set_grad_enabled(False)), ("grad on", lambda m: torch.set_grad_enabled(True)),
             ("scale tensors", scale_tensors), ("flip flags", flip_flags), ("kernel", kernel),
             ("keepdim", flag("keepdim", True)), ("brightness", flag("brightness", (0.5, 1.5))),
