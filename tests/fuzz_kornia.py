@@ -9,7 +9,7 @@ result may be written in place afterwards (a folded constant must not change the
 Compared: outputs bitwise (NaN equal to NaN) with dtype, shape, strides and grad flags, gradients,
 the inputs after the call, and exception types.
 
-    python tests/fuzz_kornia.py [--seed N] [--calls N] [--only SUBSTR] [--hook]   # prints mismatches
+    python tests/fuzz_kornia.py [--seed N] [--calls N] [--only SUBSTR] [--hook] [--poison]   # prints mismatches
 """
 import argparse
 import contextlib
@@ -654,7 +654,43 @@ def _run_module(eager, lazy, name, rng, calls, report):
     return lazy
 
 
-def fuzz(seed=0, calls=12, module_calls=12, only=None, proxy=None, log=None, hook=False):
+class _Passthrough(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _defaults(device=None, dtype=None):
+    old = torch.get_default_dtype()
+    torch.set_default_device(device)
+    torch.set_default_dtype(dtype or old)
+    try:
+        yield
+    finally:
+        torch.set_default_device(None)
+        torch.set_default_dtype(old)
+
+
+#: contexts of the first uses made by poison()
+POISON_CONTEXTS = (lambda: _defaults(device="meta"), torch.inference_mode, torch.no_grad,
+                   lambda: _defaults(dtype=torch.float64), lambda: _defaults(dtype=torch.bfloat16),
+                   lambda: torch.autocast("cpu", dtype=torch.bfloat16), _Passthrough)
+
+
+def poison(proxy):
+    """First uses of every case (new LazyGraphs and the proxy's) in unusual contexts, before the
+    fuzzing: what lazytrace caches process-wide at a first use must not carry that context into
+    later graphs (a shared 0-d constant made on "meta" or as an inference tensor, session 17)."""
+    for context in POISON_CONTEXTS:
+        for name, fn, make in CASES + EXTRA_CASES:
+            for target in (lazytrace.trace_graph(fn), _resolve(proxy, name)):
+                for dtype in (torch.float32, torch.float64):
+                    args = [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make(0)]
+                    with context(), contextlib.suppress(Exception):
+                        target(*args)
+
+
+def fuzz(seed=0, calls=12, module_calls=12, only=None, proxy=None, log=None, hook=False, poisoned=False):
     """Run every target; returns a Report. hook=True: the functions and modules through the import
     hook's proxy (`with lazytrace.enable("kornia"): import kornia`) instead."""
     rng = np.random.default_rng(seed)
@@ -663,6 +699,8 @@ def fuzz(seed=0, calls=12, module_calls=12, only=None, proxy=None, log=None, hoo
         proxy = namespace.traced if hook else lazytrace.trace_graph(kornia)
     report = Report()
     start = time.thread_time()
+    if poisoned:
+        poison(proxy)
     keep = (lambda n: only in n) if only else (lambda n: True)
     targets = [t for t in function_targets(proxy, hook=namespace) + ([] if hook else pair_targets()) if keep(t.name)]
     for target in targets:
@@ -688,8 +726,9 @@ def main(argv=None):
     parser.add_argument("--only")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--hook", action="store_true", help="through `with lazytrace.enable('kornia'): import kornia`")
+    parser.add_argument("--poison", action="store_true", help="first uses in unusual contexts before (see poison())")
     ns = parser.parse_args(argv)
-    report = fuzz(ns.seed, ns.calls, ns.module_calls, ns.only, hook=ns.hook,
+    report = fuzz(ns.seed, ns.calls, ns.module_calls, ns.only, hook=ns.hook, poisoned=ns.poison,
                   log=None if ns.quiet else (lambda s: print(s, file=sys.stderr, flush=True)))
     for p in report.problems:
         print(p)
