@@ -9,7 +9,7 @@ result may be written in place afterwards (a folded constant must not change the
 Compared: outputs bitwise (NaN equal to NaN) with dtype, shape, strides and grad flags, gradients,
 the inputs after the call, and exception types.
 
-    python tests/fuzz_kornia.py [--seed N] [--calls N] [--only SUBSTR]   # prints mismatches
+    python tests/fuzz_kornia.py [--seed N] [--calls N] [--only SUBSTR] [--hook] [--poison]   # prints mismatches
 """
 import argparse
 import contextlib
@@ -351,6 +351,8 @@ def check_call(target, var, seed, report, previous=None):
                 compare("grad", [g for g in ge if g is not None], [g for g in gl if g is not None], problems)
     compare("inputs after", [a for a in args_e if isinstance(a, torch.Tensor)],
             [a for a in args_l if isinstance(a, torch.Tensor)], problems)
+    compare("generator states after", [a.get_state() for a in args_e if isinstance(a, torch.Generator)],
+            [a.get_state() for a in args_l if isinstance(a, torch.Generator)], problems)
     if var.mutate and exc_e is None and exc_l is None and var.mode != "requires_grad":
         me, ml = mutate(out_e), mutate(out_l)
         if me is not ml:
@@ -413,8 +415,9 @@ EXTRA_CASES = [
 ]
 
 
-def function_targets(proxy, names=None):
-    """A LazyGraph and a proxy target for each case of kornia_cases and EXTRA_CASES (the image first)."""
+def function_targets(proxy, names=None, hook=None):
+    """A LazyGraph and a proxy target for each case of kornia_cases and EXTRA_CASES (the image first);
+    with `hook` (a _HookNamespace) only a target through the import hook's objects."""
     out = []
     for name, fn, make in CASES + EXTRA_CASES:
         if names is not None and name not in names:
@@ -425,9 +428,33 @@ def function_targets(proxy, names=None):
         def make_args(var, seed, case_args=case_args, channels=channels):
             return [image(var, channels, seed), *other_args(case_args[1:], var, seed)]
 
+        if hook is not None:
+            out.append(Target("hook." + name, fn, hook.resolve(name), make_args))
+            continue
         out.append(Target(name, fn, lazytrace.trace_graph(fn), make_args))
         out.append(Target("proxy." + name, fn, _resolve(proxy, name), make_args))
     return out
+
+
+def hook_proxy():
+    """kornia as the import hook hands it out: `with lazytrace.enable("kornia"): import kornia`, and
+    `from kornia.X import name` forms (the real kornia stays in sys.modules; the proxies work after exit)."""
+    with lazytrace.enable("kornia"):
+        import kornia as traced
+        import importlib
+        imported = {name: getattr(importlib.import_module("kornia." + name.rpartition(".")[0]), name.rpartition(".")[2])
+                    for name, _, _ in (CASES + EXTRA_CASES)[::2]}
+    return traced, imported
+
+
+class _HookNamespace:
+    """Names resolved through the hook's kornia proxy, or as `from kornia.X import name` gave them."""
+
+    def __init__(self, traced, imported):
+        self.traced, self.imported = traced, imported
+
+    def resolve(self, name):
+        return self.imported[name] if name in self.imported else _resolve(self.traced, name)
 
 
 def _halve_then_add(a, b):
@@ -437,6 +464,12 @@ def _halve_then_add(a, b):
 
 def _filter_by_own_patch(a, b):
     return kornia.filters.filter2d(a, b[:1, 0, :3, :3])
+
+
+def _noisy_blur(a, g):
+    """Draws from a torch.Generator passed in: the graph must draw anew from its current state."""
+    noise = torch.randn(a.shape, generator=g, dtype=torch.float32).to(a.dtype)
+    return kornia.filters.gaussian_blur2d(a + 0.1 * noise, (3, 3), (1.0, 1.0))
 
 
 PAIR_FUNCTIONS = {
@@ -452,8 +485,12 @@ def pair_targets(names=None):
     def make_args(var, seed):
         return list(pair(var, 3, seed))
 
+    def make_generator_args(var, seed):     # a generator seeded alike or (a third of the time) anew
+        return [image(var, 3, seed), torch.Generator().manual_seed(seed % 3 or seed)]
+
     return [Target("pair." + name, fn, lazytrace.trace_graph(fn), make_args)
-            for name, fn in PAIR_FUNCTIONS.items() if names is None or name in names]
+            for name, fn in PAIR_FUNCTIONS.items() if names is None or name in names] + [
+        Target("generator.noisy_blur", _noisy_blur, lazytrace.trace_graph(_noisy_blur), make_generator_args)]
 
 
 #: (name, constructor args) of nn.Module classes built through the proxy and eagerly
@@ -469,7 +506,25 @@ MODULES = [
     ("augmentation.RandomResizedCrop", lambda: ((24, 24),)),
     ("augmentation.RandomGaussianBlur", lambda: ((5, 5), (0.1, 2.0))),
     ("augmentation.RandomErasing", lambda: ()),
+    ("augmentation.RandomBrightness", lambda: ((0.6, 1.4),)),
+    ("augmentation.RandomSolarize", lambda: (0.1, 0.1)),
+    ("user.ParamFilter", lambda: ()),
 ]
+
+
+class ParamFilter(torch.nn.Module):
+    """A user module with a parameter and a buffer around kornia calls: `trace_graph(instance)`."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.05, 0.15, 9).view(1, 3, 3))
+        self.register_buffer("offset", torch.tensor([0.1, -0.2, 0.3]))
+
+    def forward(self, x):
+        return kornia.enhance.adjust_brightness(kornia.filters.filter2d(x, self.weight), 0.1) + self.offset.view(1, -1, 1, 1)
+
+
+USER_MODULES = {"user.ParamFilter": ParamFilter}
 
 
 def module_changes():
@@ -500,7 +555,25 @@ def module_changes():
         if hasattr(m, "sigma"):
             m.sigma = torch.tensor([[2.0, 0.5]])
 
-    return [("train", lambda m: m.train()), ("eval", lambda m: m.eval()),
+    def replace_tensors(m):       # new objects in place of the parameters, buffers and tensor attributes
+        def new(t):
+            return t.detach() * 1.5 if t.is_floating_point() else t.clone()
+        for sub in m.modules():
+            for name, t in [*sub._parameters.items(), *sub._buffers.items()]:
+                if t is not None:
+                    setattr(sub, name, torch.nn.Parameter(new(t), t.requires_grad) if name in sub._parameters else new(t))
+            for name, t in [(n, v) for n, v in vars(sub).items() if isinstance(v, torch.Tensor)]:
+                setattr(sub, name, new(t))
+
+    def rng_dtype(dtype):         # where an augmentation draws its parameters
+        def change(m):
+            if hasattr(m, "set_rng_device_and_dtype"):
+                m.set_rng_device_and_dtype(torch.device("cpu"), dtype)
+        return change
+
+    return [("rng float64", rng_dtype(torch.float64)), ("rng float32", rng_dtype(torch.float32)),
+            ("train", lambda m: m.train()), ("eval", lambda m: m.eval()), ("replace tensors", replace_tensors),
+            ("grad off", lambda m: torch.set_grad_enabled(False)), ("grad on", lambda m: torch.set_grad_enabled(True)),
             ("scale tensors", scale_tensors), ("flip flags", flip_flags), ("kernel", kernel),
             ("keepdim", flag("keepdim", True)), ("brightness", flag("brightness", (0.5, 1.5))),
             ("to float64", to_dtype(torch.float64)), ("to float32", to_dtype(torch.float32)),
@@ -509,10 +582,23 @@ def module_changes():
 
 
 def run_module(proxy, name, rng, calls, report):
-    cls_e, cls_l = _resolve(kornia, name), _resolve(proxy, name)
+    """Call a module class built eagerly and through the proxy (a user module: traced as an
+    instance) with changes between calls: its state, grad mode set between calls (not around
+    them), inputs of another dtype than the module's now and then."""
+    if name in USER_MODULES:
+        cls_e, cls_l = USER_MODULES[name], lambda *a: lazytrace.trace_graph(USER_MODULES[name](*a))
+    else:
+        cls_e, cls_l = _resolve(kornia, name), _resolve(proxy, name)
     kwargs = {"p": 1.0} if name.startswith("augmentation.") else {}
     ctor = dict(MODULES)[name]
     eager, lazy = cls_e(*ctor(), **kwargs), cls_l(*ctor(), **kwargs)
+    try:
+        return _run_module(eager, lazy, name, rng, calls, report)
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def _run_module(eager, lazy, name, rng, calls, report):
     changes = module_changes()
     dtype = torch.float32
     pool = []
@@ -529,7 +615,8 @@ def run_module(proxy, name, rng, calls, report):
             var = replace(draw(rng, (torch.float32,)), default_dtype=None, cast_args=False, feedback=False,
                           meta_default=False)
             pool = (pool + [var])[-4:]
-        var = replace(var, dtype=dtype)
+        other = rng.random() < 0.15     # an input of the other dtype: errors or promotion as in eager
+        var = replace(var, dtype=dtype if not other else {torch.float32: torch.float64}.get(dtype, torch.float32))
         report.variations.add((name, var))
         seed = int(rng.integers(1 << 30))
 
@@ -567,14 +654,55 @@ def run_module(proxy, name, rng, calls, report):
     return lazy
 
 
-def fuzz(seed=0, calls=12, module_calls=12, only=None, proxy=None, log=None):
-    """Run every target; returns a Report."""
+class _Passthrough(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _defaults(device=None, dtype=None):
+    old = torch.get_default_dtype()
+    torch.set_default_device(device)
+    torch.set_default_dtype(dtype or old)
+    try:
+        yield
+    finally:
+        torch.set_default_device(None)
+        torch.set_default_dtype(old)
+
+
+#: contexts of the first uses made by poison()
+POISON_CONTEXTS = (lambda: _defaults(device="meta"), torch.inference_mode, torch.no_grad,
+                   lambda: _defaults(dtype=torch.float64), lambda: _defaults(dtype=torch.bfloat16),
+                   lambda: torch.autocast("cpu", dtype=torch.bfloat16), _Passthrough)
+
+
+def poison(proxy):
+    """First uses of every case (new LazyGraphs and the proxy's) in unusual contexts, before the
+    fuzzing: what lazytrace caches process-wide at a first use must not carry that context into
+    later graphs (a shared 0-d constant made on "meta" or as an inference tensor, session 17)."""
+    for context in POISON_CONTEXTS:
+        for name, fn, make in CASES + EXTRA_CASES:
+            for target in (lazytrace.trace_graph(fn), _resolve(proxy, name)):
+                for dtype in (torch.float32, torch.float64):
+                    args = [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in make(0)]
+                    with context(), contextlib.suppress(Exception):
+                        target(*args)
+
+
+def fuzz(seed=0, calls=12, module_calls=12, only=None, proxy=None, log=None, hook=False, poisoned=False):
+    """Run every target; returns a Report. hook=True: the functions and modules through the import
+    hook's proxy (`with lazytrace.enable("kornia"): import kornia`) instead."""
     rng = np.random.default_rng(seed)
-    proxy = proxy if proxy is not None else lazytrace.trace_graph(kornia)
+    namespace = _HookNamespace(*hook_proxy()) if hook else None
+    if proxy is None:
+        proxy = namespace.traced if hook else lazytrace.trace_graph(kornia)
     report = Report()
     start = time.thread_time()
+    if poisoned:
+        poison(proxy)
     keep = (lambda n: only in n) if only else (lambda n: True)
-    targets = [t for t in function_targets(proxy) + pair_targets() if keep(t.name)]
+    targets = [t for t in function_targets(proxy, hook=namespace) + ([] if hook else pair_targets()) if keep(t.name)]
     for target in targets:
         t0 = time.perf_counter()
         run_target(target, rng, calls, report)
@@ -597,8 +725,10 @@ def main(argv=None):
     parser.add_argument("--module-calls", type=int, default=12)
     parser.add_argument("--only")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--hook", action="store_true", help="through `with lazytrace.enable('kornia'): import kornia`")
+    parser.add_argument("--poison", action="store_true", help="first uses in unusual contexts before (see poison())")
     ns = parser.parse_args(argv)
-    report = fuzz(ns.seed, ns.calls, ns.module_calls, ns.only,
+    report = fuzz(ns.seed, ns.calls, ns.module_calls, ns.only, hook=ns.hook, poisoned=ns.poison,
                   log=None if ns.quiet else (lambda s: print(s, file=sys.stderr, flush=True)))
     for p in report.problems:
         print(p)

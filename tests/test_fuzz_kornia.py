@@ -31,3 +31,14 @@ def test_kornia_through_lazytrace_equals_eager_on_random_input_sequences():
     assert not report.problems, "\n".join(report.problems[:20])
     assert report.stats["hits"] > report.calls // 5       # graphs were replayed, not only traced
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_kornia_through_the_import_hook_equals_eager_on_random_input_sequences():
+    """The same through `with lazytrace.enable("kornia"): import kornia` and `from kornia.X import name`."""
+    import sys
+    real = sys.modules["kornia"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = fuzz_kornia.fuzz(seed=0, calls=3, module_calls=4, hook=True)
+    assert not report.problems, "\n".join(report.problems[:20])
+    assert sys.modules["kornia"] is real and report.stats["hits"] > 0

@@ -841,9 +841,13 @@ class TorchBackend(Backend):
             # (kept for every later trace, in whatever mode it runs: a plain CPU tensor, not an
             # inference tensor made under the first trace's `torch.inference_mode()`, which autograd
             # refuses to save, nor a meta one under `with torch.device("meta")`: the graphs of later
-            # traces raised at every replay, eager each time)
-            with torch.inference_mode(False):
-                constant = self._scalars[key] = torch.tensor(number, dtype=dtype, device="cpu")
+            # traces raised at every replay, eager each time, and a 0-d result came out on "meta";
+            # nor what a user's torch function mode around the first trace makes of torch.tensor)
+            with torch._C.DisableTorchFunction(), torch.inference_mode(False):
+                constant = torch.tensor(number, dtype=dtype, device="cpu")
+            if type(constant) is not Tensor or not constant.is_cpu or constant.is_inference():
+                return recorded     # (a dispatch mode made something else: not specialized)
+            self._scalars[key] = constant
         return (recorded[0], constant)
 
     def replay_call(self, func, args, kwargs, recorded, recorded_kwargs):
