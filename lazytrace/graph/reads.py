@@ -91,7 +91,6 @@ _ENVIRONMENT_NAMES = frozenset({"environ", "environb", "getenv", "getenvb"})
 
 _CALLS = 8        # how many calls deep `start` follows functions held by globals (the whole chain of
                   # helpers a library function calls, typically 1 to 5; each code object is read once)
-_DEPTH = 3        # how many levels of objects held by objects are guarded (CONFIG.model.scale)
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
     dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
@@ -766,7 +765,7 @@ class PythonReads:
         #: (module name, attribute) -> function, for framework functions the code reads through a
         #: framework module (`jnp.sin`, `jax.nn.relu`): a graph checks they are still there
         self.framework_functions: dict = {}
-        self._state_classes: set = set()   # classes whose methods' framework state reads are noted
+        self._method_classes: set = set()  # classes whose methods' reads are noted (_methods)
         self._method_codes: list = []      # code of those methods (no stack shows them: names_used)
         self.modules: set = set()   # names of the modules of that code
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
@@ -1426,21 +1425,28 @@ class PythonReads:
             return self._nothing
         expected = self._snapshot(value)
         if expected is self._nothing or type(expected) is self._same:   # not _SameContents
-            self._note_object(value, depth=0)
+            self._note_object(value)
             return _ANY, self._same(value), None     # identity (a stateful object's class is swapped meanwhile)
         self._reach_items(expected)            # a model held in a dict or list global is recorded too
         return type(value), expected, _zero_sign(value)
 
     def _reach_items(self, expected):
         for obj in self.held(expected):
-            self._note_object(obj, depth=1)
+            self._note_object(obj)
 
-    def _note_object(self, obj, depth):
+    def _note_object(self, obj):
         """An object with attributes (a config object, a callable transform): its attributes are
-        guarded too, data by value and objects among them by identity. Not objects of the
-        standard library (a threading.Event ...) besides namespaces, nor objects the trace records
-        itself (stateful ones, models). A random generator the trace does not record has its
-        state noted (`drawn`)."""
+        guarded too, data by value and objects among them by identity, and so in turn the objects
+        it holds, by attribute or in its dicts, lists and tuples, at any depth (CONFIG.model.scale,
+        CONFIG.layers["a"].k). Not objects of the standard library (a threading.Event ...) besides
+        namespaces, nor objects the trace records itself (stateful ones, models). A random
+        generator the trace does not record has its state noted (`drawn`)."""
+        pending = [obj]
+        for obj in pending:             # (breadth first, no recursion: a linked list may be long)
+            pending += self._note_one(obj)
+
+    def _note_one(self, obj):
+        """_note_object of one object: the objects it holds, to note in turn."""
         if type(obj) is contextvars.ContextVar:     # `SCALE.get()`: its value, read at each call
             if id(obj) not in self.contexts:
                 kind, value, _ = read_context(obj)
@@ -1450,31 +1456,28 @@ class PythonReads:
                 if kind is MISSING:                 # its default: set to anything later is a change
                     expected = (MISSING, *expected[1:])
                 self.contexts[id(obj)] = (obj, expected)
-            return
+            return ()
         if id(obj) not in self.generators:
             state = self._generator_state(obj)
             if state is not None:
                 self.generators[id(obj)] = (obj, state)
-                return
+                return ()
         self.note_structure(self._record(obj))      # a model: its parameters, submodules, hooks ...
         tp = type(obj)
         if (id(obj) in self.objects or self._known(obj) or _is_code(obj)
                 or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj))
                 or tp.__module__.partition(".")[0] in UNWATCHED and tp not in _NAMESPACES):
-            return
-        self._method_state_reads(tp)
+            return ()
+        self._methods(tp)
         try:
             attributes = _attributes(obj)
         except TypeError:
-            return
+            return ()
         snapshot = self._snapshot(attributes)
         if snapshot is self._nothing:
-            return
+            return ()
         self.objects[id(obj)] = (obj, snapshot)
-        if depth < _DEPTH:                      # CONFIG.model.scale: objects it holds, in turn
-            for value in attributes.values():
-                if isinstance(self._snapshot(value), self._same) and not _is_code(value):
-                    self._note_object(value, depth + 1)
+        return [value for value in self.held(snapshot) if not _is_code(value)]
 
     def note_structure(self, containers):
         """Check the containers of a model's structure (its parameters, submodules, hooks ...)
@@ -1482,23 +1485,47 @@ class PythonReads:
         for container in containers:
             self.objects[id(container)] = (container, self._snapshot(dict(container)))
 
-    def _method_state_reads(self, cls):
-        """Framework state read by the methods of a class whose object the code reached
-        (`CONFIG.use_mkldnn()` returning `torch.backends.mkldnn.enabled`): such a method makes no
-        framework call, so no stack shows it; its state reads are checked like the function's."""
-        if not self._state_reads or cls in self._state_classes:
+    def _methods(self, cls):
+        """The methods, properties and class/static methods of the class of an object the code
+        reached (a global, an object in a global list, `HANDLERS[0].scale()`, many levels down):
+        where they make no framework call no stack shows them, so what they read is checked like
+        the function's own reads: module globals holding data (`FACTOR`, `config.SCALE`), class
+        attributes (`Config.GAIN`) and framework state read in Python (`CONFIG.use_mkldnn()`
+        returning `torch.backends.mkldnn.enabled`). The functions their globals hold are not
+        followed (as for code seen on a stack). Done in the walk's leaves (_leaf): a remembered walk
+        does it again."""
+        if cls in self._method_classes:
             return
-        self._state_classes.add(cls)
+        self._method_classes.add(cls)
         for klass in cls.__mro__:
             if str(getattr(klass, "__module__", "")).partition(".")[0] in UNWATCHED:
                 continue
             for member in list(vars(klass).values()):
-                func = getattr(member, "fget", None) or getattr(member, "__func__", member)
+                func = getattr(member, "fget", None) or getattr(member, "__func__", None) or \
+                    getattr(member, "func", member)         # property, class/static method, cached_property
                 code = getattr(func, "__code__", None)
                 if isinstance(code, types.CodeType) and isinstance(getattr(func, "__globals__", None), dict):
                     self._method_codes.append(code)
-                    for chain in code_info(code)[1]:
-                        self._framework_state(func.__globals__.get(chain[0]), chain)
+                    self._method_reads(code, func.__globals__)
+
+    def _method_reads(self, code, namespace):
+        _, reads, nested, _ = code_info(code)
+        for chain in reads:
+            value = namespace.get(chain[0], MISSING)
+            if self._state_reads:
+                self._framework_state(value, chain)
+            space, name, rest = namespace, chain[0], list(chain[1:])
+            while rest and isinstance(value, types.ModuleType) and \
+                    str(self._name(value)).partition(".")[0] not in UNWATCHED:      # config.SCALE
+                space, name = vars(value), rest.pop(0)
+                value = space.get(name, MISSING)
+            kind = self._kind_of(value) if value is not MISSING else _CODE
+            if not kind & (_FUNCTION | _CODE):
+                self._data_global(space, name, value)
+            elif rest and kind & (_CLASS | _ENUM) == _CLASS:
+                self._class_attribute(value, rest[0], _CALLS)
+        for const in nested:
+            self._method_reads(const, namespace)
 
     # ---- after the trace ---------------------------------------------------------------
     def names_used(self, names: frozenset, methods: bool = True) -> set:

@@ -1,0 +1,152 @@
+"""Objects a global reaches other than by attribute name: held in dicts and lists, many levels
+down, and the methods of such objects (session 18: each case was silently wrong before, the
+traced value kept)."""
+import numpy as np
+import pytest
+
+import lazytrace
+
+torch = pytest.importorskip("torch")
+
+
+class _Obj:
+    def __init__(self, **attributes):
+        self.__dict__.update(attributes)
+
+    def scale(self):
+        return _FACTOR          # a module global read by a method that makes no framework call
+
+    @property
+    def doubled(self):
+        return _FACTOR * 2
+
+    def unused(self):
+        return _UNUSED
+
+
+_FACTOR = 2.0
+_UNUSED = 1.0
+_IN_DICT = _Obj(layers={"a": _Obj(k=2.0)})
+_IN_LIST = _Obj(stages=[_Obj(k=2.0)])
+_IN_TUPLE_IN_DICT = _Obj(table={"t": (_Obj(k=2.0),)})
+_DEEP = _Obj(a=_Obj(b=_Obj(c=_Obj(d=_Obj(e=_Obj(k=2.0))))))
+_METHODS = [_Obj()]
+_METHODS_IN_DICT = {"m": _Obj()}
+_NESTED_METHOD = _Obj(inner={"m": _Obj()})
+
+
+def _long_chain(n):
+    head = node = _Obj(k=2.0)
+    for _ in range(n):
+        node.next = _Obj(k=0.0)
+        node = node.next
+    node.k = 2.0
+    return head, node
+
+
+_CHAIN, _CHAIN_END = _long_chain(3000)
+_CYCLE = _Obj(k=2.0)
+_CYCLE.child = _Obj(parent=_CYCLE, k=1.0)
+
+
+def _chain_end(node):
+    while hasattr(node, "next"):
+        node = node.next
+    return node.k
+
+
+CASES = {
+    "object in a dict attribute": (lambda x: x * _IN_DICT.layers["a"].k, lambda: _IN_DICT.layers["a"], "k"),
+    "object in a list attribute": (lambda x: x * _IN_LIST.stages[0].k, lambda: _IN_LIST.stages[0], "k"),
+    "object in a tuple in a dict": (lambda x: x * _IN_TUPLE_IN_DICT.table["t"][0].k,
+                                    lambda: _IN_TUPLE_IN_DICT.table["t"][0], "k"),
+    "six objects deep": (lambda x: x * _DEEP.a.b.c.d.e.k, lambda: _DEEP.a.b.c.d.e, "k"),
+    "3000 objects deep": (lambda x: x * _chain_end(_CHAIN), lambda: _CHAIN_END, "k"),
+    "a cycle": (lambda x: x * _CYCLE.child.parent.child.k, lambda: _CYCLE.child, "k"),
+}
+
+METHOD_CASES = {
+    "method of an object in a global list": lambda x: x * _METHODS[0].scale(),
+    "property of an object in a global list": lambda x: x * _METHODS[0].doubled,
+    "method of an object in a global dict": lambda x: x * _METHODS_IN_DICT["m"].scale(),
+    "method of an object in a dict attribute": lambda x: x * _NESTED_METHOD.inner["m"].scale(),
+}
+
+ARRAYS = {"numpy": lambda: np.arange(3.0), "torch": lambda: torch.arange(3.0)}
+
+
+def _equal(a, b):
+    if isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b)
+    else:
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("framework", ARRAYS)
+@pytest.mark.parametrize("case", CASES)
+def test_an_attribute_of_an_object_held_by_a_global_is_checked_at_any_depth(case, framework, monkeypatch):
+    f, holder, name = CASES[case]
+    lazy = lazytrace.trace_graph(f)
+    x = ARRAYS[framework]()
+    _equal(lazy(x), f(x))
+    _equal(lazy(x), f(x))
+    assert lazy.stats.hits == 1         # nothing changed: the checks pass
+    monkeypatch.setattr(holder(), name, 7.0)
+    _equal(lazy(x), f(x))               # a graph kept the traced 2.0
+    assert lazy.stats.traces == 2 and lazy.stats.eager == 0
+    _equal(lazy(x), f(x))
+    assert lazy.stats.hits == 2
+
+
+@pytest.mark.parametrize("framework", ARRAYS)
+@pytest.mark.parametrize("case", METHOD_CASES)
+def test_a_global_read_by_a_method_of_an_object_held_in_a_container_is_checked(case, framework, monkeypatch):
+    f = METHOD_CASES[case]
+    lazy = lazytrace.trace_graph(f)
+    x = ARRAYS[framework]()
+    lazy(x), lazy(x)
+    assert lazy.stats.hits == 1
+    monkeypatch.setitem(globals(), "_FACTOR", 7.0)
+    _equal(lazy(x), f(x))
+    assert lazy.stats.traces == 2 and lazy.stats.eager == 0
+
+
+@pytest.mark.filterwarnings("ignore::lazytrace.RetraceWarning")
+def test_a_remembered_walk_checks_what_the_methods_of_held_objects_read(monkeypatch):
+    # a function reading enough globals has its walk remembered (reads._WALKS) from its second
+    # trace on: the methods' reads must be checked in a remembered walk too
+    def f(x, n):
+        return x * _METHODS[0].scale() + _UNUSED * 0 + len(_CASES_FOR_WALK) * 0 + np.float64(0)
+    lazy = lazytrace.trace_graph(f)
+    for n in range(4):                  # new signatures: walked, walked (remembered), replayed ...
+        lazy(np.arange(3.0), n)
+    assert lazy.stats.traces == 4
+    monkeypatch.setitem(globals(), "_FACTOR", 5.0)
+    for n in range(4):
+        np.testing.assert_array_equal(lazy(np.arange(3.0), n), f(np.arange(3.0), n))
+
+
+_CASES_FOR_WALK = [1, 2]
+
+
+def test_a_method_is_walked_without_running_it_and_without_following_its_helpers():
+    calls = []
+
+    class Counting:
+        def scale(self):
+            calls.append(1)
+            return 2.0
+
+    holder = [Counting()]
+    lazy = lazytrace.trace_graph(lambda x: x * holder[0].scale())
+    x = np.arange(3.0)
+    lazy(x), lazy(x), lazy(x)
+    assert len(calls) == 1 and lazy.stats.hits == 2     # traced once: a replay does not call it
+
+
+def test_an_unchanged_global_read_only_by_an_unused_method_keeps_the_graph():
+    lazy = lazytrace.trace_graph(lambda x: x * _METHODS[0].scale())
+    x = np.arange(3.0)
+    for _ in range(3):
+        lazy(x)
+    assert lazy.stats.hits == 2 and lazy.stats.traces == 1
