@@ -150,3 +150,45 @@ def test_an_unchanged_global_read_only_by_an_unused_method_keeps_the_graph():
     for _ in range(3):
         lazy(x)
     assert lazy.stats.hits == 2 and lazy.stats.traces == 1
+
+
+class _Base:
+    k = 2.0
+
+    def m(self):
+        return self.k
+
+    def via_type(self):
+        return type(self).k
+
+
+class _Derived(_Base):
+    pass
+
+
+_BASE_OBJ, _DERIVED_OBJ, _BASE_IN_LIST = _Base(), _Derived(), [_Base()]
+
+CLASS_CASES = {
+    "a global object's class attribute": (lambda x: x * _BASE_OBJ.k, _Base),
+    "read by its method as self.k": (lambda x: x * _BASE_OBJ.m(), _Base),
+    "read by a method of an object in a list as type(self).k": (lambda x: x * _BASE_IN_LIST[0].via_type(), _Base),
+    "a base class's attribute changed": (lambda x: x * _DERIVED_OBJ.k, _Base),
+    "set on the subclass later": (lambda x: x * _DERIVED_OBJ.k, _Derived),
+    "set on the object later": (lambda x: x * _DERIVED_OBJ.k, _DERIVED_OBJ),
+}
+
+
+@pytest.mark.parametrize("framework", ARRAYS)
+@pytest.mark.parametrize("case", CLASS_CASES)
+def test_a_class_attribute_read_through_an_object_is_checked(case, framework, monkeypatch):
+    # session 18: silently wrong before (`Config.k` was checked, `config.k` with k set in the class body not)
+    f, holder = CLASS_CASES[case]
+    lazy = lazytrace.trace_graph(f)
+    x = ARRAYS[framework]()
+    lazy(x), lazy(x)
+    assert lazy.stats.hits == 1
+    monkeypatch.setattr(holder, "k", 5.0, raising=False)
+    _equal(lazy(x), f(x))
+    assert lazy.stats.traces == 2 and lazy.stats.eager == 0
+    _equal(lazy(x), f(x))
+    assert lazy.stats.hits == 2

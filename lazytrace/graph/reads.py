@@ -17,7 +17,9 @@ data become guards at the start of the graph:
   writes into it are seen; rebinding the name is seen here); a model (an `nn.Module`) and its
   submodules also have their attributes recorded, as `stateful=[...]` objects do (`.eval()`);
 - other objects with attributes (a config object, `argparse.Namespace`, a dataclass, a callable
-  transform): by identity, and their attributes (data by value, objects by identity);
+  transform): by identity, and their attributes (data by value, objects by identity), and so on
+  for the objects they hold, in attributes, dicts and lists, at any depth (_note_object); their
+  classes' data attributes, and what their methods read of module globals (_methods);
 - a `contextvars.ContextVar` (held by a global, a closure variable, an object's attribute): its
   value in the calling context (read_context; `.get()` is a C call no trace sees);
 - framework state the code reads in Python, which no framework call shows
@@ -34,8 +36,9 @@ global (each class of its MRO down to the one defining it) are guarded like glob
 a function after the trace is not seen, unless it holds a framework function the graph calls:
 codegen.function_homes; stored graphs name them, persist/identity.py), code of the standard library, lazytrace, the
 frameworks and the tools listed in UNWATCHED, closure cells of functions seen only on the stack,
-and Python code that makes no framework call and is reached only through attributes (a method
-computing a number from a global); a value such code changes before the first framework call
+and Python code that makes no framework call and is reached otherwise than by name or as a
+method of an object the walk reached (a function held in a list; the functions such a method's
+globals hold); a value such code changes before the first framework call
 below it is seen at its new value. A read of the process environment (`os.environ`,
 `os.getenv`) in the traced code makes the graph compare the whole environment at each call
 (read_environment), and such graphs are not stored on disk (another process has other variables).
@@ -1486,27 +1489,37 @@ class PythonReads:
             self.objects[id(container)] = (container, self._snapshot(dict(container)))
 
     def _methods(self, cls):
-        """The methods, properties and class/static methods of the class of an object the code
-        reached (a global, an object in a global list, `HANDLERS[0].scale()`, many levels down):
-        where they make no framework call no stack shows them, so what they read is checked like
-        the function's own reads: module globals holding data (`FACTOR`, `config.SCALE`), class
-        attributes (`Config.GAIN`) and framework state read in Python (`CONFIG.use_mkldnn()`
-        returning `torch.backends.mkldnn.enabled`). The functions their globals hold are not
-        followed (as for code seen on a stack). Done in the walk's leaves (_leaf): a remembered walk
-        does it again."""
+        """The class of an object the code reached (a global, an object in a global list,
+        `HANDLERS[0].scale()`, many levels down). Its data attributes (`k = 2.0` in the class
+        body, read as `obj.k`) are checked like `Config.k`, in each class of the MRO down to the
+        one defining it. Its methods, properties and class/static methods make no framework call
+        where no stack shows them, so what they read is checked like the function's own reads:
+        module globals holding data (`FACTOR`, `config.SCALE`), class attributes (`Config.GAIN`)
+        and framework state read in Python (`CONFIG.use_mkldnn()` returning
+        `torch.backends.mkldnn.enabled`). The functions their globals hold are not followed (as
+        for code seen on a stack). Done in the walk's leaves (_leaf): a remembered walk does it
+        again. Classes of the standard library, the frameworks and tools are not read."""
         if cls in self._method_classes:
             return
         self._method_classes.add(cls)
+        above = []          # the namespaces of the classes before, in the MRO
         for klass in cls.__mro__:
             if str(getattr(klass, "__module__", "")).partition(".")[0] in UNWATCHED:
                 continue
-            for member in list(vars(klass).values()):
+            namespace = self._class_namespace(klass)
+            for name, member in list(namespace.items()):
                 func = getattr(member, "fget", None) or getattr(member, "__func__", None) or \
                     getattr(member, "func", member)         # property, class/static method, cached_property
                 code = getattr(func, "__code__", None)
                 if isinstance(code, types.CodeType) and isinstance(getattr(func, "__globals__", None), dict):
                     self._method_codes.append(code)
                     self._method_reads(code, func.__globals__)
+                elif not _is_code(member) and not (name.startswith("__") and name.endswith("__")):
+                    for space in above:                 # set on a subclass later: seen
+                        if name not in space:
+                            self._class_missing(space, name)
+                    self._data_global(namespace, name, member)
+            above.append(namespace)
 
     def _method_reads(self, code, namespace):
         _, reads, nested, _ = code_info(code)
