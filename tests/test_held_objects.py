@@ -192,3 +192,59 @@ def test_a_class_attribute_read_through_an_object_is_checked(case, framework, mo
     assert lazy.stats.traces == 2 and lazy.stats.eager == 0
     _equal(lazy(x), f(x))
     assert lazy.stats.hits == 2
+
+
+def _get_scale():
+    return _FACTOR
+
+
+def _make_closure_scale():
+    box = {"k": 2.0}
+
+    def scale():
+        return box["k"]
+    return scale, box
+
+
+_CLOSURE_SCALE, _BOX = _make_closure_scale()
+_FN_DICT = {"s": _get_scale}
+_FN_LIST = [_get_scale]
+class _Plain:
+    pass
+
+
+_FN_ATTR = _Plain()
+_FN_ATTR.fn = _get_scale         # (an object whose class reads no global itself)
+_FN_BOUND = {"s": _Obj().scale}
+_FN_CLOSURE = [_CLOSURE_SCALE]
+
+FUNCTION_CASES = {
+    "a function in a global dict": lambda x: x * _FN_DICT["s"](),
+    "a function in a global list": lambda x: x * _FN_LIST[0](),
+    "a function held by an object's attribute": lambda x: x * _FN_ATTR.fn(),
+    "a bound method in a global dict": lambda x: x * _FN_BOUND["s"](),
+}
+
+
+@pytest.mark.parametrize("framework", ARRAYS)
+@pytest.mark.parametrize("case", FUNCTION_CASES)
+def test_a_global_read_by_a_function_held_in_a_container_is_checked(case, framework, monkeypatch):
+    # session 18: silently wrong before (replacing the function was seen, a global it reads not)
+    f = FUNCTION_CASES[case]
+    lazy = lazytrace.trace_graph(f)
+    x = ARRAYS[framework]()
+    lazy(x), lazy(x)
+    assert lazy.stats.hits == 1
+    monkeypatch.setitem(globals(), "_FACTOR", 7.0)
+    _equal(lazy(x), f(x))
+    assert lazy.stats.traces == 2 and lazy.stats.eager == 0
+
+
+def test_a_closure_variable_of_a_function_held_in_a_list_is_checked(monkeypatch):
+    f = lambda x: x * _FN_CLOSURE[0]()      # noqa: E731
+    lazy = lazytrace.trace_graph(f)
+    x = np.arange(3.0)
+    lazy(x), lazy(x)
+    monkeypatch.setitem(_BOX, "k", 7.0)
+    np.testing.assert_array_equal(lazy(x), f(x))
+    assert lazy.stats.traces == 2

@@ -770,6 +770,7 @@ class PythonReads:
         self.framework_functions: dict = {}
         self._method_classes: set = set()  # classes whose methods' reads are noted (_methods)
         self._method_codes: list = []      # code of those methods (no stack shows them: names_used)
+        self._held_functions: dict = {}    # id -> function held by what the code reached (_held_function)
         self.modules: set = set()   # names of the modules of that code
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
@@ -1467,6 +1468,8 @@ class PythonReads:
                 return ()
         self.note_structure(self._record(obj))      # a model: its parameters, submodules, hooks ...
         tp = type(obj)
+        if tp is types.FunctionType or tp is types.MethodType:
+            return self._held_function(obj)
         if (id(obj) in self.objects or self._known(obj) or _is_code(obj)
                 or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj))
                 or tp.__module__.partition(".")[0] in UNWATCHED and tp not in _NAMESPACES):
@@ -1480,7 +1483,8 @@ class PythonReads:
         if snapshot is self._nothing:
             return ()
         self.objects[id(obj)] = (obj, snapshot)
-        return [value for value in self.held(snapshot) if not _is_code(value)]
+        return [value for value in self.held(snapshot)
+                if not _is_code(value) or type(value) in (types.FunctionType, types.MethodType)]
 
     def note_structure(self, containers):
         """Check the containers of a model's structure (its parameters, submodules, hooks ...)
@@ -1520,6 +1524,26 @@ class PythonReads:
                             self._class_missing(space, name)
                     self._data_global(namespace, name, member)
             above.append(namespace)
+
+    def _held_function(self, fn):
+        """A function held in a dict, a list or an object's attribute (`OPS["scale"]()`): replacing
+        it is seen by the check of its holder; what it reads (module globals, class attributes,
+        framework state, its closure variables holding data) is checked like a method's (_methods).
+        A bound method: its object is noted too (returned)."""
+        owner = fn.__self__ if type(fn) is types.MethodType else None
+        fn = fn.__func__ if owner is not None else fn
+        if type(fn) is not types.FunctionType or id(fn) in self._held_functions or \
+                str(fn.__globals__.get("__name__", "")).partition(".")[0] in UNWATCHED:
+            return () if owner is None else [owner]
+        code = fn.__code__
+        self._held_functions[id(fn)] = fn
+        self._method_codes.append(code)
+        self._method_reads(code, fn.__globals__)
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            value = _cell(cell, None)
+            if value is not MISSING and not _is_code(value):
+                self._closure_variable(cell, name, value)
+        return () if owner is None else [owner]
 
     def _method_reads(self, code, namespace):
         _, reads, nested, _ = code_info(code)
