@@ -1546,6 +1546,8 @@ class PythonReads:
         return () if owner is None else [owner]
 
     def _method_reads(self, code, namespace):
+        """What the code of a method or held function (and the code nested in it) reads by name in
+        `namespace`: framework state, data globals (through modules: config.SCALE), class attributes."""
         _, reads, nested, _ = code_info(code)
         for chain in reads:
             value = namespace.get(chain[0], MISSING)
