@@ -153,7 +153,16 @@ class _Derived(_Base):
     pass
 
 
+class _Outer:
+    class Inner:
+        k = 2.0
+
+    def inner_k(self):
+        return self.Inner.k
+
+
 _BASE_OBJ, _DERIVED_OBJ, _BASE_IN_LIST = _Base(), _Derived(), [_Base()]
+_CLASS_HOLDER, _CLASS_REGISTRY, _OUTER_OBJ = _Obj(klass=_Base), {"base": _Derived}, _Outer()
 
 CLASS_CASES = {
     "a global object's class attribute": (lambda x: x * _BASE_OBJ.k, _Base),
@@ -162,6 +171,12 @@ CLASS_CASES = {
     "a base class's attribute changed": (lambda x: x * _DERIVED_OBJ.k, _Base),
     "set on the subclass later": (lambda x: x * _DERIVED_OBJ.k, _Derived),
     "set on the object later": (lambda x: x * _DERIVED_OBJ.k, _DERIVED_OBJ),
+    # session 19: a class reached as a value (nested in a class, held by an object or in a dict)
+    "a nested class's attribute": (lambda x: x * _Outer.Inner.k, _Outer.Inner),
+    "a nested class's attribute read by a method": (lambda x: x * _OUTER_OBJ.inner_k(), _Outer.Inner),
+    "a class held by an object": (lambda x: x * _CLASS_HOLDER.klass.k, _Base),
+    "a class in a dict, its base's attribute": (lambda x: x * _CLASS_REGISTRY["base"].k, _Base),
+    "a class in a dict, set on it later": (lambda x: x * _CLASS_REGISTRY["base"].k, _Derived),
 }
 
 
@@ -235,3 +250,61 @@ def test_a_closure_variable_of_a_function_held_in_a_list_is_checked(monkeypatch)
     monkeypatch.setitem(_BOX, "k", 7.0)
     np.testing.assert_array_equal(lazy(x), f(x))
     assert lazy.stats.traces == 2
+
+
+def _pure_chain(n):
+    """Functions h0 ... h{n-1} of a new module namespace, h{i} calling h{i-1}, h0 reading FACTOR."""
+    namespace = {"FACTOR": 2.0, "__name__": "lt_s18_chain"}
+    exec("def h0():\n    return FACTOR\n" + "".join(f"def h{i}():\n    return h{i - 1}()\n" for i in range(1, n)),
+         namespace)
+    return namespace, namespace[f"h{n - 1}"]
+
+
+@pytest.mark.parametrize("framework", ARRAYS)
+def test_a_global_read_twelve_calls_down_in_code_making_no_framework_call_is_checked(framework):
+    # session 18: the walk followed such helpers eight calls deep (now 24; docs/limits.md)
+    namespace, outer = _pure_chain(12)
+    f = lambda x: x * outer()       # noqa: E731
+    lazy = lazytrace.trace_graph(f)
+    x = ARRAYS[framework]()
+    lazy(x), lazy(x)
+    namespace["FACTOR"] = 7.0
+    _equal(lazy(x), f(x))
+    assert lazy.stats.traces == 2
+
+
+def _scale_of_model():
+    return _FACTOR
+
+
+def _model_helper(x):
+    return x * _scale_of_model()     # a framework call: this frame is on the stack, its callee is not
+
+
+class _Model(torch.nn.Module):
+    def forward(self, x):
+        return _model_helper(x)
+
+
+class _Runner:
+    def run(self, x):
+        return _model_helper(x)
+
+
+_MODEL, _RUNNER = _Model(), _Runner()
+
+
+@pytest.mark.parametrize("case", ["a global model's forward", "a stateful object's method"])
+def test_helpers_called_by_code_seen_only_on_the_stack_are_followed(case, monkeypatch):
+    # session 18: the model's case was silently wrong before (code first seen on the stack at a
+    # framework call, its forward calling a module helper, had its globals checked without following
+    # the functions they hold: a getter making no framework call was never read); the stateful
+    # object's method was already walked through `_RUNNER.run` (reads._method_of)
+    f = (lambda x: _MODEL(x) + 1) if case == "a global model's forward" else (lambda x: _RUNNER.run(x) + 1)
+    lazy = lazytrace.trace_graph(f, stateful=[_RUNNER]) if "stateful" in case else lazytrace.trace_graph(f)
+    x = torch.arange(3.0)
+    lazy(x), lazy(x)
+    assert lazy.stats.hits == 1
+    monkeypatch.setitem(globals(), "_FACTOR", 7.0)
+    assert torch.equal(lazy(x), f(x))
+    assert lazy.stats.traces == 2 and lazy.stats.eager == 0

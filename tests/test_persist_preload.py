@@ -342,9 +342,9 @@ def test_cuda_signatures_are_preloaded_only_where_prewarm_may_start_the_device(l
 
 # ---- what a preloaded graph depended on is checked again at its first call ------------------
 
-#: ten calls down to _value(): deeper than the guards follow (reads.py follows eight; only the
+#: thirty calls down to _value(): deeper than the guards follow (reads._CALLS, 24; only the
 #: module's data hash covers the globals _value reads)
-CHAIN = "".join(f"def _l{i}():\n    return _l{i + 1}()\n\n" for i in range(1, 10)) + "def _l10():\n    return _value()\n"
+CHAIN = "".join(f"def _l{i}():\n    return _l{i + 1}()\n\n" for i in range(1, 30)) + "def _l30():\n    return _value()\n"
 
 DEEP = CHAIN + '''
 import numpy as np
@@ -438,6 +438,78 @@ def test_a_class_attribute_or_nested_setting_set_between_preload_and_the_first_c
         x = np.random.rand(2)
         assert np.array_equal(again(x), lib.deep(x))
     assert again.stats.traces == 1
+
+
+CLASS_READS = '''
+import numpy as np
+
+class Config:
+    GAIN = 2.0
+
+    class Inner:
+        SCALE = 3.0
+
+class Sub(Config):
+    pass
+
+def _make():
+    class Made:
+        K = 2.0
+    return Made
+
+MADE = _make()
+
+def gained(x):
+    return np.sin(x) * Config.GAIN * Config.Inner.SCALE
+
+def inherited(x):
+    return np.sin(x) * Sub.GAIN
+
+def made(x):
+    return np.sin(x) * MADE.K
+'''
+
+
+@pytest.mark.parametrize("fn, change", [
+    ("gained", lambda lib: setattr(lib.Config, "GAIN", 5.0)),
+    ("gained", lambda lib: setattr(lib.Config.Inner, "SCALE", 5.0)),
+    ("inherited", lambda lib: setattr(lib.Sub, "GAIN", 7.0)),      # set on the subclass: was absent there
+    ("inherited", lambda lib: setattr(lib.Config, "GAIN", 7.0)),
+])
+def test_a_graph_reading_class_attributes_is_stored_and_its_checks_hold_after_loading(fn, change, temp_library, tmp_path):
+    """A class attribute read (`Config.GAIN`, a nested class's, one inherited) is checked in the
+    class's namespace, stored by the class's module and qualified name: the graph is stored,
+    loaded by a new LazyGraph, hits while nothing changes, and traces again once it does (was
+    not stored at all: 'it has no stored form')."""
+    import numpy as np
+    name, _ = temp_library(CLASS_READS)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    maker = lazytrace.trace_graph(getattr(lib, fn), cache=cache)
+    maker(np.random.rand(2))
+    assert maker.stats.stored == 1, maker.stats.not_stored
+    again = lazytrace.trace_graph(getattr(lib, fn), cache=cache)
+    assert again.stats.loaded == 1
+    x = np.random.rand(2)
+    assert np.array_equal(again(x), getattr(lib, fn)(x)) and again.stats.hits == 1
+    change(lib)
+    for _ in range(2):
+        x = np.random.rand(2)
+        assert np.array_equal(again(x), getattr(lib, fn)(x))
+    assert again.stats.traces == 1 and again.stats.guard_failures > 0
+
+
+def test_a_class_its_name_does_not_find_is_not_stored_and_says_which(temp_library, tmp_path):
+    import numpy as np
+    name, _ = temp_library(CLASS_READS)
+    lib = __import__(name)
+    lazy = lazytrace.trace_graph(lib.made, cache=tmp_path / "cache")
+    x = np.random.rand(2)
+    assert np.array_equal(lazy(x), lib.made(x))
+    assert lazy.stats.stored == 0
+    assert any("_make.<locals>.Made" in reason for reason in lazy.stats.not_stored), lazy.stats.not_stored
+    lib.MADE.K = 4.0
+    assert np.array_equal(lazy(x), lib.made(x))
 
 
 def test_a_helper_redefined_by_a_reload_in_the_same_process_is_not_replayed_stale(deep_lib, tmp_path):

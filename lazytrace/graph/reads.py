@@ -5,10 +5,13 @@ A graph bakes the Python values its calls were given. Arguments are keyed (signa
 rebound or a closure variable reach the calls without passing through the arguments.
 `PythonReads` notes the globals a function's code loads or stores (LOAD_GLOBAL / STORE_GLOBAL /
 DELETE_GLOBAL, and `config.SCALE` read through a module, found once per code object in its bytecode): before the function runs, for its own code,
-its closure and the Python functions its globals hold (eight calls deep); and at each framework
+its closure and the Python functions its globals hold (_CALLS deep); and at each framework
 call, for every function on the stack between the traced one and the call (methods, code reached
-through attributes). A `sys.settrace` hook would see every function run, but it slows every line of
-Python while it is set (a trace took twice as long), so it is not used. Those holding
+through attributes) and the functions its globals hold in turn. A `sys.settrace` hook would see
+every function run, but it slows every line of Python while it is set (a trace took twice as
+long), so it is not used; one that only sees calls (returning None for each new frame) still
+costs 1.8-2.2x per kornia trace on Python 3.11, which turns off its specialized instructions while
+any hook is set (measured in session 18). Those holding
 data become guards at the start of the graph:
 
 - numbers, strings, enums, framework dtypes and devices: by type and value;
@@ -92,8 +95,10 @@ _PROCESS_FACTS = {"os": frozenset({"environ", "environb", "getenv", "getenvb", "
                   "socket": frozenset({"gethostname"})}
 _ENVIRONMENT_NAMES = frozenset({"environ", "environb", "getenv", "getenvb"})
 
-_CALLS = 8        # how many calls deep `start` follows functions held by globals (the whole chain of
-                  # helpers a library function calls, typically 1 to 5; each code object is read once)
+_CALLS = 24       # how many calls deep the walk follows functions held by globals, from the traced
+                  # function and from each function on the stack (the chain of helpers a library
+                  # function calls is typically 1 to 5 long; each code object is read once). 24:
+                  # the walk recurses ~5 Python frames per call followed
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _LOAD_GLOBAL, _STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG, _LOAD_ATTR = (
     dis.opmap[name] for name in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG", "LOAD_ATTR"))
@@ -304,7 +309,8 @@ READERS = (read_global, read_cell, read_attributes, read_defaults, read_state, r
 
 # how views name each check, and how an explanation of a retrace says what failed
 read_global.label = lambda node: f"global {node.args[1]}"
-read_global.describe = lambda node: f"the global {node.args[1]!r} changed"
+read_global.describe = lambda node: (f"the class attribute {node.args[1]!r} of {node.args[0].meta.partition(':')[2]} changed"
+                                     if str(node.args[0].meta).startswith("class ") else f"the global {node.args[1]!r} changed")
 read_cell.label = lambda node: "closure variable"
 read_cell.describe = lambda node: "a variable of the function's closure changed"
 read_attributes.label = lambda node: "items" if type(node.args[0].obj) is dict else "attributes"
@@ -818,7 +824,7 @@ class PythonReads:
     # ---- before and while the trace runs ------------------------------------------------
     def start(self, fn):
         """Note what `fn` can read before it runs: its closure, the globals of its code and of
-        the Python functions those globals hold, eight calls deep (a counter the function
+        the Python functions those globals hold, _CALLS deep (a counter the function
         bumps before its first framework call is then seen as changed).
 
         The walk of a plain function is remembered (_WALKS): the next trace of the same code,
@@ -1003,7 +1009,9 @@ class PythonReads:
                 if code is root:
                     break
                 if id(code) not in codes:
-                    self._code(code, frame.f_globals, depth=_CALLS)
+                    # (the functions its globals hold are followed as from the traced function's:
+                    # a model's forward calling a helper that calls a getter making no framework call)
+                    self._code(code, frame.f_globals, depth=0)
                 # the function's own frames (a generator's frame is resumed by other callers; the
                 # interceptor's and the framework's frames are new at every call), held until the
                 # trace ends (the id stays the frame's own); marked before the frames below it are
@@ -1124,7 +1132,7 @@ class PythonReads:
                 self._module_reads(value, module, chain, depth)
         elif kind & (_CLASS | _ENUM) == _CLASS:
             for chain in attribute_chains(code, name):
-                self._class_attribute(value, chain[0], depth)
+                self._class_attribute(value, chain, depth)
         elif not kind & _CODE and type(value) not in _IMMUTABLE_ATOMS:   # (most defaults: None, 1.0, "bilinear")
             self._leaf(PythonReads._bound_object, value)
 
@@ -1273,7 +1281,7 @@ class PythonReads:
         holder = self._item(space, name) if attributes else None
         kind = self._kind_of(holder)
         if kind & (_CLASS | _ENUM) == _CLASS:     # Config.GAIN
-            self._class_attribute(holder, attributes[0], depth)
+            self._class_attribute(holder, attributes, depth)
         elif kind & _FUNCTION:          # `helper.scale = 2.0` set on a function: a global of its __dict__
             attributes_of = self._seen(_attr, holder, "__dict__")
             if isinstance(attributes_of, dict) and self._seen(_get, attributes_of, attributes[0]) is not MISSING:
@@ -1392,11 +1400,12 @@ class PythonReads:
         if isinstance(descriptor, classmethod) and code.co_argcount:     # `cls.scale`
             self._bound(code, code.co_varnames[0], cls, _CLASS | _CODE, 1)
 
-    def _class_attribute(self, cls, name, depth):
-        """`Config.SCALE`: checked in the namespace of each class of the MRO down to the one that
-        defines it (absent from the ones before: setting it on a subclass later is seen too).
-        Classes of the standard library, the frameworks and tools are not watched."""
-        seen = self._seen
+    def _class_attribute(self, cls, names, depth):
+        """`Config.SCALE` (names: the attribute chain read on the class): checked in the namespace
+        of each class of the MRO down to the one that defines it (absent from the ones before:
+        setting it on a subclass later is seen too); `Config.Inner.SCALE` in the nested class in
+        turn. Classes of the standard library, the frameworks and tools are not watched."""
+        seen, name = self._seen, names[0]
         for klass in seen(_attr, cls, "__mro__"):
             module = seen(_attr, klass, "__module__")
             if str("" if module is MISSING else module).partition(".")[0] in UNWATCHED:
@@ -1404,10 +1413,13 @@ class PythonReads:
             namespace = self._class_namespace(klass)
             value = seen(_get, namespace, name)
             if value is not MISSING:
-                if not seen(_kind, value) & _CODE:    # methods, nested classes: not checked
+                kind = seen(_kind, value)
+                if not kind & _CODE:                # (methods: not checked)
                     self._global(namespace, name, depth)
                 elif type(value) in (classmethod, staticmethod) and depth < _CALLS:
                     self.class_method(value, cls, depth + 1)      # `Config.get()`: what it reads (cls.k)
+                elif kind & (_CLASS | _ENUM) == _CLASS and len(names) > 1:
+                    self._class_attribute(value, names[1:], depth)     # `Config.Inner.SCALE`
                 return
             self._leaf(PythonReads._class_missing, namespace, name)
 
@@ -1418,9 +1430,7 @@ class PythonReads:
         return namespace
 
     def _class_missing(self, namespace, name):
-        key = (id(namespace), name)
-        if key not in self.globals:
-            self.globals[key] = (namespace, name, MISSING, self._expect(MISSING))
+        self.unbound.setdefault((id(namespace), name), (namespace, name))    # (checked as unset globals are)
 
     def _expect(self, value):
         """(type, snapshot) a guard compares, or `nothing` for code (functions, classes, modules,
@@ -1470,6 +1480,9 @@ class PythonReads:
         tp = type(obj)
         if tp is types.FunctionType or tp is types.MethodType:
             return self._held_function(obj)
+        if isinstance(obj, type) and not issubclass(obj, enum.Enum):
+            self._methods(obj)      # a class held by an object or a container (`cfg.klass.GAIN`)
+            return ()
         if (id(obj) in self.objects or self._known(obj) or _is_code(obj)
                 or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj))
                 or tp.__module__.partition(".")[0] in UNWATCHED and tp not in _NAMESPACES):
@@ -1484,7 +1497,7 @@ class PythonReads:
             return ()
         self.objects[id(obj)] = (obj, snapshot)
         return [value for value in self.held(snapshot)
-                if not _is_code(value) or type(value) in (types.FunctionType, types.MethodType)]
+                if not _is_code(value) or type(value) in (types.FunctionType, types.MethodType) or isinstance(value, type)]
 
     def note_structure(self, containers):
         """Check the containers of a model's structure (its parameters, submodules, hooks ...)
@@ -1500,9 +1513,9 @@ class PythonReads:
         where no stack shows them, so what they read is checked like the function's own reads:
         module globals holding data (`FACTOR`, `config.SCALE`), class attributes (`Config.GAIN`)
         and framework state read in Python (`CONFIG.use_mkldnn()` returning
-        `torch.backends.mkldnn.enabled`). The functions their globals hold are not followed (as
-        for code seen on a stack). Done in the walk's leaves (_leaf): a remembered walk does it
-        again. Classes of the standard library, the frameworks and tools are not read."""
+        `torch.backends.mkldnn.enabled`). The functions their globals hold are not followed: this
+        runs in the walk's leaves (_leaf), which a remembered walk does again, and the walk's own
+        memo of the codes it read (_codes) is not kept per leaf. Classes of the standard library, the frameworks and tools are not read."""
         if cls in self._method_classes:
             return
         self._method_classes.add(cls)
@@ -1518,6 +1531,8 @@ class PythonReads:
                 if isinstance(code, types.CodeType) and isinstance(getattr(func, "__globals__", None), dict):
                     self._method_codes.append(code)
                     self._method_reads(code, func.__globals__)
+                elif isinstance(member, type) and not issubclass(member, enum.Enum):
+                    self._methods(member)       # a nested class: `self.Inner.SCALE`
                 elif not _is_code(member) and not (name.startswith("__") and name.endswith("__")):
                     for space in above:                 # set on a subclass later: seen
                         if name not in space:
@@ -1562,7 +1577,7 @@ class PythonReads:
             if not kind & (_FUNCTION | _CODE):
                 self._data_global(space, name, value)
             elif rest and kind & (_CLASS | _ENUM) == _CLASS:
-                self._class_attribute(value, rest[0], _CALLS)
+                self._class_attribute(value, rest, _CALLS)
         for const in nested:
             self._method_reads(const, namespace)
 
@@ -1577,7 +1592,8 @@ class PythonReads:
         """Those of `names` that the watched code reads as globals its module does not set (builtins),
         other than in calls whose result it drops (`hash(shape)` in a `try`, einops' test that a
         shape is hashable: only whether it raises counts, and that depends on the types alone)."""
-        used = names.intersection([name for _, name in self.unbound.values()]) if self.unbound else ()
+        used = names.intersection([name for space, name in self.unbound.values() if type(space) is dict]) \
+            if self.unbound else ()
         codes = [self._codes[i] for i in self._watched] if used else ()
         return frozenset(name for name in used if any(_result_used(code, name) for code in codes))
 
@@ -1636,8 +1652,14 @@ class PythonReads:
     def guards(self):
         """(reader, arguments, expected, what the object read is) for each guard, objects'
         attributes after their identity."""
+        classes = {id(namespace): cls for cls, namespace in self._class_namespaces.items()}
+
+        def where(namespace):       # (a class's: the name its stored form has, persist/codec.py)
+            cls = classes.get(id(namespace))
+            return f"globals of {namespace.get('__name__', '?')}" if cls is None else \
+                f"class {cls.__module__}:{cls.__qualname__}"
         for namespace, name, value, expected in self.globals.values():
-            yield read_global, (namespace, name), expected, f"globals of {namespace.get('__name__', '?')}"
+            yield read_global, (namespace, name), expected, where(namespace)
         for cell, name, value, expected in self.cells:
             yield read_cell, (cell,), expected, f"closure variable {name}"
         for obj, expected in self.objects.values():
@@ -1649,7 +1671,7 @@ class PythonReads:
         for namespace, name in self.unbound.values():
             unset.setdefault(id(namespace), (namespace, set()))[1].add(name)
         for namespace, names in unset.values():
-            yield read_unbound, (namespace, frozenset(names)), True, f"globals of {namespace.get('__name__', '?')}"
+            yield read_unbound, (namespace, frozenset(names)), True, where(namespace)
         for reader, what, expected in self.states.values():
             yield read_state, (reader,), expected, what
         for var, expected in self.contexts.values():

@@ -9,7 +9,10 @@ by the backend, arrays go to the safetensors part of the file under a name. Sour
 is generated again from the rebuilt plan by `codegen`, as after a trace.
 A guard on a module global (graph/reads.py) is stored as the module's name, the
 global's name and the expected type and value: at load the module is looked up in
-`sys.modules` only (nothing is imported) and the global is checked at every call.
+`sys.modules` only (nothing is imported) and the global is checked at every call. A guard on a
+class attribute (`Config.GAIN`, `self.k` of a class body) is stored the same way with the class's
+module and qualified name, found again at load through the namespaces of that module and its
+classes (no attribute access runs code).
 
 A graph that holds anything else (arrays the function reached by itself,
 stateful objects, namedtuples, enums ...) is not stored: `NotStorable` says why.
@@ -20,7 +23,7 @@ import importlib
 import json
 import math
 import sys
-from types import ModuleType, SimpleNamespace
+from types import MappingProxyType, ModuleType, SimpleNamespace
 
 from ..graph.ir import Kind, Node, Source, Value
 from ..graph.passes import Plan
@@ -142,6 +145,32 @@ def _namespace(name):
     if module is None:
         raise Unavailable(f"a guard reads globals of {name!r:.80}, which is not imported")
     return module.__dict__
+
+
+def _class_ref(namespace, what) -> list | None:
+    """[module, qualified name] of the class whose namespace (`vars(cls)`) a guard reads, if that
+    name finds it again; `what` is the guard's description (PythonReads.guards: 'class m:Q')."""
+    if not (isinstance(what, str) and what.startswith("class ")):
+        return None
+    module, _, qualname = what[len("class "):].partition(":")
+    try:
+        found = _class_namespace([module, qualname])
+    except (Unavailable, CorruptEntry):
+        return None
+    return [module, qualname] if found == namespace else None
+
+
+def _class_namespace(ref):
+    """vars() of the class a stored [module, qualified name] names, found through namespaces only."""
+    if type(ref) is not list or len(ref) != 2 or not all(type(part) is str for part in ref):
+        raise CorruptEntry(f"malformed class name {ref!r:.80}")
+    namespace = _namespace(ref[0])
+    for part in ref[1].split("."):
+        cls = namespace.get(part)
+        if not isinstance(cls, type):
+            raise Unavailable(f"a guard reads attributes of the class {ref[0]}:{ref[1]:.80}, which is not there")
+        namespace = vars(cls)
+    return namespace
 
 
 def _name(func) -> str:
@@ -360,6 +389,13 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
         if state is not None:
             constants.append({"s": state})
             continue
+        ref = _class_ref(v.obj, v.meta) if type(v.obj) is MappingProxyType else None
+        if ref is not None:
+            constants.append({"k": ref})
+            continue
+        if type(v.obj) is MappingProxyType and str(v.meta).startswith("class "):
+            raise NotStorable(f"the graph checks attributes of the {v.meta.replace(':', '.')}, which its "
+                              f"name does not find again (a class made in a function)")
         if not v.foldable and not isinstance(backend.unwrap(v.obj), backend.array_types):
             raise NotStorable(f"the graph checks a {type(v.obj).__qualname__} the traced code reached by itself "
                               f"(a closure cell, an object's attribute): it has no stored form")
@@ -416,6 +452,8 @@ def _decode(backend, doc, arrays):
     for i, name in enumerate(_list(doc["constants"])):
         if type(name) is dict and "s" in name:   # {"s": [module, attribute]}: framework state a guard reads
             v = Value(Source.EXTERNAL, obj=_state_reader(backend, name["s"]), meta=".".join(map(str, name["s"])))
+        elif type(name) is dict and "k" in name:    # {"k": [module, qualname]}: a class's namespace
+            v = Value(Source.EXTERNAL, obj=_class_namespace(name["k"]), meta=f"class {name['k'][0]}:{name['k'][1]}")
         elif type(name) is dict:        # {"g": module}: the namespace a guard on a global reads
             v = Value(Source.EXTERNAL, obj=_namespace(name["g"]))
         else:
