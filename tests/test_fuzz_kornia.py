@@ -42,3 +42,19 @@ def test_kornia_through_the_import_hook_equals_eager_on_random_input_sequences()
         report = fuzz_kornia.fuzz(seed=0, calls=3, module_calls=4, hook=True)
     assert not report.problems, "\n".join(report.problems[:20])
     assert sys.modules["kornia"] is real and report.stats["hits"] > 0
+
+
+def test_first_uses_in_unusual_contexts_leave_later_graphs_equal_to_eager():
+    """`fuzz_kornia.py --poison` in a new process: every case's first use (and so lazytrace's
+    process-wide caches, such as the shared 0-d number constants) is made under a meta default
+    device, inference mode, no_grad, float64/bfloat16 defaults, autocast and a user function mode
+    before the fuzzing (session 17 found 15 problems this way; in this suite's process those caches
+    already exist, hence the subprocess)."""
+    import pathlib
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).with_name("fuzz_kornia.py")
+    done = subprocess.run([sys.executable, str(script), "--seed", "1", "--calls", "2", "--module-calls", "3",
+                           "--poison", "--quiet"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert " 0 problems" in done.stdout

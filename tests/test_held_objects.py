@@ -220,7 +220,20 @@ _FN_ATTR.fn = _get_scale         # (an object whose class reads no global itself
 _FN_BOUND = {"s": _Obj().scale}
 _FN_CLOSURE = [_CLOSURE_SCALE]
 
+def _calls_get_scale():
+    return _get_scale()         # a helper called by name: followed since session 19
+
+
+class _Helped:
+    def scale(self):
+        return _calls_get_scale()
+
+
+_HELPED_IN_LIST, _HELPER_IN_DICT = [_Helped()], {"s": _calls_get_scale}
+
 FUNCTION_CASES = {
+    "a method of an object in a list calling helpers": lambda x: x * _HELPED_IN_LIST[0].scale(),
+    "a function in a dict calling a helper": lambda x: x * _HELPER_IN_DICT["s"](),
     "a function in a global dict": lambda x: x * _FN_DICT["s"](),
     "a function in a global list": lambda x: x * _FN_LIST[0](),
     "a function held by an object's attribute": lambda x: x * _FN_ATTR.fn(),
@@ -273,6 +286,23 @@ def test_a_global_read_twelve_calls_down_in_code_making_no_framework_call_is_che
     assert lazy.stats.traces == 2
 
 
+@pytest.mark.parametrize("framework", ARRAYS)
+def test_a_global_read_twelve_calls_below_a_held_function_is_checked_and_a_long_chain_is_cut(framework):
+    # session 19: a held function's helpers were not followed (its own reads were checked)
+    namespace, outer = _pure_chain(12)
+    held = {"f": outer}
+    f = lambda x: x * held["f"]()       # noqa: E731
+    lazy = lazytrace.trace_graph(f)
+    x = ARRAYS[framework]()
+    lazy(x), lazy(x)
+    namespace["FACTOR"] = 7.0
+    _equal(lazy(x), f(x))
+    assert lazy.stats.traces == 2
+    namespace, outer = _pure_chain(400)        # past _CALLS: cut, no RecursionError; traced as before
+    held["f"] = outer
+    _equal(lazy(x), f(x))
+
+
 def _scale_of_model():
     return _FACTOR
 
@@ -308,3 +338,34 @@ def test_helpers_called_by_code_seen_only_on_the_stack_are_followed(case, monkey
     monkeypatch.setitem(globals(), "_FACTOR", 7.0)
     assert torch.equal(lazy(x), f(x))
     assert lazy.stats.traces == 2 and lazy.stats.eager == 0
+
+
+class _GainModel(torch.nn.Module):
+    def gain(self):
+        return _calls_get_scale()           # no framework call: only the attribute read shows it
+
+    def forward(self, x):
+        return x * self.gain()
+
+
+class _GainRunner:
+    def gain(self):
+        return _calls_get_scale()
+
+    def run(self, x):
+        return x * self.gain()
+
+
+@pytest.mark.parametrize("case", ["a traced model", "a stateful object"])
+def test_helpers_of_a_method_looked_up_on_a_traced_object_are_followed(case, monkeypatch):
+    # session 19: silently wrong before (the method's own globals were checked, the helpers it calls not)
+    if case == "a traced model":
+        lazy, eager = lazytrace.trace_graph(_GainModel()), _GainModel()
+    else:
+        runner = _GainRunner()
+        lazy, eager = lazytrace.trace_graph(runner.run, stateful=[runner]), _GainRunner().run
+    x = torch.arange(3.0)
+    lazy(x), lazy(x)
+    monkeypatch.setitem(globals(), "_FACTOR", 7.0)
+    assert torch.equal(lazy(x), eager(x))
+    assert torch.equal(lazy(x), eager(x))

@@ -1389,8 +1389,7 @@ class PythonReads:
         the trace records (`self.factor()`, `self.scale`): it runs as the object's code, but no
         stack shows it where it makes no framework call. Its globals are walked like those of a
         function called by name, and a classmethod's reads of its class (`cls.scale`) are checked
-        like `Config.scale`. `depth`: calls below the trace's function (_CALLS: the functions its
-        globals hold are not followed, as for code seen on the stack)."""
+        like `Config.scale`. `depth`: calls below the trace's function."""
         fn = descriptor.fget if isinstance(descriptor, property) else \
             descriptor.func if isinstance(descriptor, functools.cached_property) else getattr(descriptor, "__func__", None)
         if not isinstance(fn, types.FunctionType):
@@ -1513,9 +1512,9 @@ class PythonReads:
         where no stack shows them, so what they read is checked like the function's own reads:
         module globals holding data (`FACTOR`, `config.SCALE`), class attributes (`Config.GAIN`)
         and framework state read in Python (`CONFIG.use_mkldnn()` returning
-        `torch.backends.mkldnn.enabled`). The functions their globals hold are not followed: this
-        runs in the walk's leaves (_leaf), which a remembered walk does again, and the walk's own
-        memo of the codes it read (_codes) is not kept per leaf. Classes of the standard library, the frameworks and tools are not read."""
+        `torch.backends.mkldnn.enabled`), and so for the functions they call by global name
+        (_held_function, _CALLS deep). Classes of the standard library, the frameworks and tools
+        are not read."""
         if cls in self._method_classes:
             return
         self._method_classes.add(cls)
@@ -1540,11 +1539,12 @@ class PythonReads:
                     self._data_global(namespace, name, member)
             above.append(namespace)
 
-    def _held_function(self, fn):
+    def _held_function(self, fn, depth=0):
         """A function held in a dict, a list or an object's attribute (`OPS["scale"]()`): replacing
         it is seen by the check of its holder; what it reads (module globals, class attributes,
-        framework state, its closure variables holding data) is checked like a method's (_methods).
-        A bound method: its object is noted too (returned)."""
+        framework state, its closure variables holding data) is checked like a method's (_methods),
+        and so in turn for the functions it calls by global name. A bound method: its object is
+        noted too (returned)."""
         owner = fn.__self__ if type(fn) is types.MethodType else None
         fn = fn.__func__ if owner is not None else fn
         if type(fn) is not types.FunctionType or id(fn) in self._held_functions or \
@@ -1553,16 +1553,17 @@ class PythonReads:
         code = fn.__code__
         self._held_functions[id(fn)] = fn
         self._method_codes.append(code)
-        self._method_reads(code, fn.__globals__)
+        self._method_reads(code, fn.__globals__, depth)
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             value = _cell(cell, None)
             if value is not MISSING and not _is_code(value):
                 self._closure_variable(cell, name, value)
         return () if owner is None else [owner]
 
-    def _method_reads(self, code, namespace):
+    def _method_reads(self, code, namespace, depth=0):
         """What the code of a method or held function (and the code nested in it) reads by name in
-        `namespace`: framework state, data globals (through modules: config.SCALE), class attributes."""
+        `namespace`: framework state, data globals (through modules: config.SCALE), class
+        attributes, and what the functions it names read in turn (_held_function, _CALLS deep)."""
         _, reads, nested, _ = code_info(code)
         for chain in reads:
             value = namespace.get(chain[0], MISSING)
@@ -1578,8 +1579,10 @@ class PythonReads:
                 self._data_global(space, name, value)
             elif rest and kind & (_CLASS | _ENUM) == _CLASS:
                 self._class_attribute(value, rest, _CALLS)
+            elif not rest and type(value) is types.FunctionType and depth < _CALLS:
+                self._held_function(value, depth + 1)      # a helper it calls: `return helper()`
         for const in nested:
-            self._method_reads(const, namespace)
+            self._method_reads(const, namespace, depth)
 
     # ---- after the trace ---------------------------------------------------------------
     def names_used(self, names: frozenset, methods: bool = True) -> set:

@@ -35,7 +35,7 @@ from . import codegen, escapes, passes
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .handlers import inside_except
-from .reads import _CALLS, MISSING, READERS, UNWATCHED, PythonReads, read_environment, signed
+from .reads import MISSING, READERS, UNWATCHED, PythonReads, read_environment, signed
 from .signature import Signature, container_snapshot, containers_changed, walk
 from .stateful import (CallableStatefulProxy, SessionProxy, StatefulProxy, dict_key_read, read_attribute,
                        read_class_attribute, read_instance_dict, read_instance_item, own_class, recording_class)
@@ -779,11 +779,11 @@ class TraceSession:
         expected = _SameMethod(value) if isinstance(value, MethodType) else _Same(value)
         self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_attribute, args, {}, inputs,
                                [self.version(v) for v in inputs], expected=expected))
-        # its code (`self.gain()` returning CONFIG["gain"]) runs as the object's, but no stack shows
-        # it where it makes no framework call: its own globals are checked, as a frame's on the stack
+        # its code (`self.gain()` returning CONFIG["gain"], or a helper's) runs as the object's, but no
+        # stack shows it where it makes no framework call: walked as a function called by name
         func = value.__func__ if isinstance(value, MethodType) else value
         if isinstance(func, types.FunctionType):
-            self.reads.class_method(staticmethod(func), own_class(obj), depth=_CALLS)
+            self.reads.class_method(staticmethod(func), own_class(obj))
 
     def _snapshot(self, obj, record=True):
         """What a guard compares a value read from a stateful object with: literals by value,
