@@ -1,0 +1,59 @@
+"""Cache-hit time of a key traced again after a guard failed (a global the function reads changed:
+the key then holds two graphs) against a key holding one graph, torch and NumPy, in one run.
+
+    .venv/bin/python benchmarks/hit_after_change.py [--repeat 21] [--number 2000]
+
+Prints the median per-call time of each (interleaved runs) and their ratio; the ratio is ~1.0
+when the graph that hits gets the fast path (LazyGraph._remember_variant), ~3 when every call
+takes the general path and checks the stale graph first (before session 19)."""
+import argparse
+import statistics
+import timeit
+
+import numpy as np
+
+import lazytrace
+
+SCALE = 2.0
+GAIN = 3.0
+
+
+def scaled(x):
+    return x * SCALE
+
+
+def gained(x):
+    return x * GAIN
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--number", type=int, default=2000)
+    ns = parser.parse_args(argv)
+    arrays = {"numpy": np.ones(3)}
+    try:
+        import torch
+        arrays["torch"] = torch.ones(3)
+    except ImportError:
+        pass
+    global SCALE
+    for name, x in arrays.items():
+        SCALE = 2.0
+        changed, single = lazytrace.trace_graph(scaled), lazytrace.trace_graph(gained)
+        for _ in range(3):
+            changed(x), single(x)
+        SCALE = 3.0                       # a guard fails: traced again, the key now holds two graphs
+        for _ in range(3):
+            changed(x)
+        times = {"one graph": [], "after a change": []}
+        for _ in range(ns.repeat):
+            times["one graph"].append(timeit.timeit(lambda: single(x), number=ns.number) / ns.number * 1e6)
+            times["after a change"].append(timeit.timeit(lambda: changed(x), number=ns.number) / ns.number * 1e6)
+        one, after = (statistics.median(t) for t in times.values())
+        print(f"{name:6s} hit, one graph {one:6.2f} us   hit after a change {after:6.2f} us   ratio {after / one:.2f}   "
+              f"(guard failures {changed.stats.guard_failures} over {changed.stats.calls} calls)")
+
+
+if __name__ == "__main__":
+    main()
