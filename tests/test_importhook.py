@@ -189,6 +189,44 @@ def test_first_import_inside_enable_and_python_m(tmp_path):
     assert out.split() == ["ModuleProxy[fakelib]", "LazyGraph", "1"]
 
 
+def test_kornia_imported_first_inside_enable_equals_eager(tmp_path):
+    """The route a user takes: kornia's first import in the process happens under enable() (its
+    submodules import one another through the hook), then functions through the proxy and through
+    `from kornia.X import name`, compared exactly with real kornia on new inputs."""
+    pytest.importorskip("kornia")
+    out = run_python(tmp_path, """
+        import sys
+        import torch
+        import lazytrace
+        assert "kornia" not in sys.modules
+        with lazytrace.enable("kornia"):
+            import kornia
+            from kornia.filters import gaussian_blur2d
+            from kornia.color import rgb_to_hsv
+        import kornia_cases                       # the real kornia, as sys.modules keeps it
+        assert type(kornia).__name__ == "ModuleProxy[kornia]" and sys.modules["kornia"] is not kornia
+        checked = hits = 0
+        for name, real, make in kornia_cases.CASES:
+            traced = kornia
+            for part in name.split("."):
+                traced = getattr(traced, part)
+            for seed in (0, 1, 2):
+                args = make(seed)
+                got, want = traced(*args), real(*args)
+                got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+                assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want)), (name, seed)
+            checked += 1
+            hits += traced.stats.hits
+        x = torch.rand(1, 3, 16, 16)
+        for fn, real in ((gaussian_blur2d, kornia_cases.KF.gaussian_blur2d), (rgb_to_hsv, kornia_cases.KC.rgb_to_hsv)):
+            args = (x, (3, 3), (1.5, 1.5)) if real is kornia_cases.KF.gaussian_blur2d else (x,)
+            assert isinstance(fn, lazytrace.LazyGraph) and torch.equal(fn(*args), real(*args)) and torch.equal(fn(*args), real(*args))
+        print(checked, hits > checked)
+    """, "script.py")
+    checked, hit = out.split()
+    assert int(checked) >= 30 and hit == "True"
+
+
 def test_environment_variable_disables_everything(tmp_path):
     out = run_python(tmp_path, """
         import lazytrace, torch, fakelib
