@@ -604,9 +604,7 @@ def _attributes(obj):
     slots = _SLOTS.get(tp)
     if slots is None:
         slots = _slots(tp)
-    if not slots:
-        if dataclasses.is_dataclass(obj) and not hasattr(obj, "__dict__"):
-            return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if not slots:           # (a dataclass without a __dict__ has slots)
         return dict(vars(obj))
     attributes = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
     for name, member in slots:      # `__slots__ = ("k",)`: read by its member descriptor (in C)
