@@ -1533,7 +1533,8 @@ class PythonReads:
             return ()
         if tp is functools.partial:     # `OPS["s"] = partial(f, k=2.0)`: its arguments, what f reads
             self._partial_arguments(obj)
-            return [obj.func, *obj.args, *obj.keywords.values()]
+            return [obj.func, *(value for value in (*obj.args, *obj.keywords.values())
+                                if type(value) not in _IMMUTABLE_ATOMS)]
         if tp is staticmethod or tp is classmethod:
             return [obj.__func__]
         if isinstance(obj, types.ModuleType):   # `MODS["cfg"].SCALE`: the globals the code names, after it ran
