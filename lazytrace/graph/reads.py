@@ -605,8 +605,11 @@ def _attributes(obj):
     if slots is None:
         slots = _slots(tp)
     if not slots:           # (a dataclass without a __dict__ has slots)
-        return dict(vars(obj))
+        attributes = dict(vars(obj))
+        attributes["__class__"] = tp    # (`obj.__class__ = Other` reads Other's attributes)
+        return attributes
     attributes = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
+    attributes["__class__"] = tp
     for name, member in slots:      # `__slots__ = ("k",)`: read by its member descriptor (in C)
         try:
             attributes[name] = member.__get__(obj, tp)
