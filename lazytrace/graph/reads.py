@@ -1503,7 +1503,11 @@ class PythonReads:
         it holds, by attribute or in its dicts, lists and tuples, at any depth (CONFIG.model.scale,
         CONFIG.layers["a"].k). Not objects of the standard library (a threading.Event ...) besides
         namespaces, nor objects the trace records itself (stateful ones, models). A random
-        generator the trace does not record has its state noted (`drawn`)."""
+        generator the trace does not record has its state noted (`drawn`). An object's class is
+        among its attributes (`obj.__class__ = Other`), `__slots__` entries too; a class held
+        has its metaclass's reads noted as well, a partial or static method held its function's
+        and arguments', a module held (`MODS["cfg"].SCALE`) the globals of it the code names
+        (settle)."""
         pending = [obj]
         for obj in pending:             # (breadth first, no recursion: a linked list may be long)
             pending += self._note_one(obj)
