@@ -598,11 +598,39 @@ _NO_WRAPPED = object()
 
 
 def _attributes(obj):
-    if type(obj) in (dict, collections.OrderedDict):    # the structure of a model (its parameters, hooks ...)
+    tp = type(obj)
+    if tp in (dict, collections.OrderedDict):    # the structure of a model (its parameters, hooks ...)
         return dict(obj)
-    if dataclasses.is_dataclass(obj) and not hasattr(obj, "__dict__"):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    return dict(vars(obj))
+    slots = _SLOTS.get(tp)
+    if slots is None:
+        slots = _slots(tp)
+    if not slots:           # (a dataclass without a __dict__ has slots)
+        attributes = dict(vars(obj))
+        attributes["__class__"] = tp    # (`obj.__class__ = Other` reads Other's attributes)
+        return attributes
+    attributes = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
+    attributes["__class__"] = tp
+    for name, member in slots:      # `__slots__ = ("k",)`: read by its member descriptor (in C)
+        try:
+            attributes[name] = member.__get__(obj, tp)
+        except AttributeError:      # (not set: absent, as an unset attribute of a __dict__)
+            pass
+    return attributes
+
+
+#: type -> its __slots__ entries (those of its bases too) as (name, member descriptor); () for most
+_SLOTS: dict = {}
+
+
+def _slots(tp) -> tuple:
+    found = _SLOTS.get(tp)
+    if found is not None:
+        return found
+    if len(_SLOTS) >= 4096:
+        _SLOTS.clear()
+    found = _SLOTS[tp] = tuple((name, member) for klass in tp.__mro__ for name, member in vars(klass).items()
+                               if type(member) is types.MemberDescriptorType)
+    return found
 
 
 #: id(function) -> what PythonReads.start found for it (see start): [a weak reference to the function,
@@ -675,6 +703,9 @@ def _kind(value, _=None):
     return _KINDS[kind]
 
 
+
+#: code held by an object or a container whose own reads _note_one follows (`OPS["s"]()`)
+_HELD_CODE = (types.FunctionType, types.MethodType, functools.partial, staticmethod, classmethod)
 
 #: _kind of the objects of types whose objects all have their type's (no __class__ assignment, no
 #: __wrapped__ that would change it): not checked again
@@ -777,6 +808,7 @@ class PythonReads:
         self._method_classes: set = set()  # classes whose methods' reads are noted (_methods)
         self._method_codes: list = []      # code of those methods (no stack shows them: names_used)
         self._held_functions: dict = {}    # id -> function held by what the code reached (_held_function)
+        self._held_modules: dict = {}      # id -> module held by what the code reached (settle)
         self.modules: set = set()   # names of the modules of that code
         self._class_namespaces: dict = {}  # class -> vars(class), for checks of class attributes
         self.globals: dict = {}     # (id(namespace), name) -> (namespace, name, value, expected)
@@ -1318,6 +1350,14 @@ class PythonReads:
             if self._import(level, name, attributes, namespace, depth) and attributes[-1] == _STORED:
                 self.late_write = f"global {attributes[-2]!r} of {name}"
         self._imports.clear()
+        for module in self._held_modules.values():     # `MODS["cfg"].SCALE`: the names the code uses
+            namespace = vars(module)
+            for name in self.names_used(frozenset(namespace)):
+                value = namespace[name]
+                if type(value) is types.FunctionType:
+                    self._held_function(value)
+                elif not _is_code(value):
+                    self._data_global(namespace, name, value)
         later, self._submodules_later = self._submodules_later, []
         for module, attributes in later:
             if f"{module.__name__}.{attributes[0]}" in sys.modules:
@@ -1405,12 +1445,17 @@ class PythonReads:
         setting it on a subclass later is seen too); `Config.Inner.SCALE` in the nested class in
         turn. Classes of the standard library, the frameworks and tools are not watched."""
         seen, name = self._seen, names[0]
+        meta = seen(_attr, cls, "__class__")
+        if meta is not type and self._user_class(meta):     # `Meta.GAIN`, a metaclass property or __getattr__
+            self._leaf(PythonReads._methods, meta)
         for klass in seen(_attr, cls, "__mro__"):
             module = seen(_attr, klass, "__module__")
-            if str("" if module is MISSING else module).partition(".")[0] in UNWATCHED:
-                return
             namespace = self._class_namespace(klass)
             value = seen(_get, namespace, name)
+            if str("" if module is MISSING else module).partition(".")[0] in UNWATCHED:
+                if value is MISSING:    # (abc.ABC, typing.Generic before a user base: looked past)
+                    continue
+                return
             if value is not MISSING:
                 kind = seen(_kind, value)
                 if not kind & _CODE:                # (methods: not checked)
@@ -1421,6 +1466,11 @@ class PythonReads:
                     self._class_attribute(value, names[1:], depth)     # `Config.Inner.SCALE`
                 return
             self._leaf(PythonReads._class_missing, namespace, name)
+
+    def _user_class(self, klass) -> bool:
+        """Whether a class is watched (not of the standard library, the frameworks or tools), noted."""
+        module = self._seen(_attr, klass, "__module__")
+        return str("" if module is MISSING else module).partition(".")[0] not in UNWATCHED
 
     def _class_namespace(self, klass):
         namespace = self._class_namespaces.get(klass)
@@ -1453,7 +1503,11 @@ class PythonReads:
         it holds, by attribute or in its dicts, lists and tuples, at any depth (CONFIG.model.scale,
         CONFIG.layers["a"].k). Not objects of the standard library (a threading.Event ...) besides
         namespaces, nor objects the trace records itself (stateful ones, models). A random
-        generator the trace does not record has its state noted (`drawn`)."""
+        generator the trace does not record has its state noted (`drawn`). An object's class is
+        among its attributes (`obj.__class__ = Other`), `__slots__` entries too; a class held
+        has its metaclass's reads noted as well, a partial or static method held its function's
+        and arguments', a module held (`MODS["cfg"].SCALE`) the globals of it the code names
+        (settle)."""
         pending = [obj]
         for obj in pending:             # (breadth first, no recursion: a linked list may be long)
             pending += self._note_one(obj)
@@ -1481,9 +1535,21 @@ class PythonReads:
             return self._held_function(obj)
         if isinstance(obj, type) and not issubclass(obj, enum.Enum):
             self._methods(obj)      # a class held by an object or a container (`cfg.klass.GAIN`)
+            if tp is not type and self._user_class(tp):
+                self._methods(tp)   # its metaclass: `REGISTRY["a"].GAIN` set there, a metaclass property
+            return ()
+        if tp is functools.partial:     # `OPS["s"] = partial(f, k=2.0)`: its arguments, what f reads
+            self._partial_arguments(obj)
+            return [obj.func, *(value for value in (*obj.args, *obj.keywords.values())
+                                if type(value) not in _IMMUTABLE_ATOMS)]
+        if tp is staticmethod or tp is classmethod:
+            return [obj.__func__]
+        if isinstance(obj, types.ModuleType):   # `MODS["cfg"].SCALE`: the globals the code names, after it ran
+            if str(getattr(obj, "__name__", "")).partition(".")[0] not in UNWATCHED:
+                self._held_modules[id(obj)] = obj
             return ()
         if (id(obj) in self.objects or self._known(obj) or _is_code(obj)
-                or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj))
+                or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj) or _slots(tp))
                 or tp.__module__.partition(".")[0] in UNWATCHED and tp not in _NAMESPACES):
             return ()
         self._methods(tp)
@@ -1495,8 +1561,8 @@ class PythonReads:
         if snapshot is self._nothing:
             return ()
         self.objects[id(obj)] = (obj, snapshot)
-        return [value for value in self.held(snapshot)
-                if not _is_code(value) or type(value) in (types.FunctionType, types.MethodType) or isinstance(value, type)]
+        return [value for value in self.held(snapshot) if not _is_code(value) or isinstance(value, (type, types.ModuleType))
+                or type(value) in _HELD_CODE]
 
     def note_structure(self, containers):
         """Check the containers of a model's structure (its parameters, submodules, hooks ...)

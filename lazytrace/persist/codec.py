@@ -12,7 +12,7 @@ global's name and the expected type and value: at load the module is looked up i
 `sys.modules` only (nothing is imported) and the global is checked at every call. A guard on a
 class attribute (`Config.GAIN`, `self.k` of a class body) is stored the same way with the class's
 module and qualified name, found again at load through the namespaces of that module and its
-classes (no attribute access runs code).
+classes (no attribute access runs code), and the names of its bases (its MRO), which must be the same.
 
 A graph that holds anything else (arrays the function reached by itself,
 stateful objects, namedtuples, enums ...) is not stored: `NotStorable` says why.
@@ -147,30 +147,51 @@ def _namespace(name):
     return module.__dict__
 
 
-def _class_ref(namespace, what) -> list | None:
-    """[module, qualified name] of the class whose namespace (`vars(cls)`) a guard reads, if that
-    name finds it again; `what` is the guard's description (PythonReads.guards: 'class m:Q')."""
+def _class_ref(namespace, what) -> dict | None:
+    """{"k": [module, qualified name], "mro": its bases} of the class whose namespace (`vars(cls)`) a
+    guard reads, if that name finds it again; `what` is the guard's description (PythonReads.guards:
+    'class m:Q')."""
     if not (isinstance(what, str) and what.startswith("class ")):
         return None
     module, _, qualname = what[len("class "):].partition(":")
     try:
-        found = _class_namespace([module, qualname])
+        cls = _class_named([module, qualname])
     except (Unavailable, CorruptEntry):
         return None
-    return [module, qualname] if found == namespace else None
+    return {"k": [module, qualname], "mro": _mro_names(cls)} if vars(cls) == namespace else None
 
 
-def _class_namespace(ref):
-    """vars() of the class a stored [module, qualified name] names, found through namespaces only."""
+def _class_named(ref) -> type:
+    """The class a stored [module, qualified name] names, found through namespaces only."""
     if type(ref) is not list or len(ref) != 2 or not all(type(part) is str for part in ref):
         raise CorruptEntry(f"malformed class name {ref!r:.80}")
-    namespace = _namespace(ref[0])
+    namespace, cls = _namespace(ref[0]), None
     for part in ref[1].split("."):
         cls = namespace.get(part)
         if not isinstance(cls, type):
             raise Unavailable(f"a guard reads attributes of the class {ref[0]}:{ref[1]:.80}, which is not there")
         namespace = vars(cls)
-    return namespace
+    return cls
+
+
+_TYPE_MRO, _TYPE_QUALNAME = vars(type)["__mro__"], vars(type)["__qualname__"]
+
+
+def _mro_names(cls) -> list:
+    """'module:qualname' of the classes after `cls` in its MRO, read by type's own descriptors (no
+    metaclass code runs): a class found again by its name whose bases differ (made again with
+    others, `__bases__` set) looks its attributes up elsewhere than the stored checks read."""
+    return [f"{vars(k).get('__module__')}:{_TYPE_QUALNAME.__get__(k)}" for k in _TYPE_MRO.__get__(cls)[1:]]
+
+
+def _class_namespace(entry):
+    """vars() of the class a stored {"k": [module, qualified name], "mro": [...]} names, if its
+    bases are those it had when stored."""
+    cls = _class_named(entry["k"])
+    if entry.get("mro") != _mro_names(cls):
+        raise Unavailable(f"the class {entry['k'][0]}:{entry['k'][1]:.80} has other bases than when the graph "
+                          f"was stored")
+    return vars(cls)
 
 
 def _name(func) -> str:
@@ -391,7 +412,7 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
             continue
         ref = _class_ref(v.obj, v.meta) if type(v.obj) is MappingProxyType else None
         if ref is not None:
-            constants.append({"k": ref})
+            constants.append(ref)
             continue
         if type(v.obj) is MappingProxyType and str(v.meta).startswith("class "):
             raise NotStorable(f"the graph checks attributes of the {v.meta.replace(':', '.')}, which its "
@@ -453,7 +474,7 @@ def _decode(backend, doc, arrays):
         if type(name) is dict and "s" in name:   # {"s": [module, attribute]}: framework state a guard reads
             v = Value(Source.EXTERNAL, obj=_state_reader(backend, name["s"]), meta=".".join(map(str, name["s"])))
         elif type(name) is dict and "k" in name:    # {"k": [module, qualname]}: a class's namespace
-            v = Value(Source.EXTERNAL, obj=_class_namespace(name["k"]), meta=f"class {name['k'][0]}:{name['k'][1]}")
+            v = Value(Source.EXTERNAL, obj=_class_namespace(name), meta=f"class {name['k'][0]}:{name['k'][1]}")
         elif type(name) is dict:        # {"g": module}: the namespace a guard on a global reads
             v = Value(Source.EXTERNAL, obj=_namespace(name["g"]))
         else:
