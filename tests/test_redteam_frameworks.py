@@ -37,7 +37,9 @@ def test_jax_callbacks_run_at_every_call():
         got = [float(lazy(jnp.zeros(2))[0]) for _ in range(3)]
         assert got[1] == got[0] + 1 and got[2] == got[0] + 2, got
         assert float(fn(jnp.zeros(2))[0]) == got[2] + 1
-        assert lazy.stats.hits == 0 and "callback" in next(iter(lazy.stats.reasons))
+        # eager: for the callback, and (since session 19, found first) for the itertools.count its
+        # helper reads, an iterator whose position no check sees
+        assert lazy.stats.hits == 0 and any(word in next(iter(lazy.stats.reasons)) for word in ("callback", "iterator"))
 
     seen = []
     sink = seen.append       # a bound method: the function changes no global or closure variable

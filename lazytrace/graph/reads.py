@@ -66,6 +66,7 @@ import enum
 import functools
 import importlib.util
 import inspect
+import io
 import itertools
 import math
 import opcode
@@ -819,6 +820,7 @@ class PythonReads:
         self._submodules_later: list = []   # (framework module, attributes) through a submodule not imported yet
         self.unbound: dict = {}     # (id(namespace), name) -> (namespace, name): globals unset when first seen
         self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
+        self.iterators: dict = {}   # id -> an iterator reached (`next(IT)`: its position no check reads)
         self.states: dict = {}      # id(reader) -> (reader, what it reads, expected): framework state read
         self.contexts: dict = {}    # id(ContextVar) -> (the variable, expected read_context)
         self._checks = None         # while start() walks a function to remember: (reader, id, name) -> read
@@ -1533,6 +1535,9 @@ class PythonReads:
         tp = type(obj)
         if tp is types.FunctionType or tp is types.MethodType:
             return self._held_function(obj)
+        if hasattr(tp, "__next__") and not isinstance(obj, io.IOBase) and not self._known(obj):
+            self.iterators[id(obj)] = obj       # `next(IT)` (a generator, iter(list) ...): see `iterator`
+            return ()
         if isinstance(obj, type) and not issubclass(obj, enum.Enum):
             self._methods(obj)      # a class held by an object or a container (`cfg.klass.GAIN`)
             if tp is not type and self._user_class(tp):
@@ -1691,6 +1696,15 @@ class PythonReads:
         for var, expected in self.contexts.values():
             if _differs(expected, read_context(var)):
                 return f"context variable {var.name!r}"
+        return None
+
+    def iterator(self) -> str | None:
+        """An iterator the function reaches by itself (a global, a closure variable, one an object
+        holds), if any: `next(IT)` gives another item at each eager call, and where it stands is
+        nothing a guard can read (a generator's frame, a list iterator's index in C)."""
+        for obj in self.iterators.values():
+            if not self._known(obj):
+                return f"a {type(obj).__name__} it reaches by itself (a global, a closure variable)"
         return None
 
     def drawn(self) -> str | None:

@@ -846,6 +846,7 @@ class TraceSession:
             self.changed_reads = (f"changes the {changed} while it runs: a graph could not replay that "
                                   f"(traced once more in case it was a cache being filled)")
             return
+        self.check_iterators()
         drawn = reads.drawn() if self.include_generators else None
         for obj, state, what in self._unrecorded_rngs.values() if self.include_generators else ():
             if generator_state(self.backend, obj) != state:
@@ -871,6 +872,14 @@ class TraceSession:
             value.meta = "os.environ"
             self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_environment, (value,), {}, [value],
                                    [self.version(value)], expected=read_environment(os.environ)))
+
+    def check_iterators(self) -> None:
+        """Fail the trace if the function reaches an iterator by itself (before it runs, where the
+        walk finds it there: the call then runs once, eagerly)."""
+        iterator = self.reads.iterator()
+        if iterator is not None:
+            self.fail(f"reads {iterator}: an iterator's position, which next() moves, is nothing a "
+                      f"graph can check, so it would return the traced item again")
 
     def _held_arrays(self, reads, reached) -> set | None:
         """ids of what the trace checks by identity or records, with what those hold a few levels
@@ -1547,6 +1556,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
                 raise NotTraceable(str(exc)) from None
             session.recorded.append(obj)
         session.reads.start(fn)
+        session.check_iterators()
         early = session.untraceable     # (what the function reaches cannot be replayed: a model's hooks ...)
         if early is None:
             stack.enter_context(session)
