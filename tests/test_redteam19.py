@@ -335,3 +335,28 @@ def test_a_stored_class_check_is_not_loaded_for_a_class_with_other_bases(fn, cha
     again = lazytrace.trace_graph(getattr(lib, fn), cache=cache)
     x = np.random.rand(2)
     _equal(again(x), getattr(lib, fn)(x))
+
+
+def _sin_plus_one_torch(x):
+    return torch.sin(x) + 1
+
+
+def _sin_plus_one_numpy(x):
+    return np.sin(x) + 1
+
+
+@pytest.mark.parametrize("framework", ["torch", "numpy"])
+def test_a_framework_function_patched_with_user_code_at_the_trace_and_restored_is_seen(framework, monkeypatch):
+    """`torch.sin = my_sin` BEFORE the first call, restored later: the graph replays my_sin's own
+    calls and checked nothing of `torch.sin` (only functions a graph calls were checked), so it
+    kept returning my_sin's result (silently wrong since the check of replaced framework
+    functions was made; found in session 19 when the variant fast path exposed it in test_jax)."""
+    module, f = (torch, _sin_plus_one_torch) if framework == "torch" else (np, _sin_plus_one_numpy)
+    x = ARRAYS[framework]()
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "sin", lambda t: t * 0 + 100)
+        lazy = lazytrace.trace_graph(f)
+        lazy(x), lazy(x)
+        assert lazy.stats.hits == 1
+    _equal(lazy(x), f(x))
+    assert lazy.stats.traces == 2

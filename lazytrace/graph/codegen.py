@@ -17,7 +17,7 @@ import types
 
 from .ir import Kind, Source, Value
 from .passes import Plan, output_values
-from .reads import MISSING, read_context, read_global, read_unbound
+from .reads import MISSING, UNWATCHED, read_context, read_global, read_unbound
 
 _SINGLETONS = (True, False, None)
 
@@ -352,10 +352,14 @@ def function_homes(backend, plan: Plan) -> tuple:
                 homes.append((module_name, namespace, attribute, func))
     api_below = backend.api_below       # (none for torch: _package is not asked for each global)
     below = [(m, n) for m, n, f in plan.framework_functions if api_below and _package(f) in api_below]
-    for module_name, attribute in [*plan.code_globals, *below]:     # `from torch import sin`, `jnp.sin`
+    # a framework module's attribute the code read that held the user's own function then
+    # (`torch.sin = my_sin` before the trace): the graph replays my_sin's calls, so it must stay
+    patched = [(m, n) for m, n, f in plan.framework_functions if _package(f) not in UNWATCHED]
+    for module_name, attribute in [*plan.code_globals, *below, *patched]:     # `from torch import sin`, `jnp.sin`
         namespace = getattr(sys.modules.get(module_name), "__dict__", None)
         func = namespace.get(attribute) if type(namespace) is dict else None
-        if func is not None and (called.get(id(func)) is func or api_below and _package(func) in api_below) and \
+        if func is not None and (called.get(id(func)) is func or api_below and _package(func) in api_below or
+                                 patched and (module_name, attribute) in patched) and \
                 not any(home[1] is namespace and home[2] == attribute for home in homes):
             homes.append((module_name, namespace, attribute, func))
     return tuple(homes)
