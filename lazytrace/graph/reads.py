@@ -53,7 +53,8 @@ the function attributes (__code__, __wrapped__) and closure cells, what it decid
 was, the modules of sys.modules it imported from, the framework's state readers and the process
 facts (_Checks). What it found of data (data globals, closure variables, framework state,
 objects' attributes, defaults) is read again, in the walk's order: the guards are those a walk
-gives (tests/test_walk_memo.py).
+gives (tests/test_walk_memo.py). A global a leaf noted first (a class attribute of an object's
+class) is a leaf itself: looked at again when the walk is taken.
 """
 from __future__ import annotations
 
@@ -1399,6 +1400,10 @@ class PythonReads:
     def _global(self, namespace, name, depth):
         key = (id(namespace), name)
         if key in self.globals:
+            # noted by a leaf (a class attribute _methods found): a remembered walk does this again,
+            # its leaves may not note it then
+            if self._leaves is not None:
+                self._leaves.append((PythonReads._global, (namespace, name, depth)))
             return
         checks = self._checks       # (the reads noted inline: this runs for most globals)
         value = namespace.get(name, MISSING)
