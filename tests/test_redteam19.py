@@ -360,3 +360,32 @@ def test_a_framework_function_patched_with_user_code_at_the_trace_and_restored_i
         assert lazy.stats.hits == 1
     _equal(lazy(x), f(x))
     assert lazy.stats.traces == 2
+
+
+class _Countdown:
+    """An iterator of the user's own: where it stands is nothing lazytrace can read."""
+
+    def __init__(self):
+        self.n = 10.0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.n -= 1
+        return self.n
+
+
+def test_an_iterator_reached_but_not_advanced_keeps_the_graph_and_one_of_a_user_class_runs_eagerly():
+    values = iter([1.0, 2.0])
+    unused = lambda x: x * 2 if values else x       # noqa: E731  (reaches it, never advances it)
+    lazy = lazytrace.trace_graph(unused)
+    x = ARRAYS["torch"]()
+    for _ in range(3):
+        _equal(lazy(x), x * 2)
+    assert lazy.stats.hits == 2 and next(values) == 1.0
+    countdown = _Countdown()
+    counted = lambda x: x * next(countdown)         # noqa: E731
+    lazy = lazytrace.trace_graph(counted)
+    assert [float(lazy(x)[0]) for _ in range(3)] == [9.0, 8.0, 7.0]     # each call runs once
+    assert lazy.stats.hits == 0 and "_Countdown" in next(iter(lazy.stats.reasons))

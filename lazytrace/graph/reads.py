@@ -77,6 +77,7 @@ import re
 import sys
 import threading
 import types
+import warnings
 import weakref
 
 MISSING = object()      # what a guard reads for a global that no longer exists
@@ -706,6 +707,21 @@ def _kind(value, _=None):
 
 
 
+def _position(iterator):
+    """Where an iterator stands, as a value that changes when next() moves it; None if unknown."""
+    frame = getattr(iterator, "gi_frame", MISSING)      # a generator: its frame's last instruction
+    if frame is not MISSING:
+        return ("frame", None if frame is None else frame.f_lasti)
+    if type(iterator).__module__ not in ("builtins", "itertools"):
+        return None
+    try:
+        with warnings.catch_warnings():     # (itertools' pickling is deprecated from 3.12)
+            warnings.simplefilter("ignore")
+            return iterator.__reduce__()    # list/range/dict iterators, count ...: their index or state
+    except Exception:       # noqa: BLE001  (no state to read: unknown)
+        return None
+
+
 #: code held by an object or a container whose own reads _note_one follows (`OPS["s"]()`)
 _HELD_CODE = (types.FunctionType, types.MethodType, functools.partial, staticmethod, classmethod)
 
@@ -821,7 +837,7 @@ class PythonReads:
         self._submodules_later: list = []   # (framework module, attributes) through a submodule not imported yet
         self.unbound: dict = {}     # (id(namespace), name) -> (namespace, name): globals unset when first seen
         self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
-        self.iterators: dict = {}   # id -> an iterator reached (`next(IT)`: its position no check reads)
+        self.iterators: dict = {}   # id -> (an iterator reached, its position then or None: `iterator`)
         self.states: dict = {}      # id(reader) -> (reader, what it reads, expected): framework state read
         self.contexts: dict = {}    # id(ContextVar) -> (the variable, expected read_context)
         self._checks = None         # while start() walks a function to remember: (reader, id, name) -> read
@@ -1541,7 +1557,7 @@ class PythonReads:
         if tp is types.FunctionType or tp is types.MethodType:
             return self._held_function(obj)
         if hasattr(tp, "__next__") and not isinstance(obj, io.IOBase) and not self._known(obj):
-            self.iterators[id(obj)] = obj       # `next(IT)` (a generator, iter(list) ...): see `iterator`
+            self.iterators[id(obj)] = (obj, _position(obj))     # `next(IT)`, a generator: see `iterator`
             return ()
         if isinstance(obj, type) and not issubclass(obj, enum.Enum):
             self._methods(obj)      # a class held by an object or a container (`cfg.klass.GAIN`)
@@ -1703,12 +1719,14 @@ class PythonReads:
                 return f"context variable {var.name!r}"
         return None
 
-    def iterator(self) -> str | None:
+    def iterator(self, ran: bool) -> str | None:
         """An iterator the function reaches by itself (a global, a closure variable, one an object
-        holds), if any: `next(IT)` gives another item at each eager call, and where it stands is
-        nothing a guard can read (a generator's frame, a list iterator's index in C)."""
-        for obj in self.iterators.values():
-            if not self._known(obj):
+        holds) that it may have advanced: `next(IT)` gives another item at each eager call, and
+        where it stands is nothing a guard checks. Before the function ran (`ran` false): one whose
+        position cannot be read (a user class's); after: also one whose position moved (a
+        generator's frame, a builtin iterator's `__reduce__` state)."""
+        for obj, position in self.iterators.values():
+            if not self._known(obj) and (position is None or ran and _position(obj) != position):
                 return f"a {type(obj).__name__} it reaches by itself (a global, a closure variable)"
         return None
 

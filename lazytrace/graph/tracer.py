@@ -846,7 +846,6 @@ class TraceSession:
             self.changed_reads = (f"changes the {changed} while it runs: a graph could not replay that "
                                   f"(traced once more in case it was a cache being filled)")
             return
-        self.check_iterators()
         drawn = reads.drawn() if self.include_generators else None
         for obj, state, what in self._unrecorded_rngs.values() if self.include_generators else ():
             if generator_state(self.backend, obj) != state:
@@ -860,6 +859,7 @@ class TraceSession:
             # a graph would go on drawing from the one this trace made
             self.fail("draws from a random generator made inside the function (not passed in, not a "
                       "global): a graph could not replay that")
+        self.check_iterators(ran=True)
         for reader, (obj, *rest), expected, what in reads.guards():
             value = self.value_of(obj)
             if value is None:
@@ -873,10 +873,10 @@ class TraceSession:
             self.nodes.append(Node(len(self.nodes), _NODE_GUARD, read_environment, (value,), {}, [value],
                                    [self.version(value)], expected=read_environment(os.environ)))
 
-    def check_iterators(self) -> None:
-        """Fail the trace if the function reaches an iterator by itself (before it runs, where the
-        walk finds it there: the call then runs once, eagerly)."""
-        iterator = self.reads.iterator()
+    def check_iterators(self, ran: bool) -> None:
+        """Fail the trace if the function reaches an iterator by itself that it may have advanced
+        (PythonReads.iterator: before it runs, one whose position cannot be read; after, one moved)."""
+        iterator = self.reads.iterator(ran)
         if iterator is not None:
             self.fail(f"reads {iterator}: an iterator's position, which next() moves, is nothing a "
                       f"graph can check, so it would return the traced item again")
@@ -1556,7 +1556,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
                 raise NotTraceable(str(exc)) from None
             session.recorded.append(obj)
         session.reads.start(fn)
-        session.check_iterators()
+        session.check_iterators(ran=False)
         early = session.untraceable     # (what the function reaches cannot be replayed: a model's hooks ...)
         if early is None:
             stack.enter_context(session)
