@@ -108,6 +108,17 @@ def temp_library(tmp_path, monkeypatch):
     identity.clear_caches()
 
 
+def stored_once(lib, fn_name, cache):
+    """A LazyGraph of `lib.fn_name` with the persistent cache at `cache`, called once on a numpy
+    input: its graph must have been stored."""
+    import numpy as np
+    import lazytrace
+    maker = lazytrace.trace_graph(getattr(lib, fn_name), cache=cache)
+    maker(np.random.rand(2))
+    assert maker.stats.stored == 1, maker.stats.not_stored
+    return maker
+
+
 pytest_plugins = ["pytester"]
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import lazytrace
+from conftest import stored_once
 from lazytrace.persist import CacheWarning, GraphStore, identity, prewarm, read_description
 
 LIBRARY = '''
@@ -485,9 +486,7 @@ def test_a_graph_reading_class_attributes_is_stored_and_its_checks_hold_after_lo
     name, _ = temp_library(CLASS_READS)
     lib = __import__(name)
     cache = tmp_path / "cache"
-    maker = lazytrace.trace_graph(getattr(lib, fn), cache=cache)
-    maker(np.random.rand(2))
-    assert maker.stats.stored == 1, maker.stats.not_stored
+    stored_once(lib, fn, cache)
     again = lazytrace.trace_graph(getattr(lib, fn), cache=cache)
     assert again.stats.loaded == 1
     x = np.random.rand(2)

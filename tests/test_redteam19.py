@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import lazytrace
+from conftest import stored_once
 
 torch = pytest.importorskip("torch")
 
@@ -42,24 +43,14 @@ def _meta_attribute():
     return (lambda x: x * C.GAIN), lambda: setattr(Meta, "GAIN", 5.0)
 
 
-def _meta_property():
-    class Meta(type):
-        @property
-        def GAIN(cls):
-            return _FACTOR
-
-    class C(metaclass=Meta):
-        pass
-    return (lambda x: x * C.GAIN), _set_factor
+def _read_factor(*_):
+    return _FACTOR
 
 
-def _meta_getattr():
-    class Meta(type):
-        def __getattr__(cls, name):
-            return _FACTOR
-
-    class C(metaclass=Meta):
-        pass
+def _meta_answering(how):
+    """A class whose GAIN its metaclass gives, by a property or by __getattr__, reading _FACTOR."""
+    Meta = type("Meta", (type,), {"GAIN": property(_read_factor)} if how == "property" else {"__getattr__": _read_factor})
+    C = Meta("C", (), {})
     return (lambda x: x * C.GAIN), _set_factor
 
 
@@ -168,8 +159,8 @@ def _class_reassigned():
 
 CASES = {
     "a metaclass's attribute (C.GAIN)": _meta_attribute,
-    "a metaclass property": _meta_property,
-    "a metaclass __getattr__": _meta_getattr,
+    "a metaclass property": functools.partial(_meta_answering, "property"),
+    "a metaclass __getattr__": functools.partial(_meta_answering, "__getattr__"),
     "a metaclass's attribute of a class in a dict": _meta_of_a_class_in_a_dict,
     "a base after abc.ABC in the MRO": _abc_before_the_base,
     "a classmethod of a base after typing.Generic": _generic_before_the_base,
@@ -328,9 +319,7 @@ def test_a_stored_class_check_is_not_loaded_for_a_class_with_other_bases(fn, cha
     name, _ = temp_library(SRC)
     lib = __import__(name)
     cache = tmp_path / "cache"
-    maker = lazytrace.trace_graph(getattr(lib, fn), cache=cache)
-    maker(np.random.rand(2))
-    assert maker.stats.stored == 1, maker.stats.not_stored
+    stored_once(lib, fn, cache)
     change(lib)
     again = lazytrace.trace_graph(getattr(lib, fn), cache=cache)
     x = np.random.rand(2)
