@@ -354,12 +354,12 @@ def function_homes(backend, plan: Plan) -> tuple:
     below = [(m, n) for m, n, f in plan.framework_functions if api_below and _package(f) in api_below]
     # a framework module's attribute the code read that held the user's own function then
     # (`torch.sin = my_sin` before the trace): the graph replays my_sin's calls, so it must stay
-    patched = [(m, n) for m, n, f in plan.framework_functions if _package(f) not in UNWATCHED]
+    patched = {(m, n) for m, n, f in plan.framework_functions if _package(f) not in UNWATCHED}
     for module_name, attribute in [*plan.code_globals, *below, *patched]:     # `from torch import sin`, `jnp.sin`
         namespace = getattr(sys.modules.get(module_name), "__dict__", None)
         func = namespace.get(attribute) if type(namespace) is dict else None
         if func is not None and (called.get(id(func)) is func or api_below and _package(func) in api_below or
-                                 patched and (module_name, attribute) in patched) and \
+                                 (module_name, attribute) in patched) and \
                 not any(home[1] is namespace and home[2] == attribute for home in homes):
             homes.append((module_name, namespace, attribute, func))
     return tuple(homes)

@@ -1472,10 +1472,9 @@ class PythonReads:
         if meta is not type and self._user_class(meta):     # `Meta.GAIN`, a metaclass property or __getattr__
             self._leaf(PythonReads._methods, meta)
         for klass in seen(_attr, cls, "__mro__"):
-            module = seen(_attr, klass, "__module__")
             namespace = self._class_namespace(klass)
             value = seen(_get, namespace, name)
-            if str("" if module is MISSING else module).partition(".")[0] in UNWATCHED:
+            if not self._user_class(klass):
                 if value is MISSING:    # (abc.ABC, typing.Generic before a user base: looked past)
                     continue
                 return
