@@ -24,7 +24,8 @@ def test_dead_code_print_logging_and_unused_ops_are_dropped(fw, capsys):
     assert capsys.readouterr().out           # the trace ran the function, print included
     assert len(calls(graph)) == 1
     assert len(graph.dropped["pruned"]) == 3
-    assert "cat" not in graph.source and "concatenate" not in graph.source
+    body = "\n".join(line for line in graph.source.splitlines() if "_GuardFailed" not in line)   # (checks name fw.concat)
+    assert "cat" not in body and "concatenate" not in body
     x2, y2 = fw.array([3, 1, 2]), fw.array([1, 2, 2])
     assert fw.equal(graph(x2, y2), fn(x2, y2))
     capsys.readouterr()

@@ -212,3 +212,31 @@ def test_checks_of_one_source_are_compiled_once():
         assert torch.equal(lazy(x), x * 3)
     assert made[0].__code__ is made[1].__code__ is made[2].__code__
     assert made[0].__globals__ is not made[1].__globals__
+
+
+_GAIN = 2.0
+
+
+def _gained(x):
+    return x * _GAIN
+
+
+def test_after_a_guard_failure_the_new_variant_takes_the_fast_path(monkeypatch):
+    """A key traced again after a guard failed holds two graphs; the calls after the change took
+    the general path for good, checking the stale graph first (one guard failure per call, ~3x
+    the hit's time). The graph that hit now gets the fast path, and going back to the old value
+    is seen by that path's own check."""
+    lazy = lazytrace.trace_graph(_gained)
+    x = torch.rand(3)
+    lazy(x), lazy(x)
+    monkeypatch.setitem(globals(), "_GAIN", 3.0)
+    for _ in range(6):
+        assert torch.equal(lazy(x), _gained(x))
+    assert lazy.stats.traces == 2 and lazy.stats.guard_failures <= 2
+    assert lazy._fast is not None and lazy._fast[0]((x,), {}) is not MISS
+    failures = lazy.stats.guard_failures
+    for value in (2.0, 3.0) * 4:              # alternating: each graph in turn, through their fast paths
+        monkeypatch.setitem(globals(), "_GAIN", value)
+        assert torch.equal(lazy(x), _gained(x))
+    assert lazy.stats.traces == 2 and lazy.stats.eager == 0
+    assert lazy.stats.guard_failures - failures <= 8      # at most the general path's one stale check per switch

@@ -637,7 +637,7 @@ def test_a_framework_function_replaced_after_the_trace_is_called_as_eager_calls_
             assert torch.equal(lazy(x), _relu_plus_sin(x)) and torch.equal(once(x), _relu_plus_sin(x))
         assert lazy.stats.traces == 2
         # (the line names the functions checked in that module: F.relu is lowered to torch.relu)
-        assert any("a function the graph calls was replaced: " in line and replaced in line.split(": ")[-1].split(", ")
+        assert any("code the traced function read was replaced: " in line and replaced in line.split(": ")[-1].split(", ")
                    for line in lazy.explain().splitlines())
     assert getattr(module, name) is original
     x = torch.randn(5)
@@ -669,7 +669,7 @@ def test_a_function_replaced_where_the_code_found_it_is_seen(replaced, monkeypat
             assert torch.equal(lazy(x), _public_aliases(x))
         assert lazy.stats.traces == 2
         # (the line names the functions checked in that module: F.relu is lowered to torch.relu)
-        assert any("a function the graph calls was replaced: " in line and replaced in line.split(": ")[-1].split(", ")
+        assert any("code the traced function read was replaced: " in line and replaced in line.split(": ")[-1].split(", ")
                    for line in lazy.explain().splitlines())
     x = torch.randn(5)
     assert torch.equal(lazy(x), _public_aliases(x))

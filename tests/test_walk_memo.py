@@ -197,7 +197,7 @@ def test_a_data_global_changed_is_read_again():
 
 # ---- a remembered walk gives what a walk gives ------------------------------------------------
 _FIELDS = ("globals", "cells", "objects", "defaults", "unbound", "states", "contexts", "generators", "packages",
-           "code_globals", "framework_functions", "modules", "environment", "machine", "_imports",
+           "code_globals", "code_values", "class_code", "framework_functions", "modules", "environment", "machine", "_imports",
            "_submodules_later", "root")
 
 

@@ -319,11 +319,12 @@ def function_homes(backend, plan: Plan) -> tuple:
     """(module name, its globals, attribute, function) for each function the plan's calls name by
     a module attribute (`torch.sin`, `torch.nn.functional.relu`) that holds it now, and for the
     other public attributes holding it (`torch.special.expm1` of `torch._C._special.special_expm1`,
-    Backend.other_homes), and for the module globals holding it that the traced code read
-    (`from torch import sin`, `relu = F.relu`: plan.code_globals): taken when
-    the graph is made (code generation waits for the first replay; a function replaced
-    meanwhile must be seen too)."""
-    homes, called, seen = [], {}, set()
+    Backend.other_homes), and for every module global holding code that the traced code read
+    (plan.code_globals: `from torch import sin`, `relu = F.relu`, the user's own helpers and
+    classes, kornia's 0-85 per function): taken when the graph is made (code generation waits
+    for the first replay; a function replaced meanwhile must be seen too; one the traced call
+    replaced itself made it eager: PythonReads.changed)."""
+    homes, seen = [], set()
     names_of = _HOME_NAMES.get(backend.name)
     if names_of is None or len(names_of) > _HOME_NAMES_MAX:
         names_of = _HOME_NAMES[backend.name] = {}
@@ -345,7 +346,6 @@ def function_homes(backend, plan: Plan) -> tuple:
             known = names_of[id(func)] = (func, _home_names(backend, func))
         if known[1] is None:
             continue
-        called[id(func)] = func
         for module_name, attribute in known[1]:
             namespace = getattr(modules.get(module_name), "__dict__", None)
             if type(namespace) is dict and namespace.get(attribute) is func:
@@ -355,13 +355,24 @@ def function_homes(backend, plan: Plan) -> tuple:
     # a framework module's attribute the code read that held the user's own function then
     # (`torch.sin = my_sin` before the trace): the graph replays my_sin's calls, so it must stay
     patched = {(m, n) for m, n, f in plan.framework_functions if _package(f) not in UNWATCHED}
-    for module_name, attribute in [*plan.code_globals, *below, *patched]:     # `from torch import sin`, `jnp.sin`
+    # each module global holding code that the traced code read: the user's own (a helper, a
+    # class: a test's monkeypatch after the trace) and a framework's that a call names
+    # (`from torch import sin`); framework modules and classes held (kornia's `torch`, `Tensor`)
+    # are not checked
+    taken = {(id(home[1]), home[2]) for home in homes}
+    for module_name, attribute in [*plan.code_globals, *below, *patched]:
         namespace = getattr(sys.modules.get(module_name), "__dict__", None)
         func = namespace.get(attribute) if type(namespace) is dict else None
-        if func is not None and (called.get(id(func)) is func or api_below and _package(func) in api_below or
-                                 (module_name, attribute) in patched) and \
-                not any(home[1] is namespace and home[2] == attribute for home in homes):
+        if func is not None and (id(namespace), attribute) not in taken and (
+                id(func) in seen or _watched_code(func) or api_below and _package(func) in api_below
+                or (module_name, attribute) in patched):
+            taken.add((id(namespace), attribute))
             homes.append((module_name, namespace, attribute, func))
+    for klass, attribute in plan.class_code:      # `Helpers.scale`, a method of an object a global holds
+        namespace = vars(klass)
+        func = namespace.get(attribute)
+        if func is not None:
+            homes.append((f"{klass.__module__}.{klass.__qualname__}", namespace, attribute, func))
     return tuple(homes)
 
 
@@ -383,6 +394,17 @@ def _home_names(backend, func) -> tuple | None:
         if not module_name.startswith("lazytrace."):
             names.append((module_name, attribute))
     return tuple(names)
+
+
+def _watched_code(value) -> bool:
+    """Whether a function, class, module or partial is the user's (not of a package in UNWATCHED)."""
+    if isinstance(value, types.ModuleType):
+        name = value.__name__
+    else:
+        value = getattr(value, "func", value) if type(value).__module__ == "functools" else value
+        name = vars(value).get("__module__") if isinstance(value, type) else \
+            getattr(value, "__module__", None) or type(value).__module__
+    return str(name).partition(".")[0] not in UNWATCHED
 
 
 def _package(func) -> str | None:
@@ -408,7 +430,7 @@ def _replaced_function_checks(em, homes, wrappers=frozenset()) -> list[str]:
         em.namespace[name] = namespace
         test = " or ".join(f"{name}[{attribute!r}] is not {alias}" for attribute, alias in pairs)
         replaced = ", ".join(f"{module_name}.{attribute}" for attribute, _ in pairs)
-        lines.append(f"if {test}: raise _GuardFailed({f'a function the graph calls was replaced: {replaced}'!r})")
+        lines.append(f"if {test}: raise _GuardFailed({f'code the traced function read was replaced: {replaced}'!r})")
     return lines
 
 

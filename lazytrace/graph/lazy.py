@@ -85,13 +85,15 @@ class Stats:
 
 
 class _Entry:
-    __slots__ = ("graphs", "eager_reason", "dispatch", "described", "described_extra", "unsettled", "stored_data")
+    __slots__ = ("graphs", "eager_reason", "dispatch", "variants", "described", "described_extra", "unsettled",
+                 "stored_data")
 
     def __init__(self):
         self.graphs: list = []
         self.eager_reason: str | None = None
         self.unsettled = False      # a trace changed Python state it reads: the next call traces again
         self.dispatch = None        # compiled check_and_call (guards.py), made on the first hit
+        self.variants: dict = {}    # graph -> its check_and_call, where the key holds several graphs
         self.described: dict = {}   # {argument path: description} of this signature
         self.described_extra = None  # (extra, its key): described when listed (a module made per call rarely is)
         self.stored_data = None     # preloaded: each graph's (module data, memos) (persist.plan_data), checked at the first call
@@ -241,6 +243,8 @@ class LazyGraph:
                 stats.hits += 1
                 if len(entry.graphs) == 1:
                     self._remember_fast(entry, graph, args, kwargs, backends, key)
+                else:
+                    self._remember_variant(entry, graph, args, kwargs, backends, key)
                 return out
             return self._miss(key, backends, entry, args, kwargs, failed)
         return self._miss(key, backends, entry, args, kwargs, leaves=leaves)
@@ -279,6 +283,7 @@ class LazyGraph:
             if len(kept) < len(entry.graphs):
                 entry.graphs[:] = kept
                 entry.dispatch = None
+                entry.variants.clear()
                 if not kept:
                     del self._cache[key]
             return bool(kept)
@@ -290,6 +295,18 @@ class LazyGraph:
                                               conditions=self._call_conditions()) or False
         if entry.dispatch:
             self._fast = (entry.dispatch, graph)
+
+    def _remember_variant(self, entry, graph, args, kwargs, backends, key):
+        """The fast path for the graph that hit among a key's variants (traced again after a guard
+        failed: a global changed, a value read back differs), so that the calls after a change do
+        not all take the general path; it fails over to that path as a single graph's does."""
+        dispatch = entry.variants.get(graph)
+        if dispatch is None:
+            dispatch = entry.variants[graph] = compile_dispatch(
+                graph, args, kwargs, self._signature, backends, key[1] if self._extra is not None else None,
+                conditions=self._call_conditions()) or False
+        if dispatch:
+            self._fast = (dispatch, graph)
 
     def _call_conditions(self) -> list:
         """What the general path tests before the key, for compile_dispatch: no trace runs (in
@@ -315,6 +332,7 @@ class LazyGraph:
             entry.eager_reason = (f"guards failed for {MAX_VARIANTS} traced variants: values read back "
                                   f"from arrays or globals keep changing{last}")
             entry.graphs.clear()
+            entry.variants.clear()
             self._fast = None
             return self._eager(entry.eager_reason, args, kwargs)
         while True:
@@ -554,6 +572,7 @@ class LazyGraph:
             elif isinstance(graph, NotTraceable):
                 entry.eager_reason = graph.reason
                 entry.graphs.clear()
+                entry.variants.clear()
             else:
                 entry.graphs.append(graph)
             while len(self._cache) > self.max_signatures:

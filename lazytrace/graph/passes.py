@@ -49,6 +49,7 @@ class Plan:
     output_structure: object = None               # the result with Values in place of arrays
     packages: tuple = ()                          # top-level packages whose Python code the trace ran
     code_globals: tuple = ()                      # (module, name) of globals holding code it read
+    class_code: tuple = ()                        # (class, name) of user class attributes holding code it read
     framework_functions: tuple = ()               # (module, name, function) of framework functions its code read
     modules: tuple = ()                           # names of the modules whose Python code it ran (not UNWATCHED)
     reads_environment: bool = False               # its Python code read os.environ / os.getenv

@@ -571,6 +571,12 @@ def _is_code(value) -> bool:
     return isinstance(value, _CODE_TYPES) or callable(value) and _has_wrapped(value)
 
 
+def _method_code(code) -> bool:
+    """Whether code is a method's, by its qualified name (`Class.name`, not `f.<locals>.g`)."""
+    owner, _, name = code.co_qualname.rpartition(".")
+    return bool(owner) and not owner.endswith(">") and not name.startswith("<")
+
+
 def _followable(value) -> bool:
     """Code whose own reads the static walk follows: a Python function, a method of an object bound
     to it (`scale = CONFIG.scale`), or a decorated one."""
@@ -595,6 +601,7 @@ def _has_wrapped(value) -> bool:
     return inspect.getattr_static(value, "__wrapped__", _NO_WRAPPED) is not _NO_WRAPPED
 
 
+_TYPE_MRO = vars(type)["__mro__"].__get__      # (a class's MRO, read without its metaclass's code)
 #: type -> whether attribute lookups on its objects run no Python code of a __getattr__/__getattribute__
 _PLAIN_LOOKUP: dict = {}
 _NO_WRAPPED = object()
@@ -820,6 +827,10 @@ class PythonReads:
         self.other_thread = False   # a call was made from a thread other than the trace's (its stack has no `stop`)
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
         self.code_globals: set = set()  # (module name, global name) of globals holding code
+        self.code_values: dict = {}     # (id(namespace), name) -> (namespace, name, the code it held)
+        #: (id(class namespace), name) -> (class, name, the code it held): methods, properties,
+        #: class/static methods and nested classes of user classes the walk read or followed
+        self.class_code: dict = {}
         #: (module name, attribute) -> function, for framework functions the code reads through a
         #: framework module (`jnp.sin`, `jax.nn.relu`): a graph checks they are still there
         self.framework_functions: dict = {}
@@ -912,8 +923,9 @@ class PythonReads:
             self._defaults(fn)
 
     # the state of a walk that a remembered one restores (the rest is filled by its leaves)
-    _WALK_STATE = ("_codes", "_watched", "_done", "packages", "code_globals", "framework_functions", "modules",
-                   "_class_namespaces", "_imports", "_submodules_later", "unbound")   # (copied)
+    _WALK_STATE = ("_codes", "_watched", "_done", "packages", "code_globals", "code_values", "class_code",
+                   "framework_functions", "modules", "_class_namespaces", "_imports", "_submodules_later",
+                   "unbound")   # (copied)
 
     def _remember(self, fn):
         """Keep this walk (start) of `fn` for its next trace (its own __code__, __wrapped__ ... are
@@ -1063,6 +1075,8 @@ class PythonReads:
                     # (the functions its globals hold are followed as from the traced function's:
                     # a model's forward calling a helper that calls a getter making no framework call)
                     self._code(code, frame.f_globals, depth=0)
+                    if code.co_argcount and id(code) in watched and _method_code(code):
+                        self._frame_method(frame, code)
                 # the function's own frames (a generator's frame is resumed by other callers; the
                 # interceptor's and the framework's frames are new at every call), held until the
                 # trace ends (the id stays the frame's own); marked before the frames below it are
@@ -1117,6 +1131,26 @@ class PythonReads:
             for key in pending:
                 below[key] = found
         return found
+
+    def _frame_method(self, frame, code):
+        """A method seen only on the stack (`Scaler().scale(x)`, on an object made in the call):
+        the class attribute holding it is checked (_class_code), so that replacing it on the class
+        later is seen. Its class is its first argument's (a class method's: the argument itself),
+        looked up in the MRO for the attribute whose code this is, reading namespaces only."""
+        first = frame.f_locals.get(code.co_varnames[0], MISSING)
+        cls = first if isinstance(first, type) else type(first)
+        name = code.co_name
+        for klass in _TYPE_MRO(cls):
+            if str(vars(klass).get("__module__")).partition(".")[0] in UNWATCHED:
+                continue
+            namespace = self._class_namespace(klass)
+            member = namespace.get(name, MISSING)
+            if member is MISSING:
+                continue
+            func = getattr(member, "__func__", None) or getattr(member, "fget", None) or member
+            if getattr(func, "__code__", None) is code:
+                self._class_code(klass, namespace, name, member)
+                return
 
     def _function(self, fn, depth):
         checks = self._checks
@@ -1350,9 +1384,12 @@ class PythonReads:
             module = seen(_attr, klass, "__module__")
             if str("" if module is MISSING else module).partition(".")[0] in UNWATCHED:
                 return
-            value = seen(_get, self._class_namespace(klass), name)
+            namespace = self._class_namespace(klass)
+            value = seen(_get, namespace, name)
             if value is MISSING:
+                self._leaf(PythonReads._class_missing, namespace, name)     # (set on a subclass later)
                 continue
+            self._class_code(klass, namespace, name, value)     # (replaced on its class later)
             if type(value) is types.FunctionType:
                 self._function(value, depth + 1)
                 code = value.__code__
@@ -1436,11 +1473,23 @@ class PythonReads:
         if checks is not None:
             checks.append((_get, namespace, "__name__", module))
         if type(module) is str:     # a module's global (not a class attribute)
-            self.code_globals.add((module, name))
+            self._code_global(module, namespace, name, value)
         if kind & _PARTIAL:
             self._partial(value, depth)     # `SCALED = partial(f, scale=2.0)`: its keywords change in place
         elif depth < _CALLS and kind & (_FUNCTION | _FOLLOWABLE):
             self._function(value, depth + 1)
+
+    def _code_global(self, module, namespace, name, value):
+        """A module global holding code the walk read (a helper, a class, `from torch import sin`):
+        a graph checks it still holds that object (codegen.function_homes; a test's monkeypatch
+        after the trace is seen), the persistent cache that it names the same code."""
+        self.code_globals.add((module, name))
+        self.code_values[(id(namespace), name)] = (namespace, name, value)
+
+    def _class_code(self, klass, namespace, name, value):
+        """A user class's attribute holding code the walk read or followed (`Config.get`, a method
+        of an object a global holds): checked like a module global holding code (_code_global)."""
+        self.class_code[(id(namespace), name)] = (klass, name, value)
 
     def _data_global(self, namespace, name, value):
         key = (id(namespace), name)
@@ -1480,9 +1529,11 @@ class PythonReads:
                 return
             if value is not MISSING:
                 kind = seen(_kind, value)
-                if not kind & _CODE:                # (methods: not checked)
+                if not kind & _CODE:
                     self._global(namespace, name, depth)
-                elif type(value) in (classmethod, staticmethod) and depth < _CALLS:
+                    return
+                self._class_code(klass, namespace, name, value)     # `Helpers.scale = other` later: seen
+                if type(value) in (classmethod, staticmethod) and depth < _CALLS:
                     self.class_method(value, cls, depth + 1)      # `Config.get()`: what it reads (cls.k)
                 elif kind & (_CLASS | _ENUM) == _CLASS and len(names) > 1:
                     self._class_attribute(value, names[1:], depth)     # `Config.Inner.SCALE`
@@ -1619,9 +1670,11 @@ class PythonReads:
                     getattr(member, "func", member)         # property, class/static method, cached_property
                 code = getattr(func, "__code__", None)
                 if isinstance(code, types.CodeType) and isinstance(getattr(func, "__globals__", None), dict):
+                    self._class_code(klass, namespace, name, member)    # (replaced on its class later)
                     self._method_codes.append(code)
                     self._method_reads(code, func.__globals__)
                 elif isinstance(member, type) and not issubclass(member, enum.Enum):
+                    self._class_code(klass, namespace, name, member)
                     self._methods(member)       # a nested class: `self.Inner.SCALE`
                 elif not _is_code(member) and not (name.startswith("__") and name.endswith("__")):
                     for space in above:                 # set on a subclass later: seen
@@ -1668,7 +1721,12 @@ class PythonReads:
             kind = self._kind_of(value) if value is not MISSING else _CODE
             if not kind & (_FUNCTION | _CODE):
                 self._data_global(space, name, value)
-            elif rest and kind & (_CLASS | _ENUM) == _CLASS:
+                continue
+            if value is not MISSING and (not rest or kind & _CLASS):    # a helper, a class it names
+                module = space.get("__name__", MISSING)
+                if type(module) is str:
+                    self._code_global(module, space, name, value)
+            if rest and kind & (_CLASS | _ENUM) == _CLASS:
                 self._class_attribute(value, rest, _CALLS)
             elif not rest and type(value) is types.FunctionType and depth < _CALLS:
                 self._held_function(value, depth + 1)      # a helper it calls: `return helper()`
@@ -1701,6 +1759,12 @@ class PythonReads:
         for namespace, name in self.unbound.values():
             if name in namespace:
                 return f"global {name!r} of {namespace.get('__name__', '?')}"
+        for namespace, name, value in self.code_values.values():
+            if namespace.get(name, MISSING) is not value:
+                return f"global {name!r} of {namespace.get('__name__', '?')}"
+        for klass, name, value in self.class_code.values():
+            if vars(klass).get(name, MISSING) is not value:
+                return f"attribute {name!r} of the class {klass.__qualname__}"
         for cell, name, value, expected in self.cells:
             if _differs(expected, read_cell(cell)):
                 return f"closure variable {name!r}"

@@ -287,7 +287,8 @@ def rebind(plan: Plan, mapped, held: frozenset, deep=False) -> Plan:
                 pruned=[stripped(n) for n in plan.pruned], untraceable=plan.untraceable,
                 visible_effects=plan.visible_effects, inputs=[value(v) for v in plan.inputs],
                 output_structure=sub(plan.output_structure), packages=plan.packages,
-                code_globals=plan.code_globals, framework_functions=plan.framework_functions,
+                code_globals=plan.code_globals, class_code=plan.class_code,
+                framework_functions=plan.framework_functions,
                 modules=plan.modules, reads_environment=plan.reads_environment,
                 constant_state=plan.constant_state, function_homes=None)
 

@@ -223,8 +223,10 @@ def _encode(backend, plan) -> tuple[dict, dict]:
 def _code_globals(plan) -> tuple:
     """(module, name) of the globals holding code a plan depends on: those its code read, and the
     framework functions it read through a framework module (`jnp.sin`: a backend recording lower
-    calls, JAX's primitives, does not name them; one replaced before the load must miss)."""
-    return (*plan.code_globals, *((m, n) for m, n, _ in plan.framework_functions))
+    calls, JAX's primitives, does not name them; one replaced before the load must miss), and the
+    user classes' attributes holding code it read (`Helpers.scale`: "Helpers.scale" of its module)."""
+    return (*plan.code_globals, *((m, n) for m, n, _ in plan.framework_functions),
+            *((cls.__module__, f"{cls.__qualname__}.{attribute}") for cls, attribute in plan.class_code))
 
 
 def _pack(backend, ident: dict, docs: list, call) -> bytes:

@@ -187,11 +187,31 @@ def _mro_names(cls) -> list:
 def _class_namespace(entry):
     """vars() of the class a stored {"k": [module, qualified name], "mro": [...]} names, if its
     bases are those it had when stored."""
+    return vars(_class_stored(entry))
+
+
+def _class_stored(entry) -> type:
+    """The class a stored {"k": [module, qualified name], "mro": [...]} names, if its bases are
+    those it had when stored."""
     cls = _class_named(entry["k"])
     if entry.get("mro") != _mro_names(cls):
         raise Unavailable(f"the class {entry['k'][0]}:{entry['k'][1]:.80} has other bases than when the graph "
                           f"was stored")
-    return vars(cls)
+    return cls
+
+
+def _class_code(plan) -> list:
+    """[{"k": ..., "mro": ...}, attribute] of each class attribute holding code the graph checks
+    (plan.class_code), or NotStorable for a class its name does not find again."""
+    entries = []
+    for cls, attribute in plan.class_code:
+        what = f"class {cls.__module__}:{cls.__qualname__}"
+        ref = _class_ref(vars(cls), what)
+        if ref is None:
+            raise NotStorable(f"the graph checks the method {attribute!r} of the {what.replace(':', '.')}, which "
+                              f"its name does not find again (a class made in a function)")
+        entries.append([ref, attribute])
+    return entries
 
 
 def _name(func) -> str:
@@ -448,7 +468,8 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
            "cloned": [enc.value(v) for v in plan.cloned_outputs],
            "folded": plan.folded, "pruned": [_name(n.target) for n in plan.pruned],
            "visible_effects": plan.visible_effects, "packages": list(plan.packages),
-           "code_globals": [list(pair) for pair in plan.code_globals], "modules": list(plan.modules),
+           "code_globals": [list(pair) for pair in plan.code_globals], "class_code": _class_code(plan),
+           "modules": list(plan.modules),
            "framework_functions": [[m, n] for m, n, _ in plan.framework_functions]}
     return doc, enc.arrays
 
@@ -524,6 +545,10 @@ def _decode(backend, doc, arrays):
     code_globals = tuple(tuple(_list(pair, 2)) for pair in _list(doc["code_globals"]))
     if not all(type(m) is str and type(n) is str for m, n in code_globals):
         raise CorruptEntry("malformed global names")
+    class_code = tuple((_class_stored(ref), attribute) for ref, attribute in
+                       (_list(pair, 2) for pair in _list(doc["class_code"])))
+    if not all(type(attribute) is str for _, attribute in class_code):
+        raise CorruptEntry("malformed class attribute names")
     framework_functions = tuple(tuple(_list(pair, 2)) for pair in _list(doc["framework_functions"]))
     if not all(type(m) is str and type(n) is str for m, n in framework_functions):
         raise CorruptEntry("malformed framework function names")
@@ -535,7 +560,7 @@ def _decode(backend, doc, arrays):
                 pruned=[SimpleNamespace(target=SimpleNamespace(__qualname__=str(name)))
                         for name in _list(doc["pruned"])],
                 visible_effects=bool(doc["visible_effects"]), inputs=inputs, output_structure=dec(doc["outputs"]),
-                packages=packages, code_globals=code_globals, modules=modules,
+                packages=packages, code_globals=code_globals, class_code=class_code, modules=modules,
                 framework_functions=tuple((m, n, _global_now(m, n)) for m, n in framework_functions))
     return plan  # (a framework function of a module not imported yet holds None: unchanged() decides)
 

@@ -29,7 +29,7 @@ from . import versions
 from .codec import NotStorable
 
 #: bumped whenever the stored description of a graph changes meaning
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 
 def function_identity(fn) -> dict:
@@ -437,13 +437,25 @@ def _data_text(value, package: str, depth: int = 3) -> str:
 
 def _global_code_text(module_name, name) -> str:
     """A stable text naming what the global `name` of a module holds (a function, class, module);
-    for a function, with a hash of its code."""
+    for a function, with a hash of its code. A dotted name is a class attribute (`Helpers.scale`,
+    found through the class namespaces): a method, property or class/static method."""
     module = sys.modules.get(module_name) if type(module_name) is str else None
     if module is None:
         raise NotStorable(f"a global read from {module_name!r}, which is not an imported module")
-    value = vars(module).get(name)
+    namespace, (*classes, name) = vars(module), name.split(".")
+    for part in classes:
+        owner = namespace.get(part)
+        namespace = vars(owner) if isinstance(owner, type) else {}
+    value = namespace.get(name)
     if isinstance(value, type(sys)):
         return f"module {value.__name__}"
+    if isinstance(value, (property, classmethod, staticmethod)):     # described by its function
+        function = value.fget if isinstance(value, property) else value.__func__
+        return f"{type(value).__name__} {_global_code_text_of(function, name, module_name)}"
+    return _global_code_text_of(value, name, module_name)
+
+
+def _global_code_text_of(value, name, module_name) -> str:
     qualname, owner = getattr(value, "__qualname__", None), getattr(value, "__module__", None)
     if type(qualname) is not str or type(owner) is not str or "<locals>" in qualname or "<lambda>" in qualname:
         raise NotStorable(f"the global {name!r} of {module_name} holds a {type(value).__qualname__} "
