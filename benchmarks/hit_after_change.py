@@ -3,11 +3,11 @@ the key then holds two graphs) against a key holding one graph, torch and NumPy,
 
     .venv/bin/python benchmarks/hit_after_change.py [--repeat 21] [--number 2000]
 
-Prints the median per-call time of each (interleaved runs) and their ratio: ~2.7 today, every
-call taking the general path and checking the older graph first. A fast path for the graph that
-hits gave ~1.0 (session 19, commit 249259d) and was reverted: a newer graph may lack a check the
-older one has (a function global patched at the trace, restored later), which the order of the
-variants covers."""
+Prints the median per-call time of each (interleaved runs) and their ratio: ~1.0 since session 20
+(the graph that hits among a key's variants gets the fast path, LazyGraph._remember_variant);
+2.6-2.8 before, every call taking the general path and checking the older graph first. Session 19
+had reverted that fast path (249259d): a newer graph could lack a check the older one had (a user
+function global patched at the trace, restored later); such globals are checked since."""
 import argparse
 import statistics
 import timeit
