@@ -254,3 +254,47 @@ def test_a_module_namespace_type_is_not_taken_for_a_class():
     assert torch.equal(lazy(x), f(x)) and torch.equal(lazy(x), f(x))
     ns.act = _tripled
     assert torch.equal(lazy(x), f(x))
+
+
+class _Activation:
+    def apply(self, x):
+        return x * 2
+
+
+_ACTIVATION = _Activation()
+
+
+def _jax_uses_helper(x):
+    import jax.numpy as jnp
+    return jnp.sin(_doubled(x)) + _ACTIVATION.apply(x)
+
+
+def _tf_uses_helper(x):
+    import tensorflow as tf
+    return tf.sin(_doubled(x)) + _ACTIVATION.apply(x)
+
+
+@pytest.mark.parametrize("framework", ["jax", "tensorflow"])
+@pytest.mark.parametrize("what", ["helper", "method"])
+def test_jax_and_tensorflow_graphs_see_code_replaced(framework, what, monkeypatch):
+    """The checks are the backends' shared code (codegen.function_homes): JAX and TensorFlow
+    graphs see a helper or a method replaced after the trace too."""
+    pytest.importorskip(framework)
+    if framework == "jax":
+        import jax.numpy as jnp
+        fn, make = _jax_uses_helper, lambda: jnp.asarray(np.random.rand(3).astype(np.float32))
+    else:
+        import tensorflow as tf
+        fn, make = _tf_uses_helper, lambda: tf.constant(np.random.rand(3).astype(np.float32))
+    lazy = lazytrace.trace_graph(fn)
+    for _ in range(2):
+        x = make()
+        np.testing.assert_array_equal(np.asarray(lazy(x)), np.asarray(fn(x)))
+    if what == "helper":
+        monkeypatch.setattr(sys.modules[__name__], "_doubled", lambda t: t * 3)
+    else:
+        monkeypatch.setattr(_Activation, "apply", lambda self, t: t * 5)
+    for _ in range(2):
+        x = make()
+        np.testing.assert_array_equal(np.asarray(lazy(x)), np.asarray(fn(x)))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2, lazy.stats
