@@ -7,6 +7,7 @@ globals of the generated function (one dict lookup per use).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import keyword
 import linecache
@@ -40,6 +41,7 @@ class _Emitter:
         self.namespace["_GuardFailed"] = GuardFailed
         self.constants: dict[str, object] = {}
         self.aliases: dict[str, str] = {}          # alias -> qualified name, for the header
+        self.comments: list[str] = []              # other lines of the header (what a name stands for)
         self._alias_of: dict[int, str] = {}
         self._const_of: dict[int, str] = {}
         for i, v in enumerate(inputs):
@@ -186,6 +188,7 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     header = [f"# {alias} = {qual}" for alias, qual in em.aliases.items() if alias != qual]
     header += [f"# {v.name}: {v.meta}" for v in plan.constants      # module globals, closure cells ...
                if v.source is Source.EXTERNAL and isinstance(v.meta, str) and " " in v.meta]
+    header += [f"# {comment}" for comment in em.comments]
     params = ", ".join(v.name for v in inputs)
     source = "\n".join(header + [f"def {fn_name}({params}):"] + [f"    {line}" for line in body]) + "\n"
     exec(_compiled(source, fn_name), em.namespace)
@@ -424,14 +427,26 @@ def _replaced_function_checks(em, homes, wrappers=frozenset()) -> list[str]:
         alias = em._alias_of.get(id(func)) or (em._alias(func, f"{module_name}.{attribute}") if id(func) in wrappers
                                                else em._const(func))     # (a function no call names: a constant)
         modules.setdefault(module_name, (namespace, []))[1].append((attribute, alias))
-    lines = []
+    lines, table = [], []
+    if modules:
+        em.namespace["_replaced"] = functools.partial(replaced, table)
     for module_name, (namespace, pairs) in modules.items():
         name = f"_globals{len(lines)}"
         em.namespace[name] = namespace
+        em.comments.append(f"{name}: {'globals' if type(namespace) is dict else 'attributes'} of {module_name}")
+        table.append((namespace, module_name, [(attribute, em.namespace[alias]) for attribute, alias in pairs]))
         test = " or ".join(f"{name}[{attribute!r}] is not {alias}" for attribute, alias in pairs)
-        replaced = ", ".join(f"{module_name}.{attribute}" for attribute, _ in pairs)
-        lines.append(f"if {test}: raise _GuardFailed({f'code the traced function read was replaced: {replaced}'!r})")
+        lines.append(f"if {test}: raise _GuardFailed(_replaced({len(lines)}))")
     return lines
+
+
+def replaced(table, i: int) -> str:
+    """The reason the i-th check of _replaced_function_checks gives, made when it fails: which
+    names of its module (or class) hold other objects than at the trace."""
+    namespace, module_name, pairs = table[i]
+    names = ", ".join(f"{module_name}.{attribute}" for attribute, obj in pairs
+                      if namespace.get(attribute, MISSING) is not obj)
+    return f"code the traced function read was replaced: {names}"
 
 
 def _values_in(nodes, i):
