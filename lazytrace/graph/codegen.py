@@ -400,7 +400,21 @@ def _home_names(backend, func) -> tuple | None:
 
 
 def _watched_code(value) -> bool:
-    """Whether a function, class, module or partial is the user's (not of a package in UNWATCHED)."""
+    """Whether a function, class, module or partial is the user's (not of a package in UNWATCHED);
+    remembered per object (a library's helpers are read by many traces)."""
+    known = _WATCHED.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    if len(_WATCHED) >= _HOME_NAMES_MAX:
+        _WATCHED.clear()
+    watched = _WATCHED[id(value)] = (value, _watched_code_of(value))
+    return watched[1]
+
+
+_WATCHED: dict = {}     # id(object) -> (the object, _watched_code_of): what function_homes asks of each code global
+
+
+def _watched_code_of(value) -> bool:
     if isinstance(value, types.ModuleType):
         name = value.__name__
     else:
