@@ -299,3 +299,25 @@ def test_jax_and_tensorflow_graphs_see_code_replaced(framework, what, monkeypatc
         x = make()
         np.testing.assert_array_equal(np.asarray(lazy(x)), np.asarray(fn(x)))
     assert lazy.stats.traces == 2 and lazy.stats.hits == 2, lazy.stats
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_a_compiled_graph_sees_code_replaced(framework, monkeypatch):
+    """return_backend_traced_fn=True hands the graph to torch.compile / jax.jit, which bake in the
+    code they compile: the places holding it are checked in Python before the compiled body
+    (codegen.Checked). A helper replaced after the trace returned the traced helper's result."""
+    pytest.importorskip(framework)
+    if framework == "jax":
+        import jax.numpy as jnp
+        fn, make = _jax_uses_helper, lambda: jnp.asarray(np.random.rand(3).astype(np.float32))
+    else:
+        fn, make = _uses_helper, lambda: torch.rand(3)
+    lazy = lazytrace.trace_graph(fn, return_backend_traced_fn=True)
+    for _ in range(2):
+        x = make()
+        np.testing.assert_allclose(np.asarray(lazy(x)), np.asarray(fn(x)), rtol=1e-6)
+    monkeypatch.setattr(sys.modules[__name__], "_doubled", lambda t: t * 3)
+    for _ in range(2):
+        x = make()
+        np.testing.assert_allclose(np.asarray(lazy(x)), np.asarray(fn(x)), rtol=1e-6)
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2, lazy.stats

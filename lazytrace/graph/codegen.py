@@ -218,17 +218,24 @@ def _compiled(source: str, fn_name: str):
 
 class Checked:
     """A compiled graph body preceded by the graph's checks of globals and closure variables
-    (`checks`: (index in the plan, node) pairs). A compiler runs Python lines once, while it
-    traces, so these run here at every call. Other attributes are the body's (`choice` ...)."""
+    (`checks`: (index in the plan, node) pairs) and of the places holding the code it ran
+    (`homes`: function_homes; the compiler baked that code in). A compiler runs Python lines
+    once, while it traces, so these run here at every call. Other attributes are the body's
+    (`choice` ...)."""
 
-    __slots__ = ("fn", "_items")
+    __slots__ = ("fn", "_items", "_homes")
 
-    def __init__(self, fn, checks: list):
+    def __init__(self, fn, checks: list, homes=()):
         self.fn = fn
         self._items = [(index, node.target, tuple(a.obj if isinstance(a, Value) else a for a in node.args),
                         node.expected) for index, node in checks]
+        self._homes = tuple((namespace, attribute, func, f"{module_name}.{attribute}")
+                            for module_name, namespace, attribute, func in homes)
 
     def __call__(self, *leaves):
+        for namespace, attribute, func, name in self._homes:
+            if namespace.get(attribute, MISSING) is not func:
+                raise GuardFailed(f"code the traced function read was replaced: {name}")
         for index, reader, args, expected in self._items:
             if expected != reader(*args):
                 raise GuardFailed(index)

@@ -1671,7 +1671,8 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
             checks = [(i, n) for i, n in enumerate(plan.nodes) if n.target in READERS or n.target is codegen.read_metadata]
             body = dataclasses.replace(plan, nodes=[n for n in plan.nodes if n.target not in READERS
                                                     and n.target is not codegen.read_metadata])
-            # (a compiler bakes in the functions it compiles, whatever their module holds later)
+            # (a compiler bakes in the functions it compiles, whatever their module holds later:
+            # the places holding them are checked before it runs, by codegen.Checked)
             compiled = codegen.generate(backend, body, body.inputs, body.output_structure, name,
                                         check_functions=False)[1]
             compiled = backend.compile(compiled, body, **dict(compiler)) if isinstance(compiler, tuple) else \
@@ -1686,7 +1687,8 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
         if type(registry) is dict:
             gfn.__globals__["__warningregistry__"] = registry
         if compiler:
-            gfn = codegen.Checked(compiled, checks) if checks else compiled
+            homes = plan.function_homes if plan.function_homes is not None else codegen.function_homes(backend, plan)
+            gfn = codegen.Checked(compiled, checks, homes) if checks or homes else compiled
         return source, gfn, constants, aliases
 
     return Graph(name=name, build=build, key=key, signature=signature, original=original, plan=plan,
