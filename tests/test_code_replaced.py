@@ -321,3 +321,51 @@ def test_a_compiled_graph_sees_code_replaced(framework, monkeypatch):
         x = make()
         np.testing.assert_allclose(np.asarray(lazy(x)), np.asarray(fn(x)), rtol=1e-6)
     assert lazy.stats.traces == 2 and lazy.stats.hits == 2, lazy.stats
+
+
+MANY = '''
+import numpy as np
+
+class EqualMeta(type):
+    def __eq__(cls, other):         # every class of this metaclass equals every other
+        return isinstance(other, EqualMeta)
+    __hash__ = type.__hash__
+
+class Gain(metaclass=EqualMeta):
+    K = 2.0
+
+def h0(x): return x + 0.0
+def h1(x): return x + 1.0
+def h2(x): return x + 2.0
+def h3(x): return x + 3.0
+def h4(x): return x + 4.0
+def h5(x): return x + 5.0
+def h6(x): return x + 6.0
+
+def many(x):
+    return h6(h5(h4(h3(h2(h1(h0(np.sin(x)))))))) * Gain.K
+'''
+
+
+@pytest.mark.parametrize("replace", ["h3", "Gain"])
+def test_many_helpers_of_a_module_checked_together(replace, temp_library):
+    """Six or more places of one module are read by one itemgetter and compared as a tuple (==, in
+    C); a class whose metaclass makes == answer True for another class is checked by `is`."""
+    name, _ = temp_library(MANY)
+    lib = __import__(name)
+    lazy = lazytrace.trace_graph(lib.many)
+    for _ in range(2):
+        x = np.random.rand(3)
+        np.testing.assert_array_equal(lazy(x), lib.many(x))
+    graph = lazy.graph_for(x)
+    assert "_get" in graph.source and "['Gain'] is not" in graph.source, graph.source
+    if replace == "h3":
+        lib.h3 = lambda x: x * 0.0
+    else:
+        old, lib.Gain = lib.Gain, lib.EqualMeta("Gain", (), {"K": 7.0})
+        assert lib.Gain == old          # (a tuple comparison would take it for the same)
+    for _ in range(2):
+        x = np.random.rand(3)
+        np.testing.assert_array_equal(lazy(x), lib.many(x))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2, lazy.stats
+    assert f"read was replaced: {name}.{replace}\n" in lazy.explain(), lazy.explain()

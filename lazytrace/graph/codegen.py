@@ -12,6 +12,7 @@ import itertools
 import keyword
 import linecache
 import math
+import operator
 import re
 import sys
 import types
@@ -439,26 +440,43 @@ def _package(func) -> str | None:
 
 
 def _replaced_function_checks(em, homes, wrappers=frozenset()) -> list[str]:
-    """A line per module whose functions the graph calls (function_homes): each must still be the
-    one in the module's globals (`torch.sin = my_sin` after the trace: eager would call my_sin,
-    so the signature traces again). ~25 ns a function (a dict item, `is`). `wrappers`: ids of
-    the functions lowered calls stand for, named in the header like the functions called."""
+    """A line per module (or class) holding code the graph ran (function_homes): each place must
+    still hold the same object (`torch.sin = my_sin`, a helper monkeypatched after the trace: eager
+    would call the new one, so the signature traces again). ~25 ns a place (a dict item, `is`);
+    where a module holds _TOGETHER or more objects that compare by identity alone (functions,
+    modules, classes of a plain metaclass: `type(f).__eq__ is object.__eq__`), they are read by
+    one itemgetter and compared as a tuple, in C (kornia's gaussian_blur2d: 19 helpers of its
+    module in one test). `wrappers`: ids of the functions lowered calls stand for, named in the
+    header like the functions called."""
     modules: dict = {}
     for module_name, namespace, attribute, func in homes:
         alias = em._alias_of.get(id(func)) or (em._alias(func, f"{module_name}.{attribute}") if id(func) in wrappers
                                                else em._const(func))     # (a function no call names: a constant)
-        modules.setdefault(module_name, (namespace, []))[1].append((attribute, alias))
+        modules.setdefault(module_name, (namespace, []))[1].append((attribute, alias, func))
     lines, table = [], []
     if modules:
         em.namespace["_replaced"] = functools.partial(replaced, table)
     for module_name, (namespace, pairs) in modules.items():
-        name = f"_globals{len(lines)}"
+        i = len(lines)
+        name = f"_globals{i}"
         em.namespace[name] = namespace
-        em.comments.append(f"{name}: {'globals' if type(namespace) is dict else 'attributes'} of {module_name}")
-        table.append((namespace, module_name, [(attribute, em.namespace[alias]) for attribute, alias in pairs]))
-        test = " or ".join(f"{name}[{attribute!r}] is not {alias}" for attribute, alias in pairs)
-        lines.append(f"if {test}: raise _GuardFailed(_replaced({len(lines)}))")
+        table.append((namespace, module_name, [(attribute, func) for attribute, _, func in pairs]))
+        together = [(attribute, func) for attribute, _, func in pairs if type(func).__eq__ is object.__eq__]
+        if len(together) < _TOGETHER:
+            together = []
+        tests = [f"_get{i}({name}) != _held{i}"] if together else []
+        if together:
+            em.namespace[f"_get{i}"] = operator.itemgetter(*(attribute for attribute, _ in together))
+            em.namespace[f"_held{i}"] = tuple(func for _, func in together)
+        alone = [(attribute, alias) for attribute, alias, func in pairs if (attribute, func) not in together]
+        tests += [f"{name}[{attribute!r}] is not {alias}" for attribute, alias in alone]
+        checked = f": {len(together)} names in _get{i}" if together else ""
+        em.comments.append(f"{name}: {'globals' if type(namespace) is dict else 'attributes'} of {module_name}{checked}")
+        lines.append(f"if {' or '.join(tests)}: raise _GuardFailed(_replaced({i}))")
     return lines
+
+
+_TOGETHER = 6   # from this many objects of a namespace on, one itemgetter and a tuple comparison
 
 
 def replaced(table, i: int) -> str:
