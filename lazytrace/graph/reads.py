@@ -219,6 +219,70 @@ def read_cell(cell):
     return type(value), value, _zero_sign(value)
 
 
+#: (id(code), name) -> (code, whether that closure variable of code's functions may be rebound)
+_REBINDABLE: dict = {}
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+
+
+def _rebindable(fn, name: str) -> bool:
+    """Whether the closure variable `name` of the function `fn` holding code may hold another
+    object later (`nonlocal helper; helper = other`): yes unless it is a method's `__class__`
+    (super()) or a parameter of the enclosing function that no code of that function stores or
+    deletes (a decorator's `f`, a factory's argument: their graphs stay storable), the enclosing
+    function found by `fn`'s qualified name in its module and not resumable (a generator)."""
+    code = fn.__code__
+    known = _REBINDABLE.get((id(code), name))
+    if known is None or known[0] is not code:
+        if len(_REBINDABLE) >= _CODE_INFO_SIZE:
+            _REBINDABLE.clear()
+        known = _REBINDABLE[(id(code), name)] = (code, name != "__class__" and _rebound(fn, code, name))
+    return known[1]
+
+
+def _rebound(fn, code, name: str) -> bool:
+    """_rebindable, not memoized."""
+    path, _, _ = code.co_qualname.rpartition(".<locals>.")
+    top, *attributes = path.partition(".<locals>.")[0].split(".")
+    holder = fn.__globals__.get(top) if path else None
+    for attribute in attributes:        # `Class.method.<locals>.wrapper`
+        holder = vars(holder).get(attribute) if isinstance(holder, type) else None
+    holder = getattr(holder, "__func__", holder)
+    for _ in range(8):                  # a decorated decorator: its own __wrapped__
+        if isinstance(getattr(holder, "__code__", None), types.CodeType) or holder is None:
+            break
+        holder = inspect.getattr_static(holder, "__wrapped__", None)
+    pending = [getattr(holder, "__code__", None)]
+    enclosing = None
+    for outer in pending:               # the code object holding `code` among its constants
+        if not isinstance(outer, types.CodeType):
+            continue
+        nested = [c for c in outer.co_consts if isinstance(c, types.CodeType)]
+        if any(c is code for c in nested):
+            enclosing = outer
+            break
+        pending += nested
+    if enclosing is None or enclosing.co_flags & _RESUMABLE or name not in enclosing.co_varnames[
+            :enclosing.co_argcount + enclosing.co_kwonlyargcount + bool(enclosing.co_flags & inspect.CO_VARARGS)
+            + bool(enclosing.co_flags & inspect.CO_VARKEYWORDS)]:
+        return True
+    pending = [enclosing]
+    for each in pending:        # stored or deleted by it or by any function it defines (`nonlocal`)
+        if any(op.opname in ("STORE_DEREF", "DELETE_DEREF") and op.argval == name
+               for op in dis.get_instructions(each)):
+            return True
+        pending += [c for c in each.co_consts if isinstance(c, types.CodeType)]
+    return False
+
+
+def code_held(expected) -> bool:
+    """Whether a guard's expected (type, value, sign) is the identity of a function, class or module
+    whose type compares by identity (a closure variable holding code: codegen checks it inline)."""
+    same = expected[1] if type(expected) is tuple and len(expected) == 3 and expected[0] is _ANY else None
+    obj = getattr(same, "obj", MISSING) if type(same).__name__ == "_Same" else MISSING
+    return obj is not MISSING and _is_code(obj) and type(obj).__eq__ is object.__eq__ and \
+        type(obj).__ne__ is object.__ne__
+
+
 def _zero_sign(value):
     """The sign of a float zero (0.0 == -0.0, yet `x * value` differs), the signs of a complex
     number's parts where one is zero (complex(-0.0, 0) == 0j, yet cmath.sqrt, atan2 of its
@@ -1181,9 +1245,9 @@ class PythonReads:
         for name, cell in zip(code.co_freevars, closure if isinstance(closure, tuple) else ()):
             value = self._seen(_cell, cell)
             kind = self._kind_of(value)
-            if not kind & _CODE:
-                self._leaf(PythonReads._closure_variable, cell, name, value)
-            else:
+            if not kind & _CODE or not function or _rebindable(fn, name):
+                self._leaf(PythonReads._closure_variable, cell, name, value)  # code by identity: `nonlocal` rebinds it
+            if kind & _CODE:
                 self._bound(code, name, value, kind, depth)
                 if depth < _CALLS and kind & _FOLLOWABLE and not kind & _MODULE:
                     self._function(value, depth + 1)
@@ -1225,7 +1289,10 @@ class PythonReads:
         self._expect(value)         # (its attributes guarded, where it holds data: _note_object)
 
     def _closure_variable(self, cell, name, value):
-        self.cells.append((cell, name, value, self._expect(value)))
+        expected = self._expect(value)
+        if expected is self._nothing:       # a function, class or module: the same object (rebound by `nonlocal`)
+            expected = (_ANY, self._same(value), None)
+        self.cells.append((cell, name, value, expected))
 
     def _code(self, code, namespace, depth):
         self._codes[id(code)] = code
@@ -1369,8 +1436,11 @@ class PythonReads:
             self._class_attribute(holder, attributes, depth)
         elif kind & _FUNCTION:          # `helper.scale = 2.0` set on a function: a global of its __dict__
             attributes_of = self._seen(_attr, holder, "__dict__")
-            if isinstance(attributes_of, dict) and self._seen(_get, attributes_of, attributes[0]) is not MISSING:
+            value = self._seen(_get, attributes_of, attributes[0]) if isinstance(attributes_of, dict) else MISSING
+            if value is not MISSING:
                 self._global(attributes_of, attributes[0], depth)
+                if self._kind_of(value) & (_FUNCTION | _CODE):     # `helper.impl = other` later: seen
+                    self._class_code(holder, attributes_of, attributes[0], value)
         elif holder is not None and not kind & _CODE and depth < _CALLS:
             self._method_of(holder, attributes[0], depth)
 
@@ -1478,6 +1548,25 @@ class PythonReads:
             self._partial(value, depth)     # `SCALED = partial(f, scale=2.0)`: its keywords change in place
         elif depth < _CALLS and kind & (_FUNCTION | _FOLLOWABLE):
             self._function(value, depth + 1)
+        elif depth < _CALLS and kind & (_CLASS | _ENUM) == _CLASS and type(module) is str:
+            self._constructor(value, depth)
+
+    def _constructor(self, cls, depth):
+        """`Net(2.0)` of a user class a global holds: its __init__, which may make no framework call
+        (no stack shows it), is walked like a helper (`self.k = K`: K checked) and checked like a
+        method (replaced on its class later)."""
+        for klass in self._seen(_attr, cls, "__mro__"):
+            if not self._user_class(klass):
+                return
+            namespace = self._class_namespace(klass)
+            init = self._seen(_get, namespace, "__init__")
+            if init is MISSING:
+                self._leaf(PythonReads._class_missing, namespace, "__init__")    # (set on it later)
+                continue
+            self._class_code(klass, namespace, "__init__", init)
+            if type(init) is types.FunctionType:
+                self._function(init, depth + 1)
+            return
 
     def _code_global(self, module, namespace, name, value):
         """A module global holding code the walk read (a helper, a class, `from torch import sin`):
@@ -1488,7 +1577,9 @@ class PythonReads:
 
     def _class_code(self, klass, namespace, name, value):
         """A user class's attribute holding code the walk read or followed (`Config.get`, a method
-        of an object a global holds): checked like a module global holding code (_code_global)."""
+        of an object a global holds), or a function's (`helper.impl`, `helper.__wrapped__` read
+        by name; `klass` is then that function): checked like a module global holding code
+        (_code_global)."""
         self.class_code[(id(namespace), name)] = (klass, name, value)
 
     def _data_global(self, namespace, name, value):
