@@ -14,6 +14,7 @@ from conftest import stored_once
 torch = pytest.importorskip("torch")
 
 LIBRARY = '''
+import dataclasses
 import functools
 import numpy as np
 
@@ -93,6 +94,19 @@ def made_in_the_call(x):
     return Net().forward(x)
 
 
+@dataclasses.dataclass
+class Settings:
+    k: float = 1.0
+    SHIFT = 0.5
+
+    def __post_init__(self):
+        self.k = self.k * K + self.SHIFT
+
+
+def dataclass_made_in_the_call(x):
+    return np.sin(x) * Settings().k
+
+
 def _factory(k):
     class Made:
         def scale(self, x):
@@ -131,6 +145,11 @@ REPLACED = {
         lib.Net, "__init__", lambda self: setattr(self, "k", 5.0))),
     "a global read by __init__ of a class called in the call": ("made_in_the_call",
                                                                 lambda lib: setattr(lib, "K", 5.0)),
+    "a global read by a dataclass's __post_init__": ("dataclass_made_in_the_call", lambda lib: setattr(lib, "K", 5.0)),
+    "__post_init__ replaced": ("dataclass_made_in_the_call", lambda lib: setattr(
+        lib.Settings, "__post_init__", lambda self: None)),
+    "a class attribute read through self by __post_init__": ("dataclass_made_in_the_call",
+                                                             lambda lib: setattr(lib.Settings, "SHIFT", 0.25)),
 }
 
 

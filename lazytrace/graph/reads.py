@@ -1554,8 +1554,12 @@ class PythonReads:
     def _constructor(self, cls, depth):
         """`Net(2.0)` of a user class a global holds: its __init__, which may make no framework call
         (no stack shows it), is walked like a helper (`self.k = K`: K checked) and checked like a
-        method (replaced on its class later)."""
-        for klass in self._seen(_attr, cls, "__mro__"):
+        method (replaced on its class later). Not an exception class's (kornia's checks name theirs
+        on paths the trace did not take: a raised one ends the call, no graph replays that)."""
+        mro = self._seen(_attr, cls, "__mro__")
+        if BaseException in mro:
+            return
+        for klass in mro:
             if not self._user_class(klass):
                 return
             namespace = self._class_namespace(klass)
@@ -1566,7 +1570,29 @@ class PythonReads:
             self._class_code(klass, namespace, "__init__", init)
             if type(init) is types.FunctionType:
                 self._function(init, depth + 1)
+                self._self_reads(cls, init.__code__, depth + 1)
             return
+
+    def _self_reads(self, cls, code, depth):
+        """What a method of `cls` run on an object made in the call (its __init__) reads of `self`
+        by name, besides the attributes it sets: class attributes, checked as `cls.name` is, and
+        the methods it calls (a dataclass's `__post_init__`), walked in turn."""
+        if not code.co_argcount or depth >= _CALLS:
+            return
+        stored = {op.argval for op in dis.get_instructions(code) if op.opname == "STORE_ATTR"}
+        for name in dict.fromkeys(chain[0] for chain in attribute_chains(code, code.co_varnames[0])):
+            if name in stored:
+                continue
+            self._class_attribute(cls, (name,), depth)
+            for klass in self._seen(_attr, cls, "__mro__"):
+                value = self._seen(_get, self._class_namespace(klass), name)
+                if value is MISSING:
+                    continue
+                value = value.fget if type(value) is property else value
+                if type(value) is types.FunctionType and id(value.__code__) not in self._codes:
+                    self._function(value, depth + 1)
+                    self._self_reads(cls, value.__code__, depth + 1)
+                break
 
     def _code_global(self, module, namespace, name, value):
         """A module global holding code the walk read (a helper, a class, `from torch import sin`):
