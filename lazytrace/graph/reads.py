@@ -1564,8 +1564,7 @@ class PythonReads:
                 return
             namespace = self._class_namespace(klass)
             init = self._seen(_get, namespace, "__init__")
-            if init is MISSING:
-                self._leaf(PythonReads._class_missing, namespace, "__init__")    # (set on it later)
+            if init is MISSING:     # (one set on it later is not seen: no check per class without one)
                 continue
             self._class_code(klass, namespace, "__init__", init)
             if type(init) is types.FunctionType:
