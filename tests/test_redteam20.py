@@ -331,3 +331,43 @@ def test_a_module_swapped_in_sys_modules_for_an_import_inside_is_seen(temp_libra
     monkeypatch.setitem(sys.modules, helpers, sys.modules[other])
     x = np.random.rand(3)
     np.testing.assert_array_equal(lazy(x), lib.local_import(x))
+
+
+METACLASS_GETATTR = '''
+import numpy as np
+
+
+class Meta(type):
+    def __getattr__(cls, name):         # answers every name, `__next__` too
+        return 2.0
+
+
+class Gain(metaclass=Meta):
+    def run(self, x):
+        return np.sin(x)
+
+
+GAIN = Gain()
+
+
+def scaled(x):
+    return GAIN.run(x) * Gain.anything
+'''
+
+
+def test_an_object_whose_metaclass_answers_every_name_is_no_iterator(temp_library):
+    """hasattr(type, "__next__") asked the metaclass's __getattr__: the object was taken for an
+    iterator whose position cannot be read, and the function ran eagerly at every call on 07a2810
+    (next() looks `__next__` up in the type's namespaces)."""
+    name, _ = temp_library(METACLASS_GETATTR)
+    lib = __import__(name)
+    lazy = lazytrace.trace_graph(lib.scaled)
+    for _ in range(3):
+        x = np.random.rand(3)
+        np.testing.assert_array_equal(lazy(x), lib.scaled(x))
+    assert lazy.stats.traces == 1 and lazy.stats.hits == 2 and lazy.stats.eager == 0, lazy.stats
+    lib.Meta.__getattr__ = lambda cls, name: 3.0
+    for _ in range(2):
+        x = np.random.rand(3)
+        np.testing.assert_array_equal(lazy(x), lib.scaled(x))
+    assert lazy.stats.traces == 2 and lazy.stats.eager == 0, lazy.stats

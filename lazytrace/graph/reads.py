@@ -1722,7 +1722,10 @@ class PythonReads:
         tp = type(obj)
         if tp is types.FunctionType or tp is types.MethodType:
             return self._held_function(obj)
-        if hasattr(tp, "__next__") and not isinstance(obj, io.IOBase) and not self._known(obj):
+        # (`__next__` as next() finds it: in the namespaces of the type's MRO, not through a
+        # metaclass __getattr__ answering every name)
+        if any("__next__" in vars(k) for k in _TYPE_MRO(tp)) and not isinstance(obj, io.IOBase) \
+                and not self._known(obj):
             self.iterators[id(obj)] = (obj, _position(obj))     # `next(IT)`, a generator: see `iterator`
             return ()
         if isinstance(obj, type) and not issubclass(obj, enum.Enum):
