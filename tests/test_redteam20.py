@@ -107,6 +107,20 @@ def dataclass_made_in_the_call(x):
     return np.sin(x) * Settings().k
 
 
+class Helper:
+    @staticmethod
+    def static(x):
+        return np.sin(x) * 2.0
+
+
+def _get():
+    return Helper()
+
+
+def static_on_made(x):
+    return _get().static(x)      # on the stack only, without a `self` naming its class
+
+
 def _factory(k):
     class Made:
         def scale(self, x):
@@ -146,6 +160,8 @@ REPLACED = {
     "a global read by __init__ of a class called in the call": ("made_in_the_call",
                                                                 lambda lib: setattr(lib, "K", 5.0)),
     "a global read by a dataclass's __post_init__": ("dataclass_made_in_the_call", lambda lib: setattr(lib, "K", 5.0)),
+    "a static method of an object made in the call": ("static_on_made", lambda lib: setattr(
+        lib.Helper, "static", staticmethod(_times(5.0)))),
     "__post_init__ replaced": ("dataclass_made_in_the_call", lambda lib: setattr(
         lib.Settings, "__post_init__", lambda self: None)),
     "a class attribute read through self by __post_init__": ("dataclass_made_in_the_call",

@@ -221,7 +221,6 @@ def read_cell(cell):
 
 #: (id(code), name) -> (code, whether that closure variable of code's functions may be rebound)
 _REBINDABLE: dict = {}
-_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 
 def _rebindable(fn, name: str) -> bool:
@@ -1139,7 +1138,7 @@ class PythonReads:
                     # (the functions its globals hold are followed as from the traced function's:
                     # a model's forward calling a helper that calls a getter making no framework call)
                     self._code(code, frame.f_globals, depth=0)
-                    if code.co_argcount and id(code) in watched and _method_code(code):
+                    if id(code) in watched and _method_code(code):
                         self._frame_method(frame, code)
                 # the function's own frames (a generator's frame is resumed by other callers; the
                 # interceptor's and the framework's frames are new at every call), held until the
@@ -1200,10 +1199,22 @@ class PythonReads:
         """A method seen only on the stack (`Scaler().scale(x)`, on an object made in the call):
         the class attribute holding it is checked (_class_code), so that replacing it on the class
         later is seen. Its class is its first argument's (a class method's: the argument itself),
-        looked up in the MRO for the attribute whose code this is, reading namespaces only."""
-        first = frame.f_locals.get(code.co_varnames[0], MISSING)
+        looked up in the MRO for the attribute whose code this is, reading namespaces only; a static
+        method's (no such argument) is its qualified name's class in the module's globals."""
+        first = frame.f_locals.get(code.co_varnames[0], MISSING) if code.co_argcount else MISSING
         cls = first if isinstance(first, type) else type(first)
         name = code.co_name
+        if not self._frame_method_in(cls, code, name):
+            owner, _, _ = code.co_qualname.rpartition(".")
+            top, *nested = owner.split(".")
+            cls = frame.f_globals.get(top)
+            for part in nested:         # `Outer.Inner.static`
+                cls = vars(cls).get(part) if isinstance(cls, type) else None
+            if isinstance(cls, type):
+                self._frame_method_in(cls, code, name)
+
+    def _frame_method_in(self, cls, code, name) -> bool:
+        """_frame_method in the MRO of `cls`: whether the attribute was found."""
         for klass in _TYPE_MRO(cls):
             if str(vars(klass).get("__module__")).partition(".")[0] in UNWATCHED:
                 continue
@@ -1214,7 +1225,8 @@ class PythonReads:
             func = getattr(member, "__func__", None) or getattr(member, "fget", None) or member
             if getattr(func, "__code__", None) is code:
                 self._class_code(klass, namespace, name, member)
-                return
+                return True
+        return False
 
     def _function(self, fn, depth):
         checks = self._checks
