@@ -107,6 +107,19 @@ def dataclass_made_in_the_call(x):
     return np.sin(x) * Settings().k
 
 
+COUNT = 0
+
+
+class Counted:
+    def __init__(self):
+        global COUNT
+        COUNT += 1          # a counter other code moves
+
+
+def names_a_class(x):
+    return np.sin(x) * (2.0 if isinstance(x, Counted) else 3.0)
+
+
 class Helper:
     @staticmethod
     def static(x):
@@ -182,6 +195,17 @@ def test_code_replaced_after_the_trace_traces_again(case, lib):
         x = np.random.rand(3)
         np.testing.assert_array_equal(lazy(x), getattr(lib, fn_name)(x))
     assert lazy.stats.traces == 2 and lazy.stats.hits == 2 and lazy.stats.eager == 0, lazy.stats
+
+
+def test_a_class_named_but_not_called_keeps_its_graph_when_what_its_init_reads_changes(lib):
+    """Only a class the code calls has its __init__ walked: `isinstance(x, Counted)` does not
+    make the graph check the counter Counted.__init__ moves."""
+    lazy = lazytrace.trace_graph(lib.names_a_class)
+    for _ in range(3):
+        lib.Counted()
+        x = np.random.rand(3)
+        np.testing.assert_array_equal(lazy(x), lib.names_a_class(x))
+    assert lazy.stats.traces == 1 and lazy.stats.hits == 2, lazy.stats
 
 
 def test_a_closure_helper_rebound_between_variants_is_seen_by_the_variant_fast_path(lib):

@@ -219,6 +219,22 @@ def read_cell(cell):
     return type(value), value, _zero_sign(value)
 
 
+#: id(code) -> (code, the globals it calls by name)
+_CALLED: dict = {}
+
+
+def _called_globals(code) -> frozenset:
+    """The globals `code` loads to call them (`Net(2.0)`: LOAD_GLOBAL pushing the NULL of a call),
+    not those it passes (`isinstance(x, Net)`)."""
+    known = _CALLED.get(id(code))
+    if known is None or known[0] is not code:
+        if len(_CALLED) >= _CODE_INFO_SIZE:
+            _CALLED.clear()
+        known = _CALLED[id(code)] = (code, frozenset(
+            ins.argval for ins in dis.get_instructions(code) if ins.opname == "LOAD_GLOBAL" and ins.arg & 1))
+    return known[1]
+
+
 #: (id(code), name) -> (code, whether that closure variable of code's functions may be rebound)
 _REBINDABLE: dict = {}
 
@@ -1319,6 +1335,11 @@ class PythonReads:
             self.modules.add(module_name)
         if reads:
             self._reads(reads, namespace, depth)
+            if depth < _CALLS and type(module_name) is str:
+                for name in _called_globals(code):      # `Net(2.0)`: its __init__ (not `isinstance(x, Net)`)
+                    value = namespace.get(name)
+                    if isinstance(value, type) and self._user_class(value) and not issubclass(value, enum.Enum):
+                        self._constructor(value, depth)
         for level, module, *attributes in imports:      # `import config` inside the function
             if not self._import(level, module, attributes, namespace, depth):
                 self._imports.append((level, module, attributes, namespace, depth))
@@ -1560,8 +1581,6 @@ class PythonReads:
             self._partial(value, depth)     # `SCALED = partial(f, scale=2.0)`: its keywords change in place
         elif depth < _CALLS and kind & (_FUNCTION | _FOLLOWABLE):
             self._function(value, depth + 1)
-        elif depth < _CALLS and kind & (_CLASS | _ENUM) == _CLASS and type(module) is str:
-            self._constructor(value, depth)
 
     def _constructor(self, cls, depth):
         """`Net(2.0)` of a user class a global holds: its __init__, which may make no framework call
