@@ -1273,7 +1273,7 @@ class PythonReads:
         for name, cell in zip(code.co_freevars, closure if isinstance(closure, tuple) else ()):
             value = self._seen(_cell, cell)
             kind = self._kind_of(value)
-            if not kind & _CODE or not function or _rebindable(fn, name):
+            if not kind & _CODE or not kind & _MODULE and (not function or _rebindable(fn, name)):
                 self._leaf(PythonReads._closure_variable, cell, name, value)  # code by identity: `nonlocal` rebinds it
             if kind & _CODE:
                 self._bound(code, name, value, kind, depth)
