@@ -1613,11 +1613,13 @@ class PythonReads:
         for name in dict.fromkeys(chain[0] for chain in attribute_chains(code, code.co_varnames[0])):
             if name in stored:
                 continue
-            self._class_attribute(cls, (name,), depth)
             for klass in self._seen(_attr, cls, "__mro__"):
+                if not self._user_class(klass):
+                    break       # (an attribute another class's __init__ set: not the class's)
                 value = self._seen(_get, self._class_namespace(klass), name)
                 if value is MISSING:
                     continue
+                self._class_attribute(cls, (name,), depth)
                 value = value.fget if type(value) is property else value
                 if type(value) is types.FunctionType and id(value.__code__) not in self._codes:
                     self._function(value, depth + 1)
