@@ -330,7 +330,9 @@ def test_closures_of_framework_functions_are_not_guarded_but_wrapped_user_code_i
     x = tf.constant([0.5, -1.0, 2.0])
     lazy(x)
     source = lazy.graph_for(x).source
-    assert "closure variable" not in source and "read_cell" not in source
+    # (the function's own cell `sig`, which `nonlocal` may rebind, is checked by identity, inline:
+    # session 20's red team; the wrappers' cells are not)
+    assert "read_cell" not in source and source.count("closure variable") == 1, source
     try:
         FACTOR = 3.0
         assert np.array_equal(lazy(x), fn(x)) and lazy.stats.traces == 2

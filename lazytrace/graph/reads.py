@@ -219,6 +219,85 @@ def read_cell(cell):
     return type(value), value, _zero_sign(value)
 
 
+#: id(code) -> (code, the globals it calls by name)
+_CALLED: dict = {}
+
+
+def _called_globals(code) -> frozenset:
+    """The globals `code` loads to call them (`Net(2.0)`: LOAD_GLOBAL pushing the NULL of a call),
+    not those it passes (`isinstance(x, Net)`)."""
+    known = _CALLED.get(id(code))
+    if known is None or known[0] is not code:
+        if len(_CALLED) >= _CODE_INFO_SIZE:
+            _CALLED.clear()
+        known = _CALLED[id(code)] = (code, frozenset(
+            ins.argval for ins in dis.get_instructions(code) if ins.opname == "LOAD_GLOBAL" and ins.arg & 1))
+    return known[1]
+
+
+#: (id(code), name) -> (code, whether that closure variable of code's functions may be rebound)
+_REBINDABLE: dict = {}
+
+
+def _rebindable(fn, name: str) -> bool:
+    """Whether the closure variable `name` of the function `fn` holding code may hold another
+    object later (`nonlocal helper; helper = other`): yes unless it is a method's `__class__`
+    (super()) or a parameter of the enclosing function that no code of that function stores or
+    deletes (a decorator's `f`, a factory's argument: their graphs stay storable), the enclosing
+    function found by `fn`'s qualified name in its module and not resumable (a generator)."""
+    code = fn.__code__
+    known = _REBINDABLE.get((id(code), name))
+    if known is None or known[0] is not code:
+        if len(_REBINDABLE) >= _CODE_INFO_SIZE:
+            _REBINDABLE.clear()
+        known = _REBINDABLE[(id(code), name)] = (code, name != "__class__" and _rebound(fn, code, name))
+    return known[1]
+
+
+def _rebound(fn, code, name: str) -> bool:
+    """_rebindable, not memoized."""
+    path, _, _ = code.co_qualname.rpartition(".<locals>.")
+    top, *attributes = path.partition(".<locals>.")[0].split(".")
+    holder = fn.__globals__.get(top) if path else None
+    for attribute in attributes:        # `Class.method.<locals>.wrapper`
+        holder = vars(holder).get(attribute) if isinstance(holder, type) else None
+    holder = getattr(holder, "__func__", holder)
+    for _ in range(8):                  # a decorated decorator: its own __wrapped__
+        if isinstance(getattr(holder, "__code__", None), types.CodeType) or holder is None:
+            break
+        holder = inspect.getattr_static(holder, "__wrapped__", None)
+    pending = [getattr(holder, "__code__", None)]
+    enclosing = None
+    for outer in pending:               # the code object holding `code` among its constants
+        if not isinstance(outer, types.CodeType):
+            continue
+        nested = [c for c in outer.co_consts if isinstance(c, types.CodeType)]
+        if any(c is code for c in nested):
+            enclosing = outer
+            break
+        pending += nested
+    if enclosing is None or enclosing.co_flags & _RESUMABLE or name not in enclosing.co_varnames[
+            :enclosing.co_argcount + enclosing.co_kwonlyargcount + bool(enclosing.co_flags & inspect.CO_VARARGS)
+            + bool(enclosing.co_flags & inspect.CO_VARKEYWORDS)]:
+        return True
+    pending = [enclosing]
+    for each in pending:        # stored or deleted by it or by any function it defines (`nonlocal`)
+        if any(op.opname in ("STORE_DEREF", "DELETE_DEREF") and op.argval == name
+               for op in dis.get_instructions(each)):
+            return True
+        pending += [c for c in each.co_consts if isinstance(c, types.CodeType)]
+    return False
+
+
+def code_held(expected) -> bool:
+    """Whether a guard's expected (type, value, sign) is the identity of a function, class or module
+    whose type compares by identity (a closure variable holding code: codegen checks it inline)."""
+    same = expected[1] if type(expected) is tuple and len(expected) == 3 and expected[0] is _ANY else None
+    obj = getattr(same, "obj", MISSING) if type(same).__name__ == "_Same" else MISSING
+    return obj is not MISSING and _is_code(obj) and type(obj).__eq__ is object.__eq__ and \
+        type(obj).__ne__ is object.__ne__
+
+
 def _zero_sign(value):
     """The sign of a float zero (0.0 == -0.0, yet `x * value` differs), the signs of a complex
     number's parts where one is zero (complex(-0.0, 0) == 0j, yet cmath.sqrt, atan2 of its
@@ -1075,7 +1154,7 @@ class PythonReads:
                     # (the functions its globals hold are followed as from the traced function's:
                     # a model's forward calling a helper that calls a getter making no framework call)
                     self._code(code, frame.f_globals, depth=0)
-                    if code.co_argcount and id(code) in watched and _method_code(code):
+                    if id(code) in watched and _method_code(code):
                         self._frame_method(frame, code)
                 # the function's own frames (a generator's frame is resumed by other callers; the
                 # interceptor's and the framework's frames are new at every call), held until the
@@ -1136,10 +1215,22 @@ class PythonReads:
         """A method seen only on the stack (`Scaler().scale(x)`, on an object made in the call):
         the class attribute holding it is checked (_class_code), so that replacing it on the class
         later is seen. Its class is its first argument's (a class method's: the argument itself),
-        looked up in the MRO for the attribute whose code this is, reading namespaces only."""
-        first = frame.f_locals.get(code.co_varnames[0], MISSING)
+        looked up in the MRO for the attribute whose code this is, reading namespaces only; a static
+        method's (no such argument) is its qualified name's class in the module's globals."""
+        first = frame.f_locals.get(code.co_varnames[0], MISSING) if code.co_argcount else MISSING
         cls = first if isinstance(first, type) else type(first)
         name = code.co_name
+        if not self._frame_method_in(cls, code, name):
+            owner, _, _ = code.co_qualname.rpartition(".")
+            top, *nested = owner.split(".")
+            cls = frame.f_globals.get(top)
+            for part in nested:         # `Outer.Inner.static`
+                cls = vars(cls).get(part) if isinstance(cls, type) else None
+            if isinstance(cls, type):
+                self._frame_method_in(cls, code, name)
+
+    def _frame_method_in(self, cls, code, name) -> bool:
+        """_frame_method in the MRO of `cls`: whether the attribute was found."""
         for klass in _TYPE_MRO(cls):
             if str(vars(klass).get("__module__")).partition(".")[0] in UNWATCHED:
                 continue
@@ -1150,7 +1241,8 @@ class PythonReads:
             func = getattr(member, "__func__", None) or getattr(member, "fget", None) or member
             if getattr(func, "__code__", None) is code:
                 self._class_code(klass, namespace, name, member)
-                return
+                return True
+        return False
 
     def _function(self, fn, depth):
         checks = self._checks
@@ -1181,9 +1273,9 @@ class PythonReads:
         for name, cell in zip(code.co_freevars, closure if isinstance(closure, tuple) else ()):
             value = self._seen(_cell, cell)
             kind = self._kind_of(value)
-            if not kind & _CODE:
-                self._leaf(PythonReads._closure_variable, cell, name, value)
-            else:
+            if not kind & _CODE or not kind & _MODULE and (not function or _rebindable(fn, name)):
+                self._leaf(PythonReads._closure_variable, cell, name, value)  # code by identity: `nonlocal` rebinds it
+            if kind & _CODE:
                 self._bound(code, name, value, kind, depth)
                 if depth < _CALLS and kind & _FOLLOWABLE and not kind & _MODULE:
                     self._function(value, depth + 1)
@@ -1225,7 +1317,10 @@ class PythonReads:
         self._expect(value)         # (its attributes guarded, where it holds data: _note_object)
 
     def _closure_variable(self, cell, name, value):
-        self.cells.append((cell, name, value, self._expect(value)))
+        expected = self._expect(value)
+        if expected is self._nothing:       # a function, class or module: the same object (rebound by `nonlocal`)
+            expected = (_ANY, self._same(value), None)
+        self.cells.append((cell, name, value, expected))
 
     def _code(self, code, namespace, depth):
         self._codes[id(code)] = code
@@ -1240,6 +1335,11 @@ class PythonReads:
             self.modules.add(module_name)
         if reads:
             self._reads(reads, namespace, depth)
+            if depth < _CALLS and type(module_name) is str:
+                for name in _called_globals(code):      # `Net(2.0)`: its __init__ (not `isinstance(x, Net)`)
+                    value = namespace.get(name)
+                    if isinstance(value, type) and self._user_class(value) and not issubclass(value, enum.Enum):
+                        self._constructor(value, depth)
         for level, module, *attributes in imports:      # `import config` inside the function
             if not self._import(level, module, attributes, namespace, depth):
                 self._imports.append((level, module, attributes, namespace, depth))
@@ -1369,8 +1469,11 @@ class PythonReads:
             self._class_attribute(holder, attributes, depth)
         elif kind & _FUNCTION:          # `helper.scale = 2.0` set on a function: a global of its __dict__
             attributes_of = self._seen(_attr, holder, "__dict__")
-            if isinstance(attributes_of, dict) and self._seen(_get, attributes_of, attributes[0]) is not MISSING:
+            value = self._seen(_get, attributes_of, attributes[0]) if isinstance(attributes_of, dict) else MISSING
+            if value is not MISSING:
                 self._global(attributes_of, attributes[0], depth)
+                if self._kind_of(value) & (_FUNCTION | _CODE):     # `helper.impl = other` later: seen
+                    self._class_code(holder, attributes_of, attributes[0], value)
         elif holder is not None and not kind & _CODE and depth < _CALLS:
             self._method_of(holder, attributes[0], depth)
 
@@ -1479,6 +1582,50 @@ class PythonReads:
         elif depth < _CALLS and kind & (_FUNCTION | _FOLLOWABLE):
             self._function(value, depth + 1)
 
+    def _constructor(self, cls, depth):
+        """`Net(2.0)` of a user class a global holds: its __init__, which may make no framework call
+        (no stack shows it), is walked like a helper (`self.k = K`: K checked) and checked like a
+        method (replaced on its class later). Not an exception class's (kornia's checks name theirs
+        on paths the trace did not take: a raised one ends the call, no graph replays that)."""
+        mro = self._seen(_attr, cls, "__mro__")
+        if BaseException in mro:
+            return
+        for klass in mro:
+            if not self._user_class(klass):
+                return
+            namespace = self._class_namespace(klass)
+            init = self._seen(_get, namespace, "__init__")
+            if init is MISSING:     # (one set on it later is not seen: no check per class without one)
+                continue
+            self._class_code(klass, namespace, "__init__", init)
+            if type(init) is types.FunctionType:
+                self._function(init, depth + 1)
+                self._self_reads(cls, init.__code__, depth + 1)
+            return
+
+    def _self_reads(self, cls, code, depth):
+        """What a method of `cls` run on an object made in the call (its __init__) reads of `self`
+        by name, besides the attributes it sets: class attributes, checked as `cls.name` is, and
+        the methods it calls (a dataclass's `__post_init__`), walked in turn."""
+        if not code.co_argcount or depth >= _CALLS:
+            return
+        stored = {op.argval for op in dis.get_instructions(code) if op.opname == "STORE_ATTR"}
+        for name in dict.fromkeys(chain[0] for chain in attribute_chains(code, code.co_varnames[0])):
+            if name in stored:
+                continue
+            for klass in self._seen(_attr, cls, "__mro__"):
+                if not self._user_class(klass):
+                    break       # (an attribute another class's __init__ set: not the class's)
+                value = self._seen(_get, self._class_namespace(klass), name)
+                if value is MISSING:
+                    continue
+                self._class_attribute(cls, (name,), depth)
+                value = value.fget if type(value) is property else value
+                if type(value) is types.FunctionType and id(value.__code__) not in self._codes:
+                    self._function(value, depth + 1)
+                    self._self_reads(cls, value.__code__, depth + 1)
+                break
+
     def _code_global(self, module, namespace, name, value):
         """A module global holding code the walk read (a helper, a class, `from torch import sin`):
         a graph checks it still holds that object (codegen.function_homes; a test's monkeypatch
@@ -1488,7 +1635,9 @@ class PythonReads:
 
     def _class_code(self, klass, namespace, name, value):
         """A user class's attribute holding code the walk read or followed (`Config.get`, a method
-        of an object a global holds): checked like a module global holding code (_code_global)."""
+        of an object a global holds), or a function's (`helper.impl`, `helper.__wrapped__` read
+        by name; `klass` is then that function): checked like a module global holding code
+        (_code_global)."""
         self.class_code[(id(namespace), name)] = (klass, name, value)
 
     def _data_global(self, namespace, name, value):
@@ -1606,7 +1755,10 @@ class PythonReads:
         tp = type(obj)
         if tp is types.FunctionType or tp is types.MethodType:
             return self._held_function(obj)
-        if hasattr(tp, "__next__") and not isinstance(obj, io.IOBase) and not self._known(obj):
+        # (`__next__` as next() finds it: in the namespaces of the type's MRO, not through a
+        # metaclass __getattr__ answering every name)
+        if any("__next__" in vars(k) for k in _TYPE_MRO(tp)) and not isinstance(obj, io.IOBase) \
+                and not self._known(obj):
             self.iterators[id(obj)] = (obj, _position(obj))     # `next(IT)`, a generator: see `iterator`
             return ()
         if isinstance(obj, type) and not issubclass(obj, enum.Enum):

@@ -205,6 +205,9 @@ def _class_code(plan) -> list:
     (plan.class_code), or NotStorable for a class its name does not find again."""
     entries = []
     for cls, attribute in plan.class_code:
+        if not isinstance(cls, type):       # an attribute of a function (`helper.impl`)
+            raise NotStorable(f"the graph checks the attribute {attribute!r} of the function "
+                              f"{getattr(cls, '__qualname__', '?')}, which has no stored form")
         what = f"class {cls.__module__}:{cls.__qualname__}"
         ref = _class_ref(vars(cls), what)
         if ref is None:
