@@ -230,8 +230,18 @@ def _called_globals(code) -> frozenset:
     if known is None or known[0] is not code:
         if len(_CALLED) >= _CODE_INFO_SIZE:
             _CALLED.clear()
-        known = _CALLED[id(code)] = (code, frozenset(
-            ins.argval for ins in dis.get_instructions(code) if ins.opname == "LOAD_GLOBAL" and ins.arg & 1))
+        raw, names, called = code.co_code, code.co_names, set()
+        for match in _GLOBAL_OPCODES.finditer(raw):     # (read from the bytecode: see _global_reads)
+            i = match.start()
+            if i & 1 or raw[i] != _LOAD_GLOBAL:
+                continue
+            arg, k, shift = raw[i + 1], i - 2, 8
+            while k >= 0 and raw[k] == _EXTENDED_ARG:
+                arg |= raw[k + 1] << shift
+                k, shift = k - 2, shift + 8
+            if arg & 1:
+                called.add(names[arg >> _LOAD_GLOBAL_SHIFT])
+        known = _CALLED[id(code)] = (code, frozenset(called))
     return known[1]
 
 
