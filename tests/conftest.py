@@ -119,6 +119,22 @@ def stored_once(lib, fn_name, cache):
     return maker
 
 
+def replacement_retraces(lib, fn_name, replace):
+    """A LazyGraph of `lib.fn_name` equal to eager on new NumPy inputs, hitting, then after
+    `replace(lib)` (code replaced after the trace) equal again, having traced once more."""
+    import numpy as np
+    import lazytrace
+    lazy = lazytrace.trace_graph(getattr(lib, fn_name))
+    for replaced in (False, True):
+        if replaced:
+            replace(lib)
+        for _ in range(2):
+            x = np.random.rand(3)
+            np.testing.assert_array_equal(lazy(x), getattr(lib, fn_name)(x))
+    assert lazy.stats.traces == 2 and lazy.stats.hits == 2, lazy.stats
+    return lazy
+
+
 pytest_plugins = ["pytester"]
 
 

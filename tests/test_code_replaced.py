@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lazytrace
-from conftest import stored_once
+from conftest import replacement_retraces, stored_once
 
 torch = pytest.importorskip("torch")
 
@@ -102,17 +102,7 @@ def helpers_lib(temp_library):
 
 @pytest.mark.parametrize("case", REPLACEMENTS)
 def test_code_replaced_after_the_trace_traces_again(case, helpers_lib):
-    fn_name, replace = REPLACEMENTS[case]
-    lib = helpers_lib
-    lazy = lazytrace.trace_graph(getattr(lib, fn_name))
-    for _ in range(2):
-        x = np.random.rand(3)
-        np.testing.assert_array_equal(lazy(x), getattr(lib, fn_name)(x))
-    replace(lib)
-    for _ in range(2):
-        x = np.random.rand(3)
-        np.testing.assert_array_equal(lazy(x), getattr(lib, fn_name)(x))
-    assert lazy.stats.traces == 2 and lazy.stats.hits == 2, lazy.stats
+    replacement_retraces(helpers_lib, *REPLACEMENTS[case])
 
 
 def _doubled(x):
@@ -352,20 +342,14 @@ def test_many_helpers_of_a_module_checked_together(replace, temp_library):
     """Six or more places of one module are read by one itemgetter and compared as a tuple (==, in
     C); a class whose metaclass makes == answer True for another class is checked by `is`."""
     name, _ = temp_library(MANY)
-    lib = __import__(name)
-    lazy = lazytrace.trace_graph(lib.many)
-    for _ in range(2):
-        x = np.random.rand(3)
-        np.testing.assert_array_equal(lazy(x), lib.many(x))
-    graph = lazy.graph_for(x)
-    assert "_get" in graph.source and "['Gain'] is not" in graph.source, graph.source
-    if replace == "h3":
-        lib.h3 = lambda x: x * 0.0
-    else:
-        old, lib.Gain = lib.Gain, lib.EqualMeta("Gain", (), {"K": 7.0})
-        assert lib.Gain == old          # (a tuple comparison would take it for the same)
-    for _ in range(2):
-        x = np.random.rand(3)
-        np.testing.assert_array_equal(lazy(x), lib.many(x))
-    assert lazy.stats.traces == 2 and lazy.stats.hits == 2, lazy.stats
+
+    def replace_it(lib):
+        if replace == "h3":
+            lib.h3 = lambda x: x * 0.0
+        else:
+            old, lib.Gain = lib.Gain, lib.EqualMeta("Gain", (), {"K": 7.0})
+            assert lib.Gain == old          # (a tuple comparison would take it for the same)
+    lazy = replacement_retraces(__import__(name), "many", replace_it)
+    source = lazy.graph_for(np.random.rand(3)).source
+    assert "_get" in source and "['Gain'] is not" in source, source
     assert f"read was replaced: {name}.{replace}\n" in lazy.explain(), lazy.explain()
