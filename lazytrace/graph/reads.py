@@ -915,8 +915,9 @@ class PythonReads:
         self.stop = None            # the trace's own frame (set by start): walks of the stack end there at the latest
         self.other_thread = False   # a call was made from a thread other than the trace's (its stack has no `stop`)
         self.packages: set = set()  # top-level packages of the code seen, besides UNWATCHED ones
-        self.code_globals: set = set()  # (module name, global name) of globals holding code
-        self.code_values: dict = {}     # (id(namespace), name) -> (namespace, name, the code it held)
+        #: (id(namespace), name) -> (namespace, name, the code it held, module name): module globals
+        #: holding code (code_globals)
+        self.code_values: dict = {}
         #: (id(class namespace), name) -> (class, name, the code it held): methods, properties,
         #: class/static methods and nested classes of user classes the walk read or followed
         self.class_code: dict = {}
@@ -1012,7 +1013,7 @@ class PythonReads:
             self._defaults(fn)
 
     # the state of a walk that a remembered one restores (the rest is filled by its leaves)
-    _WALK_STATE = ("_codes", "_watched", "_done", "packages", "code_globals", "code_values", "class_code",
+    _WALK_STATE = ("_codes", "_watched", "_done", "packages", "code_values", "class_code",
                    "framework_functions", "modules", "_class_namespaces", "_imports", "_submodules_later",
                    "unbound")   # (copied)
 
@@ -1640,8 +1641,12 @@ class PythonReads:
         """A module global holding code the walk read (a helper, a class, `from torch import sin`):
         a graph checks it still holds that object (codegen.function_homes; a test's monkeypatch
         after the trace is seen), the persistent cache that it names the same code."""
-        self.code_globals.add((module, name))
-        self.code_values[(id(namespace), name)] = (namespace, name, value)
+        self.code_values[(id(namespace), name)] = (namespace, name, value, module)
+
+    @property
+    def code_globals(self) -> set:
+        """(module name, global name) of the module globals holding code that the walk read."""
+        return {(module, name) for _, name, _, module in self.code_values.values()}
 
     def _class_code(self, klass, namespace, name, value):
         """A user class's attribute holding code the walk read or followed (`Config.get`, a method
@@ -1921,7 +1926,7 @@ class PythonReads:
         for namespace, name in self.unbound.values():
             if name in namespace:
                 return f"global {name!r} of {namespace.get('__name__', '?')}"
-        for namespace, name, value in self.code_values.values():
+        for namespace, name, value, _ in self.code_values.values():
             if namespace.get(name, MISSING) is not value:
                 return f"global {name!r} of {namespace.get('__name__', '?')}"
         for klass, name, value in self.class_code.values():

@@ -1623,7 +1623,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     _calls_only(plan, session)
     reads = session.reads
     plan.packages = tuple(sorted(reads.packages))
-    plan.code_globals = tuple(sorted(reads.code_globals, key=str)) if reads.code_globals else ()
+    plan.code_globals = tuple(sorted(reads.code_globals, key=str)) if reads.code_values else ()
     plan.class_code = tuple([(klass, name) for klass, name, _ in reads.class_code.values()])
     plan.framework_functions = tuple([(m, n, f) for (m, n), f in reads.framework_functions.items()]) \
         if reads.framework_functions else ()

@@ -27,7 +27,7 @@ from types import MappingProxyType, ModuleType, SimpleNamespace
 
 from ..graph.ir import Kind, Node, Source, Value
 from ..graph.passes import Plan
-from ..graph.reads import SignedZero, read_global, read_state, read_unbound
+from ..graph.reads import _TYPE_MRO, SignedZero, read_global, read_state, read_unbound
 
 #: the calls a stored graph may make outside the framework: checks of a module's globals, of
 #: framework state read in Python
@@ -174,14 +174,14 @@ def _class_named(ref) -> type:
     return cls
 
 
-_TYPE_MRO, _TYPE_QUALNAME = vars(type)["__mro__"], vars(type)["__qualname__"]
+_TYPE_QUALNAME = vars(type)["__qualname__"]
 
 
 def _mro_names(cls) -> list:
     """'module:qualname' of the classes after `cls` in its MRO, read by type's own descriptors (no
     metaclass code runs): a class found again by its name whose bases differ (made again with
     others, `__bases__` set) looks its attributes up elsewhere than the stored checks read."""
-    return [f"{vars(k).get('__module__')}:{_TYPE_QUALNAME.__get__(k)}" for k in _TYPE_MRO.__get__(cls)[1:]]
+    return [f"{vars(k).get('__module__')}:{_TYPE_QUALNAME.__get__(k)}" for k in _TYPE_MRO(cls)[1:]]
 
 
 def _class_namespace(entry):
