@@ -335,8 +335,6 @@ def local_import(x):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="a helper's __code__ replaced in place (a hot reloader) is not checked: "
-                                       "the graph checks which function a global holds, not its code")
 def test_a_helpers_code_replaced_in_place_is_seen(temp_library):
     name, _ = temp_library(HELPERS_CODE.replace("{helpers}", "numpy"))
     lib = __import__(name)
@@ -348,8 +346,6 @@ def test_a_helpers_code_replaced_in_place_is_seen(temp_library):
     np.testing.assert_array_equal(lazy(x), lib.outer(x))
 
 
-@pytest.mark.xfail(strict=True, reason="which module sys.modules holds for an import in the function's body is "
-                                       "not checked, only that module's globals")
 def test_a_module_swapped_in_sys_modules_for_an_import_inside_is_seen(temp_library, monkeypatch):
     helpers, _ = temp_library("def inner(x):\n    return x * 2.0\n")
     other, _ = temp_library("def inner(x):\n    return x * 5.0\n")

@@ -13,8 +13,11 @@ import keyword
 import linecache
 import math
 import operator
+import os
 import re
+import site
 import sys
+import sysconfig
 import types
 
 from .ir import Kind, Source, Value
@@ -170,7 +173,8 @@ def generate(backend, plan: Plan, inputs: list[Value], output_structure, name: s
     if check_functions:
         homes = plan.function_homes if plan.function_homes is not None else function_homes(backend, plan)
         wrappers = {id(n.wrapper) for n in plan.nodes if n.wrapper is not None}
-        body[:0] = _replaced_function_checks(em, homes, wrappers)
+        held = plan.held_code if plan.held_code is not None else held_code(plan, homes)
+        body[:0] = _replaced_function_checks(em, homes, wrappers) + _replaced_code_checks(em, held)
     if plan.constant_state is not None:
         body[:0] = [f"if not ({test}): raise _GuardFailed({what!r})"
                     for test, what in backend.constant_checks(plan.constant_state, em._const)]
@@ -224,19 +228,23 @@ class Checked:
     once, while it traces, so these run here at every call. Other attributes are the body's
     (`choice` ...)."""
 
-    __slots__ = ("fn", "_items", "_homes")
+    __slots__ = ("fn", "_items", "_homes", "_held")
 
-    def __init__(self, fn, checks: list, homes=()):
+    def __init__(self, fn, checks: list, homes=(), held=()):
         self.fn = fn
         self._items = [(index, node.target, tuple(a.obj if isinstance(a, Value) else a for a in node.args),
                         node.expected) for index, node in checks]
         self._homes = tuple((namespace, attribute, func, f"{module_name}.{attribute}")
                             for module_name, namespace, attribute, func in homes)
+        self._held = held
 
     def __call__(self, *leaves):
         for namespace, attribute, func, name in self._homes:
             if namespace.get(attribute, MISSING) is not func:
                 raise GuardFailed(f"code the traced function read was replaced: {name}")
+        for func, code in self._held:
+            if func.__code__ is not code:
+                raise GuardFailed(replaced_code(self._held))
         for index, reader, args, expected in self._items:
             if expected != reader(*args):
                 raise GuardFailed(index)
@@ -388,6 +396,10 @@ def function_homes(backend, plan: Plan) -> tuple:
         func = namespace.get(attribute)
         if func is not None:
             homes.append((f"{klass.__module__}.{klass.__qualname__}", namespace, attribute, func))
+    for name in plan.imported:      # `import helpers as h` in a function body: sys.modules swapped later
+        module = modules.get(name)
+        if module is not None and _watched_code(module):
+            homes.append(("sys.modules", modules, name, module))
     return tuple(homes)
 
 
@@ -475,7 +487,8 @@ def _replaced_function_checks(em, homes, wrappers=frozenset()) -> list[str]:
         alone = [(attribute, alias) for attribute, alias, func in pairs if (attribute, func) not in together]
         tests += [f"{name}[{attribute!r}] is not {alias}" for attribute, alias in alone]
         checked = f": {len(together)} names in _get{i}" if together else ""
-        em.comments.append(f"{name}: {'globals' if type(namespace) is dict else 'attributes'} of {module_name}{checked}")
+        what = "entries" if namespace is sys.modules else "globals" if type(namespace) is dict else "attributes"
+        em.comments.append(f"{name}: {what} of {module_name}{checked}")
         lines.append(f"if {' or '.join(tests)}: raise _GuardFailed(_replaced({i}))")
     if lines:   # one deleted since (`del Sub.scale`, eager finds Base.scale; monkeypatch.delattr): a miss,
         # not a KeyError from the graph (a try costs nothing in Python 3.11 until it catches)
@@ -485,6 +498,81 @@ def _replaced_function_checks(em, homes, wrappers=frozenset()) -> list[str]:
 
 
 _TOGETHER = 6   # from this many objects of a namespace on, one itemgetter and a tuple comparison
+
+
+def held_code(plan: Plan, homes: tuple) -> tuple:
+    """(function, its __code__) for each function of the user's that the graph's homes and
+    closure-variable checks hold, taken with the homes (when the graph is made): a reloader
+    replaces a function's code in place (IPython's %autoreload sets `__code__` of the functions
+    other modules imported by name, and of a class's methods; jurigged too), which no check of
+    which object a place holds sees. Code of installed distributions and of the standard library
+    (site-packages, the stdlib directory) is taken as fixed, as the frameworks' own: kornia's ~10
+    helpers per graph cost nothing at a hit."""
+    held, seen = [], set()
+    objs = [func for _, _, _, func in homes]
+    for node in plan.nodes:     # closure variables and attributes holding code, checked by identity
+        if node.kind is Kind.GUARD:
+            same = node.expected[1] if type(node.expected) is tuple and len(node.expected) == 3 else node.expected
+            obj = getattr(same, "obj", None) if type(same).__name__.startswith("_Same") else None
+            if obj is not None:
+                objs.append(obj)
+    for obj in objs:
+        for func in _functions_of(obj):
+            # (_watched_code_of: _watched_code's memo would keep a function held by a closure alive)
+            if id(func) not in seen and _edited_here(func.__code__.co_filename) and _watched_code_of(func):
+                seen.add(id(func))
+                held.append((func, func.__code__))
+    return tuple(held)
+
+
+def _functions_of(obj) -> tuple:
+    """The Python functions a held object runs: itself, a static or class method's, a property's
+    accessors, a bound method's or a partial's function."""
+    if isinstance(obj, (staticmethod, classmethod, types.MethodType)):
+        obj = obj.__func__
+    elif isinstance(obj, functools.partial):
+        obj = obj.func
+    elif isinstance(obj, property):
+        return tuple(f for f in (obj.fget, obj.fset, obj.fdel) if type(f) is types.FunctionType)
+    return (obj,) if type(obj) is types.FunctionType else ()
+
+
+@functools.lru_cache(maxsize=1024)
+def _edited_here(filename: str) -> bool:
+    """Whether code of this file may be edited while a program runs: not under an installation
+    directory (site-packages, the standard library)."""
+    return not os.path.realpath(filename).startswith(_installed())
+
+
+@functools.cache
+def _installed() -> tuple:
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    dirs.add(site.getusersitepackages())
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs if d)
+
+
+def _replaced_code_checks(em, held) -> list[str]:
+    """A line testing that each function of held_code still runs its code (~30 ns a function;
+    _TOGETHER or more: one map of an attrgetter, compared as a tuple in C)."""
+    if not held:
+        return []
+    em.namespace["_replaced_code"] = functools.partial(replaced_code, held)
+    if len(held) >= _TOGETHER:
+        em.namespace["_held_functions"] = tuple(func for func, _ in held)
+        em.namespace["_held_code"] = tuple(code for _, code in held)
+        em.namespace["_code_of"] = operator.attrgetter("__code__")
+        test = "tuple(map(_code_of, _held_functions)) != _held_code"
+    else:
+        test = " or ".join(f"{em._const(func)}.__code__ is not {em._const(code)}" for func, code in held)
+    em.comments.append(f"code of {len(held)} functions of the user's, replaced in place by a reloader: _replaced_code")
+    return [f"if {test}: raise _GuardFailed(_replaced_code())"]
+
+
+def replaced_code(held) -> str:
+    names = ", ".join(f"{func.__module__}.{func.__qualname__}" for func, code in held if func.__code__ is not code)
+    return f"code the traced function ran was replaced in place (a reloader such as IPython's %autoreload): {names}"
 
 
 def replaced(table, i: int) -> str:

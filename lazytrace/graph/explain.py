@@ -42,14 +42,15 @@ class TraceRecord:
     def cause(self) -> str:
         """What made this trace happen, in a few words."""
         if self.nearest is None:
-            return "the first call"
+            return f"the first call ({self.reason})" if self.reason else "the first call"
         if self.changes:
             return "; ".join(str(c) for c in self.changes)
         return self.reason or f"the same signature as trace {self.nearest}"
 
     def __str__(self):
         if self.nearest is None:
-            return f"trace {self.number}: first call with {format_signature(self.signature)}"
+            failed = f" (a loaded graph missed: {self.reason})" if self.reason else ""
+            return f"trace {self.number}: first call with {format_signature(self.signature)}{failed}"
         return f"trace {self.number} (nearest earlier: trace {self.nearest}): {self.cause}"
 
 
@@ -133,6 +134,6 @@ def record(number: int, signature: dict, earlier, reason: str | None = None) -> 
         changes = diff(previous.signature, signature)
         if best is None or len(changes) <= len(best[1]):
             best = (previous, changes)
-    if best is None:
-        return TraceRecord(number, signature, None, ())
+    if best is None:        # (a reason here: a graph loaded from the persistent cache missed)
+        return TraceRecord(number, signature, None, (), reason)
     return TraceRecord(number, signature, best[0].number, best[1], reason)

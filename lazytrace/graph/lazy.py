@@ -606,8 +606,10 @@ class LazyGraph:
         with self._lock:
             if self._undescribed is not None:
                 self._describe_pending()
-            if failed is not None:
+            if failed is not None:      # (a graph loaded from the persistent cache: on its first trace too)
                 reason = self._guard_text(*failed)
+            elif not self._history:
+                reason = None
             elif key in self._traced_keys:
                 reason = (f"this signature was traced before and left the cache (max_signatures="
                           f"{self.max_signatures}, or clear())")

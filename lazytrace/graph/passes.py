@@ -50,11 +50,13 @@ class Plan:
     packages: tuple = ()                          # top-level packages whose Python code the trace ran
     code_globals: tuple = ()                      # (module, name) of globals holding code it read
     class_code: tuple = ()                        # (class, name) of user class attributes holding code it read
+    imported: tuple = ()                          # names of the user's modules its code imported in a function body
     framework_functions: tuple = ()               # (module, name, function) of framework functions its code read
     modules: tuple = ()                           # names of the modules whose Python code it ran (not UNWATCHED)
     reads_environment: bool = False               # its Python code read os.environ / os.getenv
     constant_state: object = None                 # state its constants were computed under (Backend.constant_state)
     function_homes: tuple | None = None           # where its functions were found (codegen.function_homes)
+    held_code: tuple | None = None                # (function, its code) of the user's code it ran (codegen.held_code)
 
 
 def plan(trace: TraceResult, final_versions: dict) -> Plan:

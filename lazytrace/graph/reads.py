@@ -935,6 +935,7 @@ class PythonReads:
         self.defaults: list = []    # (function, expected): defaults that can change in place (a list, a dict ...)
         self.objects: dict = {}     # id(obj) -> (obj, expected attributes)
         self._imports: list = []    # (level, module, attributes, namespace, depth): see settle
+        self.imported: dict = {}    # names of the user's modules the code imported in its body (keys, in order)
         self._submodules_later: list = []   # (framework module, attributes) through a submodule not imported yet
         self.unbound: dict = {}     # (id(namespace), name) -> (namespace, name): globals unset when first seen
         self.generators: dict = {}  # id(generator) -> (generator, its state when first seen)
@@ -1015,7 +1016,7 @@ class PythonReads:
     # the state of a walk that a remembered one restores (the rest is filled by its leaves)
     _WALK_STATE = ("_codes", "_watched", "_done", "packages", "code_values", "class_code",
                    "framework_functions", "modules", "_class_namespaces", "_imports", "_submodules_later",
-                   "unbound")   # (copied)
+                   "unbound", "imported")   # (copied)
 
     def _remember(self, fn):
         """Keep this walk (start) of `fn` for its next trace (its own __code__, __wrapped__ ... are
@@ -1549,6 +1550,8 @@ class PythonReads:
         module = seen(_get, sys.modules, name)
         if module is MISSING or module is None:
             return False
+        if name.partition(".")[0] not in UNWATCHED:     # which module sys.modules holds is checked
+            self.imported[name] = None                   # (codegen.function_homes)
         seen(_kind, module), seen(_attr, module, "__name__")     # (what _process_read reads)
         self._module_reads(module, name, attributes[:-1] if attributes[-1] == _STORED else attributes, depth)
         return True

@@ -121,6 +121,7 @@ class Template:
         self.plan, self.backend, self.name = plan, backend, name
         self.described = None       # {argument path: description} of its signature, made at the first adoption
         plan.function_homes = codegen.function_homes(backend, plan)
+        plan.held_code = codegen.held_code(plan, plan.function_homes)
         self._generated = None
         self._lock = threading.Lock()
 
@@ -287,7 +288,7 @@ def rebind(plan: Plan, mapped, held: frozenset, deep=False) -> Plan:
                 pruned=[stripped(n) for n in plan.pruned], untraceable=plan.untraceable,
                 visible_effects=plan.visible_effects, inputs=[value(v) for v in plan.inputs],
                 output_structure=sub(plan.output_structure), packages=plan.packages,
-                code_globals=plan.code_globals, class_code=plan.class_code,
+                code_globals=plan.code_globals, class_code=plan.class_code, imported=plan.imported,
                 framework_functions=plan.framework_functions,
                 modules=plan.modules, reads_environment=plan.reads_environment,
                 constant_state=plan.constant_state, function_homes=None)

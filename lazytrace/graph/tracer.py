@@ -1625,6 +1625,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
     plan.packages = tuple(sorted(reads.packages))
     plan.code_globals = tuple(sorted(reads.code_globals, key=str)) if reads.code_values else ()
     plan.class_code = tuple([(klass, name) for klass, name, _ in reads.class_code.values()])
+    plan.imported = tuple(reads.imported)
     plan.framework_functions = tuple([(m, n, f) for (m, n), f in reads.framework_functions.items()]) \
         if reads.framework_functions else ()
     plan.reads_environment = reads.environment or reads.machine
@@ -1662,6 +1663,8 @@ def _call_alone(node) -> Node:
 def make_graph(backend, plan, *, name, key, signature, original, options, extra=None, state=None) -> Graph:
     """A Graph over a plan (from a trace, or loaded from the persistent cache)."""
     plan.function_homes = codegen.function_homes(backend, plan)
+    plan.held_code = codegen.held_code(plan, plan.function_homes)
+
     def build():    # code generation waits for the first replay: the first call pays only the trace
         compiler = options.return_backend_traced_fn
         if compiler:
@@ -1688,7 +1691,8 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
             gfn.__globals__["__warningregistry__"] = registry
         if compiler:
             homes = plan.function_homes if plan.function_homes is not None else codegen.function_homes(backend, plan)
-            gfn = codegen.Checked(compiled, checks, homes) if checks or homes else compiled
+            held = plan.held_code if plan.held_code is not None else codegen.held_code(plan, homes)
+            gfn = codegen.Checked(compiled, checks, homes, held) if checks or homes or held else compiled
         return source, gfn, constants, aliases
 
     return Graph(name=name, build=build, key=key, signature=signature, original=original, plan=plan,

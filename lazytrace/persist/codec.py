@@ -472,7 +472,7 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
            "folded": plan.folded, "pruned": [_name(n.target) for n in plan.pruned],
            "visible_effects": plan.visible_effects, "packages": list(plan.packages),
            "code_globals": [list(pair) for pair in plan.code_globals], "class_code": _class_code(plan),
-           "modules": list(plan.modules),
+           "modules": list(plan.modules), "imported": list(plan.imported),
            "framework_functions": [[m, n] for m, n, _ in plan.framework_functions]}
     return doc, enc.arrays
 
@@ -558,12 +558,15 @@ def _decode(backend, doc, arrays):
     modules = tuple(_list(doc["modules"]))
     if not all(type(m) is str and all(part.isidentifier() for part in m.split(".")) for m in modules):
         raise CorruptEntry("malformed module names")
+    imported = tuple(_list(doc["imported"]))
+    if not all(type(m) is str and all(part.isidentifier() for part in m.split(".")) for m in imported):
+        raise CorruptEntry("malformed imported module names")
     plan = Plan(nodes, constants, {dec.value(r) for r in _list(doc["cloned"])},
                 folded=int(doc["folded"]),
                 pruned=[SimpleNamespace(target=SimpleNamespace(__qualname__=str(name)))
                         for name in _list(doc["pruned"])],
                 visible_effects=bool(doc["visible_effects"]), inputs=inputs, output_structure=dec(doc["outputs"]),
-                packages=packages, code_globals=code_globals, class_code=class_code, modules=modules,
+                packages=packages, code_globals=code_globals, class_code=class_code, modules=modules, imported=imported,
                 framework_functions=tuple((m, n, _global_now(m, n)) for m, n in framework_functions))
     return plan  # (a framework function of a module not imported yet holds None: unchanged() decides)
 

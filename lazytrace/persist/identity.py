@@ -29,7 +29,7 @@ from . import versions
 from .codec import NotStorable
 
 #: bumped whenever the stored description of a graph changes meaning
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 
 
 def function_identity(fn) -> dict:
