@@ -1,14 +1,13 @@
 """What a cache hit pays for the check that the user's helpers still run the code they were traced
 with (a reloader such as IPython's %autoreload replaces `__code__` in place: codegen.held_code), in
 one run: the same function's LazyGraph with the check and with it left out, for 1, 3 and 8 helpers
-(8: one map of an attrgetter compared as a tuple), on NumPy and torch arrays of 3 numbers, where a
+(one `f.__code__ is not c` test each), on NumPy and torch arrays of 3 numbers, where a
 hit costs most relative to the work.
 
     .venv/bin/python benchmarks/code_checks.py [--repeat 21] [--number 2000]
 
 Prints the median per-call time of each (interleaved) and their difference. Kornia's graphs check
 no code (its code is installed: site-packages), so its figures do not move."""
-import argparse
 import importlib
 import statistics
 import sys
@@ -16,9 +15,8 @@ import tempfile
 import timeit
 from pathlib import Path
 
-import numpy as np
-
 import lazytrace
+from hit_after_change import hit_options, small_arrays
 
 
 def _module(helpers: int):
@@ -46,16 +44,7 @@ def _lazy(fn, x, checked: bool):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=21)
-    parser.add_argument("--number", type=int, default=2000)
-    ns = parser.parse_args(argv)
-    arrays = {"numpy": np.ones(3)}
-    try:
-        import torch
-        arrays["torch"] = torch.ones(3)
-    except ImportError:
-        pass
+    ns, arrays = hit_options(__doc__, argv), small_arrays()
     for helpers in (1, 3, 8):
         module = _module(helpers)
         for name, x in arrays.items():

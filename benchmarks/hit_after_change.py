@@ -28,17 +28,27 @@ def gained(x):
     return x * GAIN
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def hit_options(doc: str, argv=None):
+    """--repeat and --number of a benchmark of cache hits on small arrays (also code_checks.py's)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--number", type=int, default=2000)
-    ns = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def small_arrays() -> dict:
+    """{framework: an array of 3 ones}: NumPy, and torch where installed."""
     arrays = {"numpy": np.ones(3)}
     try:
         import torch
         arrays["torch"] = torch.ones(3)
     except ImportError:
         pass
+    return arrays
+
+
+def main(argv=None):
+    ns, arrays = hit_options(__doc__, argv), small_arrays()
     global SCALE
     for name, x in arrays.items():
         SCALE = 2.0

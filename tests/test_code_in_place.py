@@ -138,15 +138,14 @@ class Block(torch.nn.Module):
     assert block.forward.stats.guard_failures == 1 and "Block.act" in block.forward.explain()
 
 
-def test_many_helpers_are_checked_together_and_one_replaced_is_seen(temp_library):
+def test_many_helpers_are_checked_and_the_one_replaced_is_named(temp_library):
     source = "import numpy as np\n" + "".join(f"def h{i}(x):\n    return x + {i}.0\n" for i in range(8)) + \
         "def run(x):\n    x = np.sin(x)\n" + "".join(f"    x = h{i}(x)\n" for i in range(8)) + "    return x\n"
     name, _ = temp_library(source)
     lib = importlib.import_module(name)
     lazy = _traced(lib.run)
     (graph,) = lazy.graphs
-    source = graph.source
-    assert "tuple(map(_code_of, _held_functions)) != _held_code" in source
+    assert graph.source.count(".__code__ is not ") == 8      # the helpers (run's own: LazyGraph checks it)
     lib.h5.__code__ = (lambda x: x * 100.0).__code__
     x = np.random.rand(4)
     np.testing.assert_array_equal(lazy(x), lib.run(x))

@@ -554,18 +554,12 @@ def _installed() -> tuple:
 
 
 def _replaced_code_checks(em, held) -> list[str]:
-    """A line testing that each function of held_code still runs its code (~30 ns a function;
-    _TOGETHER or more: one map of an attrgetter, compared as a tuple in C)."""
+    """A line testing that each function of held_code still runs its code (~35 ns a function; a
+    tuple of them made by map and an attrgetter costs more: 590 against 285 ns for 8)."""
     if not held:
         return []
     em.namespace["_replaced_code"] = functools.partial(replaced_code, held)
-    if len(held) >= _TOGETHER:
-        em.namespace["_held_functions"] = tuple(func for func, _ in held)
-        em.namespace["_held_code"] = tuple(code for _, code in held)
-        em.namespace["_code_of"] = operator.attrgetter("__code__")
-        test = "tuple(map(_code_of, _held_functions)) != _held_code"
-    else:
-        test = " or ".join(f"{em._const(func)}.__code__ is not {em._const(code)}" for func, code in held)
+    test = " or ".join(f"{em._const(func)}.__code__ is not {em._const(code)}" for func, code in held)
     em.comments.append(f"code of {len(held)} functions of the user's, replaced in place by a reloader: _replaced_code")
     return [f"if {test}: raise _GuardFailed(_replaced_code())"]
 
