@@ -146,7 +146,7 @@ def test_many_helpers_are_checked_together_and_one_replaced_is_seen(temp_library
     lazy = _traced(lib.run)
     (graph,) = lazy.graphs
     source = graph.source
-    assert "tuple(map(_code_of, _held_functions)) != _held_code" in source
+    assert source.count(".__code__ is not") == 8     # (inline: faster than a map of an attrgetter, red team 21)
     lib.h5.__code__ = (lambda x: x * 100.0).__code__
     x = np.random.rand(4)
     np.testing.assert_array_equal(lazy(x), lib.run(x))

@@ -610,31 +610,20 @@ def _installed() -> tuple:
 
 
 def _replaced_code_checks(em, held) -> list[str]:
-    """A line testing that each function of held_code still runs its code (~30 ns a function;
-    _TOGETHER or more: one map of an attrgetter, compared as a tuple in C), and one that those
+    """A line testing that each function of held_code still runs its code, and one that those
     with default values still have them (`helper.__defaults__ = (3.0,)`: baked into the graph as
-    constants), by identity."""
+    constants), by identity: `k0.__code__ is not k1 or ...`, ~37 ns a function here. (Not one map
+    of an attrgetter compared as a tuple, as _replaced_function_checks does with an itemgetter:
+    an attrgetter call per function costs more than the specialized attribute read, 558 against
+    295 ns for 8 functions, 1.65 against 1.04 us for 30; red team 21.)"""
     if not held:
         return []
     em.namespace["_replaced_code"] = functools.partial(replaced_code, held)
-    if len(held) >= _TOGETHER:
-        em.namespace["_held_functions"] = tuple(func for func, _, _ in held)
-        em.namespace["_held_code"] = tuple(code for _, code, _ in held)
-        em.namespace["_code_of"] = operator.attrgetter("__code__")
-        test = "tuple(map(_code_of, _held_functions)) != _held_code"
-    else:
-        test = " or ".join(f"{em._const(func)}.__code__ is not {em._const(code)}" for func, code, _ in held)
+    test = " or ".join(f"{em._const(func)}.__code__ is not {em._const(code)}" for func, code, _ in held)
     lines = [f"if {test}: raise _GuardFailed(_replaced_code())"]
-    tests = []
-    for i, name in enumerate(("__defaults__", "__kwdefaults__")):
-        having = [(func, defaults[i]) for func, _, defaults in held if defaults is not None and defaults[i] is not None]
-        if len(having) >= _TOGETHER:
-            em.namespace["_is_not"] = operator.is_not
-            em.namespace[f"_held{name}"] = tuple(func for func, _ in having), tuple(value for _, value in having)
-            em.namespace[f"_get{name}"] = operator.attrgetter(name)
-            tests.append(f"any(map(_is_not, map(_get{name}, _held{name}[0]), _held{name}[1]))")
-        else:
-            tests += [f"{em._const(func)}.{name} is not {em._const(value)}" for func, value in having]
+    tests = [f"{em._const(func)}.{name} is not {em._const(defaults[i])}" for func, _, defaults in held
+             if defaults is not None for i, name in enumerate(("__defaults__", "__kwdefaults__"))
+             if defaults[i] is not None]
     if tests:
         lines.append(f"if {' or '.join(tests)}: raise _GuardFailed(_replaced_code())")
     em.comments.append(f"code of {len(held)} functions of the user's, replaced in place by a reloader: _replaced_code")
