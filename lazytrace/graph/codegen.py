@@ -242,9 +242,8 @@ class Checked:
         for namespace, attribute, func, name in self._homes:
             if namespace.get(attribute, MISSING) is not func:
                 raise GuardFailed(f"code the traced function read was replaced: {name}")
-        for func, code in self._held:
-            if func.__code__ is not code:
-                raise GuardFailed(replaced_code(self._held))
+        if self._held and held_changed(self._held):
+            raise GuardFailed(replaced_code(self._held))
         for index, reader, args, expected in self._items:
             if expected != reader(*args):
                 raise GuardFailed(index)
@@ -500,29 +499,79 @@ def _replaced_function_checks(em, homes, wrappers=frozenset()) -> list[str]:
 _TOGETHER = 6   # from this many objects of a namespace on, one itemgetter and a tuple comparison
 
 
-def held_code(plan: Plan, homes: tuple) -> tuple:
-    """(function, its __code__) for each function of the user's that the graph's homes and
-    closure-variable checks hold, taken with the homes (when the graph is made): a reloader
-    replaces a function's code in place (IPython's %autoreload sets `__code__` of the functions
-    other modules imported by name, and of a class's methods; jurigged too), which no check of
-    which object a place holds sees. Code of installed distributions and of the standard library
-    (site-packages, the stdlib directory) is taken as fixed, as the frameworks' own: kornia's ~10
-    helpers per graph cost nothing at a hit."""
-    held, seen = [], set()
+def held_code(plan: Plan, homes: tuple, root=None) -> tuple:
+    """(function, its __code__, (its __defaults__, __kwdefaults__) or None) for each function of
+    the user's that the graph's homes and closure-variable checks hold, taken with the homes (when
+    the graph is made): a reloader replaces a function's code in place (IPython's %autoreload sets
+    `__code__` and `__defaults__` of the functions other modules imported by name, and of a class's
+    methods; jurigged too), which no check of which object a place holds sees. Code of installed
+    distributions and of the standard library (site-packages, the stdlib directory) is taken as
+    fixed, as the frameworks' own: kornia's ~10 helpers per graph cost nothing at a hit.
+    Followed from each (_followed): what a checked place does not hold but the function runs
+    without a check of its own, a decorated helper's inner function (`__wrapped__`, a wrapper's
+    closure cell, which is not checked: reads._rebindable), a closure's or a default value's
+    function; a function in a checked dict or list (`OPS["scale"]`, a guard's copy holds it);
+    and those of the traced function `root` (its own code and defaults LazyGraph checks)."""
     objs = [func for _, _, _, func in homes]
     for node in plan.nodes:     # closure variables and attributes holding code, checked by identity
         if node.kind is Kind.GUARD:
-            same = node.expected[1] if type(node.expected) is tuple and len(node.expected) == 3 else node.expected
-            obj = getattr(same, "obj", None) if type(same).__name__.startswith("_Same") else None
-            if obj is not None:
-                objs.append(obj)
-    for obj in objs:
-        for func in _functions_of(obj):
-            # (_watched_code_of: _watched_code's memo would keep a function held by a closure alive)
-            if id(func) not in seen and _edited_here(func.__code__.co_filename) and _watched_code_of(func):
-                seen.add(id(func))
-                held.append((func, func.__code__))
+            _same_objects(node.expected, objs, _HELD_DEPTH)
+    seen = set()
+    if type(root) is types.MethodType:
+        root = root.__func__
+    if type(root) is types.FunctionType:
+        seen.add(id(root))
+        objs += _followed(root)
+    held, funcs = [], [func for obj in objs for func in _functions_of(obj)]
+    for func in funcs:      # (grows as it goes: what each function found holds)
+        if id(func) in seen or len(seen) >= _HELD_MAX:
+            continue
+        seen.add(id(func))
+        # (_watched_code_of: _watched_code's memo would keep a function held by a closure alive)
+        own = _edited_here(func.__code__.co_filename) and _watched_code_of(func)
+        if own:
+            defaults = None if func.__defaults__ is None and func.__kwdefaults__ is None else \
+                (func.__defaults__, func.__kwdefaults__)
+            held.append((func, func.__code__, defaults))
+        funcs += [f for obj in _followed(func, own) for f in _functions_of(obj)]
     return tuple(held)
+
+
+_HELD_DEPTH = 4     # containers nested in a guard's value looked into for functions (`{"ops": [f]}`)
+_HELD_MAX = 512     # functions looked at per graph
+
+
+def _same_objects(expected, out: list, depth: int) -> None:
+    """The objects a guard's expected value compares by identity (tracer._Same), in the
+    containers it copied (a dict or list of functions read from a global)."""
+    tp = type(expected)
+    if tp.__name__.startswith("_Same"):
+        obj = getattr(expected, "obj", None)
+        if obj is not None:
+            out.append(obj)
+    elif depth and isinstance(expected, (tuple, list)):
+        for item in expected:
+            _same_objects(item, out, depth - 1)
+    elif depth and tp is dict:
+        for item in expected.values():
+            _same_objects(item, out, depth - 1)
+
+
+def _followed(func, own=True) -> list:
+    """What a function runs without a check of its own: the function it wraps (functools.wraps:
+    also an installed decorator's, `@torch.no_grad()`), and, for the user's own, the functions its
+    closure cells and default values hold."""
+    wrapped = vars(func).get("__wrapped__")
+    found = [] if wrapped is None else [wrapped]
+    if own:
+        for cell in func.__closure__ or ():
+            try:
+                found.append(cell.cell_contents)
+            except ValueError:      # not set yet
+                pass
+        found += func.__defaults__ or ()
+        found += (func.__kwdefaults__ or {}).values()
+    return found
 
 
 def _functions_of(obj) -> tuple:
@@ -534,7 +583,14 @@ def _functions_of(obj) -> tuple:
         obj = obj.func
     elif isinstance(obj, property):
         return tuple(f for f in (obj.fget, obj.fset, obj.fdel) if type(f) is types.FunctionType)
-    return (obj,) if type(obj) is types.FunctionType else ()
+    if type(obj) is types.FunctionType:
+        return (obj,)
+    try:        # a wrapper of C (lru_cache) or a callable object (anything a closure cell holds: a proxy ...)
+        attributes = getattr(obj, "__dict__", None) if callable(obj) else None
+    except Exception:       # noqa: BLE001 - an object's own __getattr__: nothing followed
+        return ()
+    wrapped = attributes.get("__wrapped__") if type(attributes) is dict else None
+    return (wrapped,) if type(wrapped) is types.FunctionType else ()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -554,19 +610,40 @@ def _installed() -> tuple:
 
 
 def _replaced_code_checks(em, held) -> list[str]:
-    """A line testing that each function of held_code still runs its code (~35 ns a function; a
-    tuple of them made by map and an attrgetter costs more: 590 against 285 ns for 8)."""
+    """A line testing that each function of held_code still runs its code, and one that those
+    with default values still have them (`helper.__defaults__ = (3.0,)`: baked into the graph as
+    constants), by identity: `k0.__code__ is not k1 or ...`, ~37 ns a function here. (Not one map
+    of an attrgetter compared as a tuple, as _replaced_function_checks does with an itemgetter:
+    an attrgetter call per function costs more than the specialized attribute read, 558 against
+    295 ns for 8 functions, 1.65 against 1.04 us for 30; red team 21.)"""
     if not held:
         return []
     em.namespace["_replaced_code"] = functools.partial(replaced_code, held)
-    test = " or ".join(f"{em._const(func)}.__code__ is not {em._const(code)}" for func, code in held)
+    test = " or ".join(f"{em._const(func)}.__code__ is not {em._const(code)}" for func, code, _ in held)
+    lines = [f"if {test}: raise _GuardFailed(_replaced_code())"]
+    tests = [f"{em._const(func)}.{name} is not {em._const(defaults[i])}" for func, _, defaults in held
+             if defaults is not None for i, name in enumerate(("__defaults__", "__kwdefaults__"))
+             if defaults[i] is not None]
+    if tests:
+        lines.append(f"if {' or '.join(tests)}: raise _GuardFailed(_replaced_code())")
     em.comments.append(f"code of {len(held)} functions of the user's, replaced in place by a reloader: _replaced_code")
-    return [f"if {test}: raise _GuardFailed(_replaced_code())"]
+    return lines
+
+
+def held_changed(held) -> bool:
+    """Whether a function of held_code runs other code or default values now."""
+    for func, code, defaults in held:
+        if func.__code__ is not code or defaults is not None and (
+                func.__defaults__ is not defaults[0] or func.__kwdefaults__ is not defaults[1]):
+            return True
+    return False
 
 
 def replaced_code(held) -> str:
-    names = ", ".join(f"{func.__module__}.{func.__qualname__}" for func, code in held if func.__code__ is not code)
-    return f"code the traced function ran was replaced in place (a reloader such as IPython's %autoreload): {names}"
+    names = ", ".join(f"{func.__module__}.{func.__qualname__}" for func, code, defaults in held
+                      if held_changed(((func, code, defaults),)))
+    return (f"code (or default values) the traced function ran was replaced in place (a reloader such as "
+            f"IPython's %autoreload): {names}")
 
 
 def replaced(table, i: int) -> str:

@@ -25,7 +25,7 @@ from types import FunctionType, MethodType
 
 from ..envflags import env_flag
 from . import explain, interpret
-from .codegen import GuardFailed
+from .codegen import GuardFailed, held_changed
 from .guards import MISS, compile_dispatch
 from .signature import Signature, Unkeyable
 from .tracer import NotTraceable, TraceOptions, _active, make_graph, trace
@@ -327,6 +327,8 @@ class LazyGraph:
 
     # ---- tracing ------------------------------------------------------------------
     def _miss(self, key, backends, entry, args, kwargs, failed=None, leaves=None):
+        if entry is not None and entry.graphs and entry.stored_data is None:
+            self._drop_replaced_code(entry)
         if entry is not None and len(entry.graphs) >= MAX_VARIANTS:
             last = f" (last: {self._guard_text(*failed)})" if failed else ""
             entry.eager_reason = (f"guards failed for {MAX_VARIANTS} traced variants: values read back "
@@ -366,6 +368,19 @@ class LazyGraph:
                 pass
         self.stats.calls -= 1       # (counted again by the call below)
         return self(*args, **kwargs)
+
+    def _drop_replaced_code(self, entry):
+        """Drop the variants whose user code was replaced in place since (codegen.held_code: a
+        reloader's edit): they fail at every call from now on, and each edit of a helper in an
+        `%autoreload` session would add one, so that MAX_VARIANTS edits made the signature eager
+        for good; nor are they stored again, under the new code's state."""
+        stale = [g for g in entry.graphs if g._plan.held_code and held_changed(g._plan.held_code)]
+        if stale:
+            with self._lock:
+                entry.graphs[:] = [g for g in entry.graphs if g not in stale]
+                entry.dispatch = None       # (made for the first graph, which may be gone)
+                entry.variants.clear()
+                self._fast = None
 
     def _adopt(self, shared, key, backends, leaves, args, kwargs):
         """Replay a graph another object of the same class and structure traced for this signature

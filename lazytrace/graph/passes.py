@@ -56,7 +56,8 @@ class Plan:
     reads_environment: bool = False               # its Python code read os.environ / os.getenv
     constant_state: object = None                 # state its constants were computed under (Backend.constant_state)
     function_homes: tuple | None = None           # where its functions were found (codegen.function_homes)
-    held_code: tuple | None = None                # (function, its code) of the user's code it ran (codegen.held_code)
+    held_code: tuple | None = None                # (function, its code, defaults) of the user's code it ran (codegen.held_code)
+    code_state: dict | None = None                # the code state it was traced (or stored) under (persist._encode)
 
 
 def plan(trace: TraceResult, final_versions: dict) -> Plan:

@@ -1663,7 +1663,7 @@ def _call_alone(node) -> Node:
 def make_graph(backend, plan, *, name, key, signature, original, options, extra=None, state=None) -> Graph:
     """A Graph over a plan (from a trace, or loaded from the persistent cache)."""
     plan.function_homes = codegen.function_homes(backend, plan)
-    plan.held_code = codegen.held_code(plan, plan.function_homes)
+    plan.held_code = codegen.held_code(plan, plan.function_homes, original)
 
     def build():    # code generation waits for the first replay: the first call pays only the trace
         compiler = options.return_backend_traced_fn
@@ -1691,7 +1691,7 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
             gfn.__globals__["__warningregistry__"] = registry
         if compiler:
             homes = plan.function_homes if plan.function_homes is not None else codegen.function_homes(backend, plan)
-            held = plan.held_code if plan.held_code is not None else codegen.held_code(plan, homes)
+            held = plan.held_code if plan.held_code is not None else codegen.held_code(plan, homes, original)
             gfn = codegen.Checked(compiled, checks, homes, held) if checks or homes or held else compiled
         return source, gfn, constants, aliases
 

@@ -216,7 +216,13 @@ def _encode(backend, plan) -> tuple[dict, dict]:
     of another package than the function's: an edit there must miss too) and what the globals
     holding code it read name (`ACT = torch.tanh if ... else torch.relu`, chosen at import)."""
     doc, arrays = codec.encode(backend, plan)
-    doc["code"] = identity.code_state(plan.packages, _code_globals(plan), plan.modules)
+    # taken at its first store (right after its trace) and kept: a variant stored again with a
+    # later one (its key's graphs are stored together) was traced under the code state of then,
+    # not under that of now (a helper rebound or its code replaced since: its checks fail here,
+    # but a process loading it under the new state would replay the old code)
+    if plan.code_state is None:
+        plan.code_state = identity.code_state(plan.packages, _code_globals(plan), plan.modules)
+    doc["code"] = plan.code_state
     return doc, arrays
 
 
@@ -246,8 +252,11 @@ def read_file(backend, data: bytes, ident: dict | None) -> list:
 
 def _plans(backend, data: bytes, content: dict, metadata: dict, ident: dict | None) -> list:
     """The plans of a file usable here: with `ident`, those whose code and module data are as now."""
-    return [plan for plan, doc, _ in _graphs(backend, data, ident, content, metadata)
-            if ident is None or unchanged(plan, doc.get("code"))]
+    plans = [(plan, doc) for plan, doc, _ in _graphs(backend, data, ident, content, metadata)
+             if ident is None or unchanged(plan, doc.get("code"))]
+    for plan, doc in plans:     # (stored again with a new variant: under the state it was traced under)
+        plan.code_state = doc.get("code")
+    return [plan for plan, _ in plans]
 
 
 def _graphs(backend, data: bytes, ident: dict | None, content=None, metadata=None) -> list[tuple]:
