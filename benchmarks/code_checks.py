@@ -1,5 +1,5 @@
 """What a cache hit pays for the check that the user's helpers still run the code they were traced
-with (a reloader such as IPython's %autoreload replaces `__code__` in place: codegen.held_code), in
+with (a reloader such as IPython's %autoreload replaces `__code__` in place: homes.held_code), in
 one run: the same function's LazyGraph with the check and with it left out, for 1, 3 and 8 helpers
 (one `f.__code__ is not c` test each), on NumPy and torch arrays of 3 numbers, where a
 hit costs most relative to the work.

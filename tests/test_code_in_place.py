@@ -1,7 +1,7 @@
 """Code replaced in place after a trace: a reloader (IPython's %autoreload, jurigged) sets the
 `__code__` of the functions it reloads, so a module that imported a helper by name, or a class
 whose method was edited, still holds the same function objects; eager runs the new code. A graph
-checks the code of the user's functions it ran (codegen.held_code) and traces again."""
+checks the code of the user's functions it ran (homes.held_code) and traces again."""
 import importlib
 import os
 import sys

@@ -3,7 +3,7 @@ swapping a helper): a module global holding a helper or a class, a helper of a h
 module, a method replaced on its class (reached through a global object, a class, an object made
 inside the call, a method's own helpers). Each case returned the traced code's result before
 session 20 (silently wrong); now the graph checks each place holding code by identity
-(codegen.function_homes) and the signature traces again."""
+(homes.function_homes) and the signature traces again."""
 import sys
 import types
 
@@ -268,7 +268,7 @@ def _tf_uses_helper(x):
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
 @pytest.mark.parametrize("what", ["helper", "method"])
 def test_jax_and_tensorflow_graphs_see_code_replaced(framework, what, monkeypatch):
-    """The checks are the backends' shared code (codegen.function_homes): JAX and TensorFlow
+    """The checks are the backends' shared code (homes.function_homes): JAX and TensorFlow
     graphs see a helper or a method replaced after the trace too."""
     pytest.importorskip(framework)
     if framework == "jax":

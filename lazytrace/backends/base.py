@@ -99,7 +99,7 @@ class Backend:
     internal_modules: tuple = ("lazytrace.",)   # module name prefixes of code that sees tracers as such
     #: packages whose API functions a graph does not name, because it records the calls below them
     #: (JAX's primitives under jnp.sin): replacing one the traced code read (`jnp.sin = f`,
-    #: `from jax.numpy import cos` rebound) is checked by the graph (codegen.function_homes)
+    #: `from jax.numpy import cos` rebound) is checked by the graph (homes.function_homes)
     api_below: tuple = ()
     #: types of the objects the traced function holds for arrays (tracers, or the arrays)
     tracked_types: tuple = ()
@@ -576,7 +576,7 @@ class Backend:
     def other_homes(self, func) -> tuple[str, ...]:
         """Other module attributes ('torch.special.expm1') holding the function call_syntax names
         by another ('torch._C._special.special_expm1'): user code may reach it through them, so a
-        graph checks that they still hold it (codegen.function_homes)."""
+        graph checks that they still hold it (homes.function_homes)."""
         return ()
 
     def qualified_name(self, func) -> str:

@@ -25,7 +25,8 @@ from types import FunctionType, MethodType
 
 from ..envflags import env_flag
 from . import explain, interpret
-from .codegen import GuardFailed, held_changed
+from .codegen import GuardFailed
+from .homes import held_changed
 from .guards import MISS, compile_dispatch
 from .signature import Signature, Unkeyable
 from .tracer import NotTraceable, TraceOptions, _active, make_graph, trace
@@ -370,7 +371,7 @@ class LazyGraph:
         return self(*args, **kwargs)
 
     def _drop_replaced_code(self, entry):
-        """Drop the variants whose user code was replaced in place since (codegen.held_code: a
+        """Drop the variants whose user code was replaced in place since (homes.held_code: a
         reloader's edit): they fail at every call from now on, and each edit of a helper in an
         `%autoreload` session would add one, so that MAX_VARIANTS edits made the signature eager
         for good; nor are they stored again, under the new code's state."""

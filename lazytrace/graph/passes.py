@@ -55,8 +55,8 @@ class Plan:
     modules: tuple = ()                           # names of the modules whose Python code it ran (not UNWATCHED)
     reads_environment: bool = False               # its Python code read os.environ / os.getenv
     constant_state: object = None                 # state its constants were computed under (Backend.constant_state)
-    function_homes: tuple | None = None           # where its functions were found (codegen.function_homes)
-    held_code: tuple | None = None                # (function, its code, defaults) of the user's code it ran (codegen.held_code)
+    function_homes: tuple | None = None           # where its functions were found (homes.function_homes)
+    held_code: tuple | None = None                # (function, its code, defaults) of the user's code it ran (homes.held_code)
     code_state: dict | None = None                # the code state it was traced (or stored) under (persist._encode)
 
 

@@ -37,7 +37,7 @@ way. `mod.NAME` of a module global (an imported config module) and `Cls.NAME` of
 global (each class of its MRO down to the one defining it) are guarded like globals. Not watched
 (docs/limits.md lists them): globals holding functions, classes or modules themselves (rebinding
 a function after the trace is not seen, unless it holds a framework function the graph calls:
-codegen.function_homes; stored graphs name them, persist/identity.py), code of the standard library, lazytrace, the
+homes.function_homes; stored graphs name them, persist/identity.py), code of the standard library, lazytrace, the
 frameworks and the tools listed in UNWATCHED, closure cells of functions seen only on the stack,
 and Python code that makes no framework call and is reached otherwise than by name or as a
 method of an object the walk reached (a function held in a list; the functions such a method's
@@ -1442,7 +1442,7 @@ class PythonReads:
     def _framework_function(self, module, attributes):
         """`jnp.sin` / `jax.nn.relu` read in user code: a function of a framework module (UNWATCHED,
         not the standard library), which a backend recording lower-level calls (JAX's primitives)
-        does not name; replacing it after the trace must be seen (codegen.function_homes)."""
+        does not name; replacing it after the trace must be seen (homes.function_homes)."""
         for i, attribute in enumerate(attributes):
             # (a module's __dict__ cannot be replaced; another object's can)
             space = vars(module) if isinstance(module, types.ModuleType) else self._seen(_vars, module)
@@ -1551,7 +1551,7 @@ class PythonReads:
         if module is MISSING or module is None:
             return False
         if name.partition(".")[0] not in UNWATCHED:     # which module sys.modules holds is checked
-            self.imported[name] = None                   # (codegen.function_homes)
+            self.imported[name] = None                   # (homes.function_homes)
         seen(_kind, module), seen(_attr, module, "__name__")     # (what _process_read reads)
         self._module_reads(module, name, attributes[:-1] if attributes[-1] == _STORED else attributes, depth)
         return True
@@ -1642,7 +1642,7 @@ class PythonReads:
 
     def _code_global(self, module, namespace, name, value):
         """A module global holding code the walk read (a helper, a class, `from torch import sin`):
-        a graph checks it still holds that object (codegen.function_homes; a test's monkeypatch
+        a graph checks it still holds that object (homes.function_homes; a test's monkeypatch
         after the trace is seen), the persistent cache that it names the same code."""
         self.code_values[(id(namespace), name)] = (namespace, name, value, module)
 

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from types import FunctionType, MethodType
 
 from . import codegen
+from .homes import function_homes, held_code
 from .ir import Graph, Node, Value
 from .passes import Plan
 from .tracer import _Same, _SameContents, _SameMethod
@@ -120,8 +121,8 @@ class Template:
     def __init__(self, plan: Plan, backend, name: str):
         self.plan, self.backend, self.name = plan, backend, name
         self.described = None       # {argument path: description} of its signature, made at the first adoption
-        plan.function_homes = codegen.function_homes(backend, plan)
-        plan.held_code = codegen.held_code(plan, plan.function_homes)
+        plan.function_homes = function_homes(backend, plan)
+        plan.held_code = held_code(plan, plan.function_homes)
         self._generated = None
         self._lock = threading.Lock()
 

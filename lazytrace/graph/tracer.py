@@ -32,6 +32,7 @@ from types import MethodType
 
 from ..backends import FRESH_ENTROPY, Backend, CallKind, foreign_rng_tokens, generator_state, get_backend
 from . import codegen, escapes, passes
+from .homes import function_homes, held_code
 from .display import shown_only
 from .ir import Graph, Kind, Node, Source, TraceResult, Value
 from .handlers import inside_except
@@ -1662,8 +1663,8 @@ def _call_alone(node) -> Node:
 
 def make_graph(backend, plan, *, name, key, signature, original, options, extra=None, state=None) -> Graph:
     """A Graph over a plan (from a trace, or loaded from the persistent cache)."""
-    plan.function_homes = codegen.function_homes(backend, plan)
-    plan.held_code = codegen.held_code(plan, plan.function_homes, original)
+    plan.function_homes = function_homes(backend, plan)
+    plan.held_code = held_code(plan, plan.function_homes, original)
 
     def build():    # code generation waits for the first replay: the first call pays only the trace
         compiler = options.return_backend_traced_fn
@@ -1690,8 +1691,8 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
         if type(registry) is dict:
             gfn.__globals__["__warningregistry__"] = registry
         if compiler:
-            homes = plan.function_homes if plan.function_homes is not None else codegen.function_homes(backend, plan)
-            held = plan.held_code if plan.held_code is not None else codegen.held_code(plan, homes, original)
+            homes = plan.function_homes if plan.function_homes is not None else function_homes(backend, plan)
+            held = plan.held_code if plan.held_code is not None else held_code(plan, homes, original)
             gfn = codegen.Checked(compiled, checks, homes, held) if checks or homes or held else compiled
         return source, gfn, constants, aliases
 
