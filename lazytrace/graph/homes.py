@@ -224,9 +224,10 @@ def _functions_of(obj) -> tuple:
         return tuple(f for f in (obj.fget, obj.fset, obj.fdel) if type(f) is types.FunctionType)
     if type(obj) is types.FunctionType:
         return (obj,)
-    try:        # a wrapper of C (lru_cache) or a callable object (anything a closure cell holds: a proxy ...)
-        attributes = getattr(obj, "__dict__", None) if callable(obj) else None
-    except Exception:       # noqa: BLE001 - an object's own __getattr__: nothing followed
+    try:        # a wrapper of C (lru_cache) or a callable object (anything a closure cell holds: a proxy ...),
+        # its __dict__ read without running its class's code (getattr would call a __getattr__)
+        attributes = object.__getattribute__(obj, "__dict__") if callable(obj) else None
+    except Exception:       # noqa: BLE001 - none (slots), or a descriptor of its own raised
         return ()
     wrapped = attributes.get("__wrapped__") if type(attributes) is dict else None
     return (wrapped,) if type(wrapped) is types.FunctionType else ()
