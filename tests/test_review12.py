@@ -742,6 +742,27 @@ def test_the_walk_of_a_functions_reads_calls_no_getattr_of_the_users():
     assert _GETATTR_CALLS == [] and lazy.stats.hits == 1
 
 
+class _AskedSlots:
+    __slots__ = ()      # (no __dict__: hasattr(obj, "__dict__") fell back to its __getattr__)
+    __getattr__, __call__ = _AskedCallable.__getattr__, _AskedCallable.__call__
+
+
+def test_the_walk_asks_no_getattr_of_a_closure_variable_of_slots():
+    """A callable object of slots held by a closure variable: whether it has a __dict__ (for its
+    attributes' checks) and what it wraps (the user's code a graph checks) are read without it."""
+    def make(helper):
+        def run(x):
+            return helper(x) * 2
+        return run
+    _GETATTR_CALLS.clear()
+    run = make(_AskedSlots())
+    lazy = lazytrace.trace_graph(run)
+    x = torch.rand(3)
+    for _ in range(2):
+        assert torch.equal(lazy(x), run(x))
+    assert _GETATTR_CALLS == [] and lazy.stats.hits == 1
+
+
 # -- text of a constant array feeding the computation follows the print options
 
 def _text_width(x):

@@ -767,6 +767,16 @@ def _get(mapping, key):
     return mapping.get(key, MISSING)
 
 
+def _has_dict(obj) -> bool:
+    """Whether an object has a __dict__, found without running its class's code (hasattr falls
+    back to a __getattr__ of the user's for an object of slots)."""
+    try:
+        object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return False
+    return True
+
+
 def _get_or_none(mapping, key):
     return mapping.get(key)
 
@@ -1795,7 +1805,7 @@ class PythonReads:
                 self._held_modules[id(obj)] = obj
             return ()
         if (id(obj) in self.objects or self._known(obj) or _is_code(obj)
-                or not (hasattr(obj, "__dict__") or dataclasses.is_dataclass(obj) or _slots(tp))
+                or not (_has_dict(obj) or dataclasses.is_dataclass(obj) or _slots(tp))
                 or tp.__module__.partition(".")[0] in UNWATCHED and tp not in _NAMESPACES):
             return ()
         self._methods(tp)
