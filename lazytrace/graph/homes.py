@@ -18,7 +18,7 @@ import types
 
 from .ir import Kind
 from .passes import Plan
-from .reads import UNWATCHED
+from .reads import UNWATCHED, instance_dict
 
 
 def function_homes(backend, plan: Plan) -> tuple:
@@ -224,10 +224,9 @@ def _functions_of(obj) -> tuple:
         return tuple(f for f in (obj.fget, obj.fset, obj.fdel) if type(f) is types.FunctionType)
     if type(obj) is types.FunctionType:
         return (obj,)
-    try:        # a wrapper of C (lru_cache) or a callable object (anything a closure cell holds: a proxy ...),
-        # its __dict__ read without running its class's code (getattr would call a __getattr__)
-        attributes = object.__getattribute__(obj, "__dict__") if callable(obj) else None
-    except Exception:       # noqa: BLE001 - none (slots), or a descriptor of its own raised
+    try:        # a wrapper of C (lru_cache) or a callable object (anything a closure cell holds: a proxy ...)
+        attributes = instance_dict(obj) if callable(obj) else None
+    except Exception:       # noqa: BLE001 - a descriptor of its own raised
         return ()
     wrapped = attributes.get("__wrapped__") if type(attributes) is dict else None
     return (wrapped,) if type(wrapped) is types.FunctionType else ()

@@ -767,14 +767,16 @@ def _get(mapping, key):
     return mapping.get(key, MISSING)
 
 
-def _has_dict(obj) -> bool:
-    """Whether an object has a __dict__, found without running its class's code (hasattr falls
-    back to a __getattr__ of the user's for an object of slots)."""
+def instance_dict(obj):
+    """An object's __dict__ or None, read without running its class's code where its class looks
+    attributes up as `object` does (getattr falls back to a __getattr__ of the user's for an object
+    of slots); others' own lookup is C code (`threading.local`: a __dict__ per thread)."""
     try:
-        object.__getattribute__(obj, "__dict__")
+        if type(obj).__getattribute__ is object.__getattribute__:
+            return object.__getattribute__(obj, "__dict__")
+        return getattr(obj, "__dict__", None)
     except AttributeError:
-        return False
-    return True
+        return None
 
 
 def _get_or_none(mapping, key):
@@ -1805,7 +1807,7 @@ class PythonReads:
                 self._held_modules[id(obj)] = obj
             return ()
         if (id(obj) in self.objects or self._known(obj) or _is_code(obj)
-                or not (_has_dict(obj) or dataclasses.is_dataclass(obj) or _slots(tp))
+                or not (instance_dict(obj) is not None or dataclasses.is_dataclass(obj) or _slots(tp))
                 or tp.__module__.partition(".")[0] in UNWATCHED and tp not in _NAMESPACES):
             return ()
         self._methods(tp)
