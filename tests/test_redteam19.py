@@ -3,7 +3,7 @@ traced function reads by itself through metaclasses, MROs with a standard-librar
 partials and static methods held in containers, __slots__ objects, modules held in containers,
 an object's __class__ set,
 and stored class checks whose class has other bases at load. Each fixed case was silently wrong
-on main (the traced value kept); the strict xfails are what is still not seen."""
+on main (the traced value kept); SEEN_SINCE_21 were strict xfails until session 21."""
 import abc
 import enum
 import functools
@@ -240,7 +240,7 @@ def _iterator():
     return (lambda x: x * next(values)), lambda: None
 
 
-NOT_SEEN = {
+SEEN_SINCE_21 = {
     "a class's __bases__ set": _bases_reassigned,
     "a class in a frozenset": _class_in_a_frozenset,
     "a class held by an enum member": _class_held_by_an_enum,
@@ -250,7 +250,7 @@ NOT_SEEN = {
 
 @pytest.mark.parametrize("where", ["closure", "object attribute", "generator"])
 def test_an_iterator_the_function_reaches_makes_it_run_eagerly(where):
-    # session 19: was the last NOT_SEEN case (the graph returned the traced item at every call)
+    # session 19: was the last case not seen (the graph returned the traced item at every call)
     if where == "closure":
         f, _ = _iterator()
     elif where == "object attribute":
@@ -267,17 +267,24 @@ def test_an_iterator_the_function_reaches_makes_it_run_eagerly(where):
     assert any("iterator" in reason for reason in lazy.stats.reasons), lazy.stats.reasons
 
 
-@pytest.mark.xfail(strict=True, reason="not seen (session 19 red team): a class's __bases__ set, classes in sets or "
-                   "enum members and C-level class state (__subclasses__) "
-                   "are not checked; the graph keeps the traced value")
-@pytest.mark.parametrize("case", NOT_SEEN)
-def test_still_not_seen(case):
-    f, change = NOT_SEEN[case]()
+@pytest.mark.parametrize("case", SEEN_SINCE_21)
+def test_seen_since_session_21(case):
+    """Session 21: seen (were strict xfails, the graph kept the traced value): a class's MRO is
+    checked where the code read an attribute from a base (`c0.__mro__ is not k1`), the classes and
+    objects in a frozenset and held as an enum member's value are noted as those in a list are,
+    and a function calling `__subclasses__()` (what C code holds of a class) runs eagerly."""
+    f, change = SEEN_SINCE_21[case]()
     lazy = lazytrace.trace_graph(f)
     x = ARRAYS["torch"]()
     lazy(x), lazy(x)
     change()
     _equal(lazy(x), f(x))
+    _equal(lazy(x), f(x))
+    if "__subclasses__" in case:
+        assert lazy.stats.hits == 0 and lazy.stats.eager == 4, lazy.stats
+        assert any("__subclasses__" in reason for reason in lazy.stats.reasons), lazy.stats.reasons
+    else:
+        assert (lazy.stats.traces, lazy.stats.hits, lazy.stats.eager) == (2, 2, 0), lazy.stats
 
 
 SRC = '''
@@ -324,6 +331,23 @@ def test_a_stored_class_check_is_not_loaded_for_a_class_with_other_bases(fn, cha
     again = lazytrace.trace_graph(getattr(lib, fn), cache=cache)
     x = np.random.rand(2)
     _equal(again(x), getattr(lib, fn)(x))
+
+
+def test_a_loaded_graph_checks_the_bases_of_a_class_it_read_an_inherited_attribute_of(temp_library, tmp_path):
+    """`Sub.GAIN` found in Base: the graph checks Sub's MRO (`c0.__mro__ is not k1`, session 21),
+    stored as the class (found again with the same bases at load) and checked after a load too."""
+    name, _ = temp_library(SRC)
+    lib = __import__(name)
+    cache = tmp_path / "cache"
+    stored_once(lib, "inherited", cache)
+    again = lazytrace.trace_graph(lib.inherited, cache=cache)
+    x = np.random.rand(2)
+    _equal(again(x), lib.inherited(x))
+    assert again.stats.loaded == 1 and ".__mro__ is not " in again.graphs[0].source
+    lib.Sub.__bases__ = (lib.Other,)
+    for _ in range(2):
+        _equal(again(x), lib.inherited(x))
+    assert (again.stats.traces, again.stats.hits) == (1, 2), again.stats
 
 
 def _sin_plus_one_torch(x):

@@ -20,7 +20,7 @@ import types
 from .ir import Kind, Source, Value
 from .passes import Plan, output_values
 from .homes import function_homes, held_changed, held_code
-from .reads import MISSING, code_held, read_cell, read_context, read_global, read_unbound
+from .reads import MISSING, code_held, read_cell, read_context, read_global, read_mro, read_unbound
 
 _SINGLETONS = (True, False, None)
 
@@ -322,6 +322,8 @@ def _guard_line(node, em, index: int) -> str:
     if node.target is read_unbound and expected is True:
         namespace, names = em.expr(node.args[0]), sorted(node.args[1])   # read_unbound inline: no call
         return f"if {' or '.join(f'{name!r} in {namespace}' for name in names)}: raise _GuardFailed({index})"
+    if node.target is read_mro:     # the tuple type.__mro__ holds: the same object until __bases__ is set
+        return f"if {em.expr(node.args[0])}.__mro__ is not {em._const(expected)}: raise _GuardFailed({index})"
     call = em.call(node)
     if special_float(expected):
         em.namespace["_same_float"] = same_float

@@ -71,7 +71,7 @@ def function_homes(backend, plan: Plan) -> tuple:
         func = namespace.get(attribute) if type(namespace) is dict else None
         if func is not None and (id(namespace), attribute) not in taken and (
                 id(func) in seen or _watched_code(func) or api_below and _package(func) in api_below
-                or (module_name, attribute) in patched):
+                or (module_name, attribute) in patched or _standard_library(func) and _users(module_name)):
             taken.add((id(namespace), attribute))
             homes.append((module_name, namespace, attribute, func))
     for klass, attribute in plan.class_code:      # `Helpers.scale`, a method of an object a global holds
@@ -129,6 +129,21 @@ def _watched_code_of(value) -> bool:
         name = vars(value).get("__module__") if isinstance(value, type) else \
             getattr(value, "__module__", None) or type(value).__module__
     return str(name).partition(".")[0] not in UNWATCHED
+
+
+def _standard_library(value) -> bool:
+    """Whether a module global holds a standard-library module or function (`import math`): its
+    calls on Python numbers are baked into the graph (`math.sqrt(2.0)`), so the global rebound
+    (`mylib.math = fake_math`) must be seen."""
+    name = value.__name__ if isinstance(value, types.ModuleType) else _package(value)
+    return str(name).partition(".")[0] in sys.stdlib_module_names
+
+
+def _users(module_name: str) -> bool:
+    """Whether a module is the user's own: not of an installed distribution, whose globals holding
+    the standard library are taken as fixed, as its code is (held_code: kornia's `math`)."""
+    filename = getattr(sys.modules.get(module_name), "__file__", None)
+    return not isinstance(filename, str) or _edited_here(filename)
 
 
 def _package(func) -> str | None:

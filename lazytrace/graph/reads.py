@@ -219,32 +219,6 @@ def read_cell(cell):
     return type(value), value, _zero_sign(value)
 
 
-#: id(code) -> (code, the globals it calls by name)
-_CALLED: dict = {}
-
-
-def _called_globals(code) -> frozenset:
-    """The globals `code` loads to call them (`Net(2.0)`: LOAD_GLOBAL pushing the NULL of a call),
-    not those it passes (`isinstance(x, Net)`)."""
-    known = _CALLED.get(id(code))
-    if known is None or known[0] is not code:
-        if len(_CALLED) >= _CODE_INFO_SIZE:
-            _CALLED.clear()
-        raw, names, called = code.co_code, code.co_names, set()
-        for match in _GLOBAL_OPCODES.finditer(raw):     # (read from the bytecode: see _global_reads)
-            i = match.start()
-            if i & 1 or raw[i] != _LOAD_GLOBAL:
-                continue
-            arg, k, shift = raw[i + 1], i - 2, 8
-            while k >= 0 and raw[k] == _EXTENDED_ARG:
-                arg |= raw[k + 1] << shift
-                k, shift = k - 2, shift + 8
-            if arg & 1:
-                called.add(names[arg >> _LOAD_GLOBAL_SHIFT])
-        known = _CALLED[id(code)] = (code, frozenset(called))
-    return known[1]
-
-
 #: (id(code), name) -> (code, whether that closure variable of code's functions may be rebound)
 _REBINDABLE: dict = {}
 
@@ -390,6 +364,12 @@ def read_defaults(fn) -> tuple:
     return tuple(fn.__defaults__ or ()), tuple((fn.__kwdefaults__ or {}).items())
 
 
+def read_mro(cls) -> tuple:
+    """What a guard compares for a class whose attribute the code read from a base (`D.k` found in
+    A): its MRO, a new tuple once `__bases__` is set (codegen inlines it: `c0.__mro__ is not k1`)."""
+    return _TYPE_MRO(cls)
+
+
 def read_environment(environ) -> dict:
     """What a guard compares for a function whose code reads the process environment (`os.environ`,
     `os.getenv`; which variables is not known): all of it (~2 us for 50 variables)."""
@@ -397,7 +377,7 @@ def read_environment(environ) -> dict:
 
 
 READERS = (read_global, read_cell, read_attributes, read_defaults, read_state, read_unbound, read_environment,
-           read_context)
+           read_context, read_mro)
 
 # how views name each check, and how an explanation of a retrace says what failed
 read_global.label = lambda node: f"global {node.args[1]}"
@@ -410,6 +390,8 @@ read_attributes.describe = lambda node: "an attribute of an object the function 
 read_unbound.label = lambda node: f"unset globals {', '.join(sorted(node.args[1]))}"
 read_unbound.describe = lambda node: ("a global the function read while it did not exist (a builtin's name, "
                                       "a global set later) was set")
+read_mro.label = lambda node: f"bases of {node.args[0].meta.partition(':')[2]}"
+read_mro.describe = lambda node: f"the bases of {node.args[0].meta.partition(':')[2]} were set (__bases__)"
 read_state.label = lambda node: "framework state"
 read_state.describe = lambda node: f"the framework state {node.args[0].meta} changed"
 read_context.label = lambda node: f"context variable {node.args[0].obj.name}"
@@ -449,7 +431,7 @@ def _changeable(value) -> bool:
     return isinstance(value, tuple) and any(_changeable(x) for x in value)
 
 
-#: id(code) -> (code, its global reads, the code objects among its constants). By identity, and
+#: id(code) -> code_info(code). By identity, and
 #: holding the code object (so its id is not reused): hashing a code object walks its whole
 #: bytecode and constants (about 1 us for a kornia function), on every stack walk of every call
 _CODE_INFO: dict = {}
@@ -457,15 +439,16 @@ _CODE_INFO_SIZE = 8192
 
 
 def code_info(code) -> tuple:
-    """(code, global_reads(code), nested code objects, _import_reads(code)), computed once per
-    code object."""
+    """(code, global_reads(code), nested code objects, _import_reads(code), the global reads it
+    calls), computed once per code object."""
     entry = _CODE_INFO.get(id(code))
     if entry is None or entry[0] is not code:
         if len(_CODE_INFO) >= _CODE_INFO_SIZE:
             _CODE_INFO.clear()
-        entry = _CODE_INFO[id(code)] = (code, _global_reads(code),
+        reads, called = _global_reads(code)
+        entry = _CODE_INFO[id(code)] = (code, reads,
                                         tuple(c for c in code.co_consts if isinstance(c, types.CodeType)),
-                                        _import_reads(code))
+                                        _import_reads(code), called)
     return entry
 
 
@@ -537,11 +520,14 @@ _GLOBAL_OPCODES = re.compile(b"[" + b"".join(re.escape(bytes([op])) for op in (_
                                                                                  _DELETE_GLOBAL)) + b"]")
 
 
-def _global_reads(code) -> tuple[tuple[str, ...], ...]:
-    """global_reads, read from the bytecode directly: `dis.get_instructions` costs ~20x more, and
-    the first trace of a function reads dozens of new code objects. Instructions are 2 bytes
-    (opcode, argument): a match at an odd offset is an argument."""
-    raw, names, found, end = code.co_code, code.co_names, {}, len(code.co_code)
+def _global_reads(code) -> tuple[tuple, frozenset]:
+    """(global_reads, the chains of them the code calls): read from the bytecode directly:
+    `dis.get_instructions` costs ~20x more, and the first trace of a function reads dozens of new
+    code objects. Instructions are 2 bytes (opcode, argument): a match at an odd offset is an
+    argument. A chain is called where its LOAD_GLOBAL pushes the NULL of a call (`Net(2.0)`; a
+    global bound by an import statement pushes it for `models.Net(2.0)` too) or its last attribute
+    is read as a method (LOAD_METHOD; 3.12: LOAD_ATTR's low bit): `isinstance(x, models.Net)` is not."""
+    raw, names, found, called, end = code.co_code, code.co_names, {}, [], len(code.co_code)
     for match in _GLOBAL_OPCODES.finditer(raw):
         i = match.start()
         if i & 1:
@@ -553,7 +539,7 @@ def _global_reads(code) -> tuple[tuple[str, ...], ...]:
         if raw[i] != _LOAD_GLOBAL:
             found[(names[arg],)] = None
             continue
-        chain = (names[arg >> _LOAD_GLOBAL_SHIFT],)
+        chain, method = (names[arg >> _LOAD_GLOBAL_SHIFT],), arg & 1
         found[chain] = None
         j, extended = i + _SIZES[_LOAD_GLOBAL], 0
         while j < end:          # attribute reads on it, past inline caches and extended arguments
@@ -567,14 +553,18 @@ def _global_reads(code) -> tuple[tuple[str, ...], ...]:
                 continue
             if op == _STORE_ATTR:       # `config.LAST = value`: set, and checked, like a global
                 found[(*chain, names[arg])] = None
+                method = False
                 break
             if op != _LOAD_ATTR and op != _LOAD_METHOD:
                 break
             chain = (*chain, names[arg >> _LOAD_ATTR_SHIFT if op == _LOAD_ATTR else arg])
             found[chain] = None
+            method = method or op == _LOAD_METHOD or _LOAD_ATTR_SHIFT and arg & 1
+        if method:
+            called.append(chain)
     if "getattr" in names:
         found.update(dict.fromkeys(_getattr_reads(code)))
-    return tuple(found)
+    return tuple(found), frozenset(called)
 
 
 def _getattr_reads(code):
@@ -954,6 +944,7 @@ class PythonReads:
         self.iterators: dict = {}   # id -> (an iterator reached, its position then or None: `iterator`)
         self.states: dict = {}      # id(reader) -> (reader, what it reads, expected): framework state read
         self.contexts: dict = {}    # id(ContextVar) -> (the variable, expected read_context)
+        self.mros: dict = {}        # id(class) -> (a class whose attribute was read from a base, its MRO)
         self._checks = None         # while start() walks a function to remember: (reader, id, name) -> read
         self._leaves = None         # ... and the leaves it did (_leaf)
 
@@ -1334,6 +1325,9 @@ class PythonReads:
         elif kind & (_CLASS | _ENUM) == _CLASS:
             for chain in attribute_chains(code, name):
                 self._class_attribute(value, chain, depth)
+        elif kind & _ENUM:
+            for chain in attribute_chains(code, name):
+                self._enum_value(value, chain)
         elif not kind & _CODE and type(value) not in _IMMUTABLE_ATOMS:   # (most defaults: None, 1.0, "bilinear")
             self._leaf(PythonReads._bound_object, value)
 
@@ -1352,7 +1346,7 @@ class PythonReads:
         package = str("" if module_name is MISSING else module_name).partition(".")[0]
         if package in UNWATCHED or code.co_filename.startswith("<lazytrace"):   # a graph inlined here
             return
-        _, reads, nested, imports = code_info(code)
+        _, reads, nested, imports, called = code_info(code)
         self._watched.add(id(code))
         self.packages.add(package)
         if type(module_name) is str:
@@ -1360,8 +1354,11 @@ class PythonReads:
         if reads:
             self._reads(reads, namespace, depth)
             if depth < _CALLS and type(module_name) is str:
-                for name in _called_globals(code):      # `Net(2.0)`: its __init__ (not `isinstance(x, Net)`)
-                    value = namespace.get(name)
+                for chain in called:        # `Net(2.0)`: its __init__ (not `isinstance(x, Net)`)
+                    value = namespace.get(chain[0])
+                    for attribute in chain[1:]:         # `models.Net(2.0)`, through the user's modules
+                        value = vars(value).get(attribute) if isinstance(value, types.ModuleType) and \
+                            str(self._name(value)).partition(".")[0] not in UNWATCHED else None
                     if isinstance(value, type) and self._user_class(value) and not issubclass(value, enum.Enum):
                         self._constructor(value, depth)
         for level, module, *attributes in imports:      # `import config` inside the function
@@ -1491,6 +1488,8 @@ class PythonReads:
         kind = self._kind_of(holder)
         if kind & (_CLASS | _ENUM) == _CLASS:     # Config.GAIN
             self._class_attribute(holder, attributes, depth)
+        elif kind & _ENUM:
+            self._enum_value(holder, attributes)
         elif kind & _FUNCTION:          # `helper.scale = 2.0` set on a function: a global of its __dict__
             attributes_of = self._seen(_attr, holder, "__dict__")
             value = self._seen(_get, attributes_of, attributes[0]) if isinstance(attributes_of, dict) else MISSING
@@ -1707,6 +1706,8 @@ class PythonReads:
                     continue
                 return
             if value is not MISSING:
+                if klass is not cls:        # inherited: found elsewhere once `cls.__bases__` is set
+                    self._leaf(PythonReads._mro, cls)
                 kind = seen(_kind, value)
                 if not kind & _CODE:
                     self._global(namespace, name, depth)
@@ -1718,6 +1719,20 @@ class PythonReads:
                     self._class_attribute(value, names[1:], depth)     # `Config.Inner.SCALE`
                 return
             self._leaf(PythonReads._class_missing, namespace, name)
+
+    def _enum_value(self, cls, names):
+        """`E.X.value.k` (names: the chain read on the enum class): a member's value is fixed, but a
+        class or object held as one has attributes that are not; noted as one held by a container."""
+        if len(names) < 3 or names[1] != "value":
+            return
+        members = self._seen(_attr, cls, "_member_map_")
+        member = self._seen(_get, members, names[0]) if type(members) is dict else MISSING
+        value = self._seen(_attr, member, "_value_")
+        if value is not MISSING and type(value) not in _IMMUTABLE_ATOMS:     # (most: ints, strings)
+            self._leaf(PythonReads._note_object, value)
+
+    def _mro(self, cls):
+        self.mros.setdefault(id(cls), (cls, _TYPE_MRO(cls)))
 
     def _user_class(self, klass) -> bool:
         """Whether a class is watched (not of the standard library, the frameworks or tools), noted."""
@@ -1802,6 +1817,8 @@ class PythonReads:
                                 if type(value) not in _IMMUTABLE_ATOMS)]
         if tp is staticmethod or tp is classmethod:
             return [obj.__func__]
+        if tp is frozenset:     # `{A, B}` checked by identity (fixed items): the classes and objects in it
+            return [value for value in obj if type(value) not in _IMMUTABLE_ATOMS]
         if isinstance(obj, types.ModuleType):   # `MODS["cfg"].SCALE`: the globals the code names, after it ran
             if str(getattr(obj, "__name__", "")).partition(".")[0] not in UNWATCHED:
                 self._held_modules[id(obj)] = obj
@@ -1890,7 +1907,7 @@ class PythonReads:
         """What the code of a method or held function (and the code nested in it) reads by name in
         `namespace`: framework state, data globals (through modules: config.SCALE), class
         attributes, and what the functions it names read in turn (_held_function, _CALLS deep)."""
-        _, reads, nested, _ = code_info(code)
+        _, reads, nested, _, _ = code_info(code)
         for chain in reads:
             value = namespace.get(chain[0], MISSING)
             if self._state_reads:
@@ -2023,6 +2040,8 @@ class PythonReads:
             unset.setdefault(id(namespace), (namespace, set()))[1].add(name)
         for namespace, names in unset.values():
             yield read_unbound, (namespace, frozenset(names)), True, where(namespace)
+        for cls, mro in self.mros.values():
+            yield read_mro, (cls,), mro, f"class {cls.__module__}:{cls.__qualname__}"
         for reader, what, expected in self.states.values():
             yield read_state, (reader,), expected, what
         for var, expected in self.contexts.values():

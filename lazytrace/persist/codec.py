@@ -27,12 +27,12 @@ from types import MappingProxyType, ModuleType, SimpleNamespace
 
 from ..graph.ir import Kind, Node, Source, Value
 from ..graph.passes import Plan
-from ..graph.reads import _TYPE_MRO, SignedZero, read_global, read_state, read_unbound
+from ..graph.reads import _TYPE_MRO, SignedZero, read_global, read_mro, read_state, read_unbound
 
 #: the calls a stored graph may make outside the framework: checks of a module's globals, of
 #: framework state read in Python
 _GUARDS = {"lazytrace:read_global": read_global, "lazytrace:read_unbound": read_unbound,
-           "lazytrace:read_state": read_state}
+           "lazytrace:read_state": read_state, "lazytrace:read_mro": read_mro}
 _GUARD_NAMES = {fn: name for name, fn in _GUARDS.items()}
 _TYPES = {tp.__name__: tp for tp in (bool, int, float, complex, str, bytes, type(None), tuple, list, dict,
                                      set, frozenset)}     # the types a guard on a global compares
@@ -85,7 +85,7 @@ def resolve(backend, ref):
 
 def _ref(backend, func, enc) -> tuple[str, object]:
     """(name, encoded parameters) of a call; checked to load back as the same call."""
-    if func is read_global or func is read_unbound or func is read_state:
+    if func is read_global or func is read_unbound or func is read_state or func is read_mro:
         return _GUARD_NAMES[func], None
     stored = backend.stored_call(func)
     if stored is None:
@@ -182,12 +182,6 @@ def _mro_names(cls) -> list:
     metaclass code runs): a class found again by its name whose bases differ (made again with
     others, `__bases__` set) looks its attributes up elsewhere than the stored checks read."""
     return [f"{vars(k).get('__module__')}:{_TYPE_QUALNAME.__get__(k)}" for k in _TYPE_MRO(cls)[1:]]
-
-
-def _class_namespace(entry):
-    """vars() of the class a stored {"k": [module, qualified name], "mro": [...]} names, if its
-    bases are those it had when stored."""
-    return vars(_class_stored(entry))
 
 
 def _class_stored(entry) -> type:
@@ -353,6 +347,12 @@ def _unbound_check(namespace, names) -> tuple:
     return namespace, names
 
 
+def _mro_check(cls) -> tuple:
+    if not isinstance(cls, Value) or not isinstance(cls.obj, type):
+        raise CorruptEntry("malformed check of a class's bases")
+    return (cls,)
+
+
 def _float(text) -> float:
     if not isinstance(text, str):
         raise CorruptEntry(f"malformed float {text!r}")
@@ -433,11 +433,12 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
         if state is not None:
             constants.append({"s": state})
             continue
-        ref = _class_ref(v.obj, v.meta) if type(v.obj) is MappingProxyType else None
-        if ref is not None:
-            constants.append(ref)
+        ref = _class_ref(v.obj, v.meta) if type(v.obj) is MappingProxyType else \
+            _class_ref(vars(v.obj), v.meta) if isinstance(v.obj, type) else None
+        if ref is not None:     # a class's namespace, or the class itself ({"c": 1}: its MRO checked)
+            constants.append(ref if type(v.obj) is MappingProxyType else {**ref, "c": 1})
             continue
-        if type(v.obj) is MappingProxyType and str(v.meta).startswith("class "):
+        if isinstance(v.obj, (type, MappingProxyType)) and str(v.meta).startswith("class "):
             raise NotStorable(f"the graph checks attributes of the {v.meta.replace(':', '.')}, which its "
                               f"name does not find again (a class made in a function)")
         if not v.foldable and not isinstance(backend.unwrap(v.obj), backend.array_types):
@@ -465,7 +466,9 @@ def encode(backend, plan: Plan) -> tuple[dict, dict]:
                       "inputs": [enc.value(v) for v in node.inputs],
                       "outputs": [out.index for out in node.outputs],
                       "structure": node.result_structure,
-                      "expected": enc(node.expected) if node.kind is Kind.GUARD else None})
+                      # (a class's MRO: the one it has at load, where its stored bases are found again)
+                      "expected": enc(node.expected) if node.kind is Kind.GUARD and node.target is not read_mro
+                      else None})
     doc = {"inputs": len(inputs), "constants": constants, "nodes": nodes,
            "outputs": enc(output_structure),
            "cloned": [enc.value(v) for v in plan.cloned_outputs],
@@ -497,8 +500,10 @@ def _decode(backend, doc, arrays):
     for i, name in enumerate(_list(doc["constants"])):
         if type(name) is dict and "s" in name:   # {"s": [module, attribute]}: framework state a guard reads
             v = Value(Source.EXTERNAL, obj=_state_reader(backend, name["s"]), meta=".".join(map(str, name["s"])))
-        elif type(name) is dict and "k" in name:    # {"k": [module, qualname]}: a class's namespace
-            v = Value(Source.EXTERNAL, obj=_class_namespace(name), meta=f"class {name['k'][0]}:{name['k'][1]}")
+        elif type(name) is dict and "k" in name:    # {"k": [module, qualname]}: a class's namespace, or the class
+            cls = _class_stored(name)
+            v = Value(Source.EXTERNAL, obj=cls if name.get("c") == 1 else vars(cls),
+                      meta=f"class {name['k'][0]}:{name['k'][1]}")
         elif type(name) is dict:        # {"g": module}: the namespace a guard on a global reads
             v = Value(Source.EXTERNAL, obj=_namespace(name["g"]))
         else:
@@ -530,9 +535,12 @@ def _decode(backend, doc, arrays):
         args = tuple(dec(a) for a in _list(data["args"]))
         if call is read_unbound:
             args = _unbound_check(*args)
+        if call is read_mro:
+            args = _mro_check(*args)
         node = Node(n, kind, call, args,
                     kwargs, [dec.value(r) for r in _list(data["inputs"])], [], result_structure=structure,
-                    expected=dec(data["expected"]) if kind is Kind.GUARD else None,
+                    expected=(read_mro(args[0].obj) if call is read_mro else dec(data["expected"]))
+                    if kind is Kind.GUARD else None,
                     wrapper=resolve(backend, data["wrapper"]) if "wrapper" in data else None)
         for j, index in enumerate(_list(data["outputs"])):
             if not (index is None and structure == "single") and not (

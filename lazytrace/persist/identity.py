@@ -29,7 +29,7 @@ from . import versions
 from .codec import NotStorable
 
 #: bumped whenever the stored description of a graph changes meaning
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7       # 7: the checks of session 21 (a class's MRO, read_mro); format 6 graphs lack them
 
 
 def function_identity(fn) -> dict:
