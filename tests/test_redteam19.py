@@ -244,7 +244,6 @@ SEEN_SINCE_21 = {
     "a class's __bases__ set": _bases_reassigned,
     "a class in a frozenset": _class_in_a_frozenset,
     "a class held by an enum member": _class_held_by_an_enum,
-    "cls.__subclasses__() after a subclass is made": _subclasses,
 }
 
 
@@ -271,8 +270,7 @@ def test_an_iterator_the_function_reaches_makes_it_run_eagerly(where):
 def test_seen_since_session_21(case):
     """Session 21: seen (were strict xfails, the graph kept the traced value): a class's MRO is
     checked where the code read an attribute from a base (`c0.__mro__ is not k1`), the classes and
-    objects in a frozenset and held as an enum member's value are noted as those in a list are,
-    and a function calling `__subclasses__()` (what C code holds of a class) runs eagerly."""
+    objects in a frozenset and held as an enum member's value are noted as those in a list are."""
     f, change = SEEN_SINCE_21[case]()
     lazy = lazytrace.trace_graph(f)
     x = ARRAYS["torch"]()
@@ -280,11 +278,19 @@ def test_seen_since_session_21(case):
     change()
     _equal(lazy(x), f(x))
     _equal(lazy(x), f(x))
-    if "__subclasses__" in case:
-        assert lazy.stats.hits == 0 and lazy.stats.eager == 4, lazy.stats
-        assert any("__subclasses__" in reason for reason in lazy.stats.reasons), lazy.stats.reasons
-    else:
-        assert (lazy.stats.traces, lazy.stats.hits, lazy.stats.eager) == (2, 2, 0), lazy.stats
+    assert (lazy.stats.traces, lazy.stats.hits, lazy.stats.eager) == (2, 2, 0), lazy.stats
+
+
+@pytest.mark.xfail(strict=True, reason="what C code gives of a class (Base.__subclasses__()) is not checked: the "
+                   "graph bakes the traced list's use. Making code that names __subclasses__ run eagerly (tried "
+                   "in session 21) made einops and array-api-compat code eager: they find their backends that way")
+def test_subclasses_listed_after_a_subclass_is_made():
+    f, change = _subclasses()
+    lazy = lazytrace.trace_graph(f)
+    x = ARRAYS["torch"]()
+    lazy(x), lazy(x)
+    change()
+    _equal(lazy(x), f(x))
 
 
 SRC = '''

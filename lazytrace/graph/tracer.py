@@ -1192,9 +1192,6 @@ class TraceSession:
 #: builtins giving a number of an object's identity (`id(x)`, `hash(x)` of a tensor): a new one at
 #: every call. Code reading one as a global runs eagerly
 _IDENTITY_BUILTINS = frozenset({"id", "hash"})
-#: what C code gives of a class, which no check reads: `Base.__subclasses__()` lists classes made
-#: since the trace (a registry of subclasses). Code naming it runs eagerly
-_CLASS_STATE = frozenset({"__subclasses__"})
 #: (backend class, include_generators) -> the names that make code naming one run eagerly
 _EAGER_NAMES: dict = {}
 
@@ -1203,8 +1200,7 @@ def _eager_names(backend, include_generators: bool) -> frozenset:
     key = (type(backend), include_generators)
     names = _EAGER_NAMES.get(key)
     if names is None:
-        names = _EAGER_NAMES[key] = backend.unseen_changes | _CLASS_STATE | (
-            FRESH_ENTROPY if include_generators else frozenset())
+        names = _EAGER_NAMES[key] = backend.unseen_changes | (FRESH_ENTROPY if include_generators else frozenset())
     return names
 
 
@@ -1593,10 +1589,7 @@ def _run(session, backend, fn, args, kwargs, *, key, signature, options, name, e
                          f"{', '.join(sorted(named))}() on something: what that gives or changes in "
                          f"Python, no call shows (a graph would bake it)")
     named = session.reads.names_used(_eager_names(backend, session.include_generators), methods=False)
-    if named & _CLASS_STATE:
-        session.fail(f"the code calls {', '.join(sorted(named & _CLASS_STATE))}(), which gives what C code holds "
-                     f"of a class (classes made since): no check reads it, and a graph would bake the traced list")
-    elif named:
+    if named:
         unseen = named & backend.unseen_changes
         session.fail(f"the code calls {', '.join(sorted(unseen))}, which changes arrays where no call shows: "
                      f"a graph would leave them as they were" if unseen else
