@@ -1691,8 +1691,7 @@ def make_graph(backend, plan, *, name, key, signature, original, options, extra=
         if type(registry) is dict:
             gfn.__globals__["__warningregistry__"] = registry
         if compiler:
-            homes = plan.function_homes if plan.function_homes is not None else function_homes(backend, plan)
-            held = plan.held_code if plan.held_code is not None else held_code(plan, homes, original)
+            homes, held = plan.function_homes, plan.held_code     # (both taken above, when the graph was made)
             gfn = codegen.Checked(compiled, checks, homes, held) if checks or homes or held else compiled
         return source, gfn, constants, aliases
 
